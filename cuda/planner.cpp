@@ -1,0 +1,2 @@
+// Memory planner for the CUDA backend (filled in with the streaming pipeline).
+#include "bridge.h"
