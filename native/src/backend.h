@@ -1,0 +1,169 @@
+// The backend-neutral interface of the native engine (DESIGN.md "Native engine", "Numerics").
+//
+// Two layers:
+//   Engine  (native/src/engine.*)  what every backend shares: validation, feed order, label double-buffering and
+//                                  the reassigned count, the centroid update from fp64 sums, empty-cluster
+//                                  re-seeding, shift, data variance, k-means++ init, the cancel flag.
+//   Backend (this file)            what touches the data: host buffers, resident rows, fused distance + argmin,
+//                                  exactness recheck, deterministic per-cluster fp64 accumulation.
+// Implementations: native/src/cpu/cpu_backend.* (makeCpuBackend) and cuda/ (makeCudaBackend, see cuda_bridge.h).
+//
+// Threading: the Engine calls a Backend from ONE thread (the engine thread), never concurrently. A backend may use
+// its own threads/streams inside. Errors are thrown as kmfleet::EngineError (never abort, never a NaN centroid).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kmfleet {
+
+enum class Metric { L2, Cosine };
+enum class DType { F32, F16, BF16 };
+enum class Precision { Auto, FP32, TF32, BF16, FP16 };
+enum class BackendKind { Auto, Cpu, Cuda };
+enum class PassMode { Fit, Assign };
+
+inline std::size_t dtypeBytes(DType t) { return t == DType::F32 ? 4 : 2; }
+
+// What the caller asked for (native/index.ts EngineOptions). 0 / -1 mean "the planner chooses".
+struct EngineConfig {
+  std::int64_t rows = 0;
+  std::int64_t dims = 0;
+  std::int64_t k = 0;
+  Metric metric = Metric::L2;
+  DType dtype = DType::F32;
+  BackendKind backend = BackendKind::Auto;
+  Precision precision = Precision::Auto;
+  std::int64_t chunkRows = 0;     // rows per host buffer; 0 = planner
+  int buffers = 0;                // host buffers; 0 = default (2 cpu, 3 cuda)
+  int threads = 0;                // CPU threads; 0 = all cores
+  std::int64_t memoryBudget = -1; // bytes for resident rows (device memory on CUDA, host on CPU); -1 = planner
+  int device = 0;                 // CUDA ordinal
+};
+
+// What the backend's planner chose (native/index.ts EnginePlan). Fixed for the engine's life.
+struct Plan {
+  BackendKind backend = BackendKind::Cpu; // Cpu or Cuda, never Auto
+  std::string device;                     // e.g. "NVIDIA H200" or "cpu x86_64 avx512 (2 threads)"
+  Precision precision = Precision::FP32;  // never Auto
+  std::int64_t chunkRows = 0;             // 1 <= chunkRows <= rows
+  int buffers = 0;                        // host buffers, each chunkRows * rowBytes bytes
+  std::int64_t residentRows = 0;          // the first residentRows rows are kept by the backend (0..rows)
+  std::size_t rowBytes = 0;               // dims * dtypeBytes(dtype)
+};
+
+enum class ErrorCode { InvalidArgument, OutOfMemory, NonFiniteInput, Device, Cancelled };
+
+// The one exception type that crosses the backend/engine boundary. The binding maps `code` to the TS classes
+// (InvalidArgumentError, ..., CancelledError); `row` is the first bad global row for NonFiniteInput, else -1.
+class EngineError : public std::runtime_error {
+ public:
+  EngineError(ErrorCode code, const std::string& message, std::int64_t row = -1)
+      : std::runtime_error(message), code_(code), row_(row) {}
+  ErrorCode code() const { return code_; }
+  std::int64_t row() const { return row_; }
+
+ private:
+  ErrorCode code_;
+  std::int64_t row_;
+};
+
+// One pass, as the engine hands it to the backend in beginPass. Pointers stay valid until finishPass/abortPass.
+struct PassSpec {
+  PassMode mode = PassMode::Fit;
+  // K×D fp32 centroids of this pass (unit length for cosine). Fixed during the pass.
+  const float* centroids = nullptr;
+  // Engine-owned, `rows` long: the backend writes labels[r] (0..K-1) for every row r it processes, resident
+  // rows included, before finishPass returns. Ties between equal distances: the LOWEST centroid index wins.
+  std::int32_t* labels = nullptr;
+  // Engine-owned, `rows` long, or nullptr: the backend writes the row's distance to its label's centroid
+  // (squared L2, or 1 − cos for cosine), computed in fp64 and rounded to fp32.
+  float* distances = nullptr;
+  // Fit passes: how many of the farthest rows to report for empty-cluster re-seeding (0 on assign passes).
+  int farthest = 0;
+  // Set by cancel(); a backend may poll it inside long internal work (resident rows) and throw Cancelled.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// A candidate for re-seeding an empty cluster: one of the rows farthest from its assigned centroid.
+struct FarRow {
+  std::int64_t row = -1;
+  double distance = 0;         // fp64 distance to the assigned centroid (same metric as the inertia)
+  std::int32_t label = -1;
+  std::vector<float> values;   // the row as the kernels saw it (fp32, unit length for cosine), D values
+};
+
+// What a pass accumulated. Everything in fp64 and in a FIXED order: for each cluster the rows are added in
+// global row order, whatever the chunking, the thread count or the resident/streamed split. This is what
+// makes centroids bitwise reproducible (DESIGN.md "Numerics").
+struct PassTotals {
+  std::vector<double> sums;         // K×D Σ rows per cluster (fit passes; empty on assign passes)
+  std::vector<std::int64_t> counts; // K rows per cluster
+  std::vector<double> inertia;      // K Σ distances per cluster (squared L2, or 1 − cos), fp64
+  // Fit passes: the top `farthest` rows ordered by (distance descending, row ascending) — a total order, so the
+  // set is unique. Fewer when the pass had fewer rows.
+  std::vector<FarRow> farthest;
+  std::int64_t rowsSeen = 0;        // rows processed in the pass, resident included
+};
+
+// Distance exactness contract for Precision::FP32 (DESIGN.md "Numerics"): the label equals the argmin of the
+// fp64 distance Σ(x−c)² except where the two best fp64 distances are within a relative 1e-6 (then either of
+// the two is acceptable); the reported distance/inertia is the fp64 value for the chosen centroid.
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const Plan& plan() const = 0;
+
+  // Host buffer i (0 <= i < plan().buffers), plan().chunkRows * plan().rowBytes bytes, owned by the backend
+  // (pinned on CUDA), alive as long as the backend. The engine fills it with whole rows in the input dtype.
+  virtual void* hostBuffer(int index) = 0;
+
+  // Rows of [0, plan().residentRows) the backend already holds (0 until the first pass has fed them all;
+  // then residentRows). Only when it equals residentRows does the engine skip those rows in later passes.
+  virtual std::int64_t residentHeld() const = 0;
+
+  // Start a pass: take the centroids (upload on CUDA), reset the accumulators.
+  virtual void beginPass(const PassSpec& spec) = 0;
+
+  // Process the resident rows [0, residentHeld()) with the current centroids, before any streamed chunk.
+  // Called by the engine right after beginPass when residentHeld() == plan().residentRows > 0.
+  virtual void processResident() = 0;
+
+  // Process rows [firstRow, firstRow + rows) that the engine put in hostBuffer(buffer). Chunks arrive in row
+  // order. Rows of [0, residentRows) seen for the first time are retained (converted/normalized as needed).
+  // Returns once the buffer may be refilled; compute may still be in flight (CUDA) — finishPass waits for it.
+  // Input checks, before anything of the chunk is accumulated: a non-finite value → EngineError NonFiniteInput
+  // naming the first bad global row; cosine and a zero-norm row → InvalidArgument naming the row. (An async
+  // backend may report such an error from a later processChunk or from finishPass.)
+  virtual void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) = 0;
+
+  // Wait for all work of the pass and return its totals. Labels (and distances) are in the engine's arrays.
+  virtual PassTotals finishPass() = 0;
+
+  // Drop a pass after an error or a cancel: wait for in-flight work, discard partial totals. Never throws.
+  // Resident rows retained so far are discarded too unless complete.
+  virtual void abortPass() noexcept = 0;
+};
+
+// GPU inventory (native/index.ts GpuInfo). Filled by cuda/ (queryCudaDevices) or by the engine without CUDA.
+struct GpuDevice {
+  int ordinal = 0;
+  std::string name;
+  std::string computeCapability; // "9.0"
+  std::uint64_t totalMemory = 0; // bytes
+  std::uint64_t freeMemory = 0;  // bytes
+};
+struct GpuInfo {
+  bool available = false;
+  std::string reason; // when unavailable: "built without CUDA", "no CUDA driver", "no device"
+  std::vector<GpuDevice> devices;
+};
+
+}  // namespace kmfleet
