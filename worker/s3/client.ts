@@ -1,0 +1,95 @@
+/**
+ * The S3 client factory. Credentials and region come from the AWS standard chain (env, profile, web identity, IMDS);
+ * KMFLEET_S3_ENDPOINT points at MinIO or s3rver and implies path-style addressing.
+ *
+ * The s3rver compatibility switch (`compat: 's3rver'`, KMFLEET_S3_COMPAT=s3rver) exists because s3rver 3.7.1 breaks
+ * in ways a real S3 does not (../shared/TOOLCHAIN.md): with the SDK's default checksums a streamed PutObject stores
+ * the aws-chunked framing, and AbortMultipartUpload answers 405. The switch turns checksums to WHEN_REQUIRED and lets
+ * the multipart writer treat a 405 on abort as "nothing more to do". A real S3 or MinIO needs none of it.
+ */
+import { S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
+import { DEFAULT_RETRY, type RetryPolicy } from './retry.js';
+
+export type S3Compat = 'none' | 's3rver';
+
+export interface S3Settings {
+  /** custom endpoint (MinIO, s3rver); undefined for AWS */
+  endpoint?: string;
+  /** default: true when an endpoint is set */
+  forcePathStyle?: boolean;
+  region?: string;
+  compat?: S3Compat;
+  /** explicit credentials (tests, demo); undefined = the AWS standard chain */
+  credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
+  /** SDK attempts per request (backoff + jitter between them, standard retry mode) */
+  maxAttempts?: number;
+  /** our own retries around whole reads (a body that breaks mid-stream) */
+  retry?: RetryPolicy;
+  /** concurrent sockets per client */
+  maxSockets?: number;
+  /** per-request socket inactivity timeout in ms */
+  requestTimeoutMs?: number;
+}
+
+export function s3SettingsFromEnv(env: NodeJS.ProcessEnv = process.env): S3Settings {
+  const endpoint = env.KMFLEET_S3_ENDPOINT || undefined;
+  const compat = (env.KMFLEET_S3_COMPAT || 'none') as S3Compat;
+  if (compat !== 'none' && compat !== 's3rver') {
+    throw new Error(`KMFLEET_S3_COMPAT must be 'none' or 's3rver', got ${JSON.stringify(env.KMFLEET_S3_COMPAT)}`);
+  }
+  const pathStyle = env.KMFLEET_S3_FORCE_PATH_STYLE;
+  return {
+    endpoint,
+    forcePathStyle: pathStyle === undefined || pathStyle === '' ? endpoint !== undefined : pathStyle === 'true' || pathStyle === '1',
+    region: env.AWS_REGION || env.AWS_DEFAULT_REGION || 'us-east-1',
+    compat,
+    maxAttempts: positiveInt(env.KMFLEET_S3_MAX_ATTEMPTS, 'KMFLEET_S3_MAX_ATTEMPTS') ?? 8,
+    maxSockets: positiveInt(env.KMFLEET_S3_MAX_SOCKETS, 'KMFLEET_S3_MAX_SOCKETS') ?? 64,
+    requestTimeoutMs: positiveInt(env.KMFLEET_S3_REQUEST_TIMEOUT_MS, 'KMFLEET_S3_REQUEST_TIMEOUT_MS') ?? 120_000,
+  };
+}
+
+function positiveInt(v: string | undefined, name: string): number | undefined {
+  if (v === undefined || v === '') return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+/** A client plus the settings it was built from (the writers need `compat`). */
+export interface S3Handle {
+  client: S3Client;
+  settings: Required<Pick<S3Settings, 'compat' | 'retry'>> & S3Settings;
+  destroy(): void;
+}
+
+export function createS3(settings: S3Settings = s3SettingsFromEnv()): S3Handle {
+  const compat = settings.compat ?? 'none';
+  const maxSockets = settings.maxSockets ?? 64;
+  const config: S3ClientConfig = {
+    region: settings.region ?? 'us-east-1',
+    forcePathStyle: settings.forcePathStyle ?? settings.endpoint !== undefined,
+    maxAttempts: settings.maxAttempts ?? 8,
+    retryMode: 'standard',
+    requestHandler: {
+      requestTimeout: settings.requestTimeoutMs ?? 120_000,
+      connectionTimeout: 10_000,
+      httpAgent: new HttpAgent({ keepAlive: true, maxSockets }),
+      httpsAgent: new HttpsAgent({ keepAlive: true, maxSockets }),
+    },
+  };
+  if (settings.endpoint) config.endpoint = settings.endpoint;
+  if (settings.credentials) config.credentials = settings.credentials;
+  if (compat === 's3rver') {
+    config.requestChecksumCalculation = 'WHEN_REQUIRED';
+    config.responseChecksumValidation = 'WHEN_REQUIRED';
+  }
+  const client = new S3Client(config);
+  return {
+    client,
+    settings: { ...settings, compat, retry: settings.retry ?? DEFAULT_RETRY },
+    destroy: () => client.destroy(),
+  };
+}

@@ -1,0 +1,36 @@
+/**
+ * Errors of the S3 layer that callers must tell apart: a missing object and a dataset that changed under a job are
+ * user-visible failures (no retry); everything else is either retried here or surfaces as the SDK's own error.
+ */
+export class S3ObjectNotFoundError extends Error {
+  readonly code = 'S3_NOT_FOUND';
+  constructor(readonly uri: string) {
+    super(`object not found: ${uri}`);
+    this.name = 'S3ObjectNotFoundError';
+  }
+}
+
+/** The object's ETag differs from the one pinned when the job opened it: the data changed mid-job. */
+export class S3ObjectChangedError extends Error {
+  readonly code = 'S3_OBJECT_CHANGED';
+  constructor(
+    readonly uri: string,
+    readonly expectedEtag: string,
+    readonly actualEtag: string | undefined,
+  ) {
+    super(
+      `object ${uri} changed during the job (ETag ${expectedEtag} when opened, ${actualEtag ?? 'a different one'} now); ` +
+        're-submit the job against the new data',
+    );
+    this.name = 'S3ObjectChangedError';
+  }
+}
+
+/** A read returned fewer or more bytes than the range asked for (truncated body, lying server). */
+export class S3ShortReadError extends Error {
+  readonly code = 'S3_SHORT_READ';
+  constructor(message: string) {
+    super(message);
+    this.name = 'S3ShortReadError';
+  }
+}

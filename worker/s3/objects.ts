@@ -1,0 +1,157 @@
+/**
+ * The object operations the worker needs, each with the error mapping callers rely on: missing → S3ObjectNotFoundError,
+ * changed since pinned → S3ObjectChangedError, truncated → retried. Ranged reads land straight in the caller's buffer
+ * (DESIGN.md, Streaming: no intermediate copy of the whole range).
+ */
+import {
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  PutObjectCommand,
+  type PutObjectCommandInput,
+} from '@aws-sdk/client-s3';
+import type { S3Handle } from './client.js';
+import { S3ObjectChangedError, S3ObjectNotFoundError, S3ShortReadError } from './errors.js';
+import { withRetries } from './retry.js';
+import { formatS3Uri, type S3Location } from './uri.js';
+
+export interface ObjectInfo {
+  size: number;
+  etag: string;
+  lastModified?: Date;
+}
+
+function status(err: unknown): number | undefined {
+  return (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
+}
+function isNotFound(err: unknown): boolean {
+  const name = (err as { name?: string })?.name;
+  return name === 'NoSuchKey' || name === 'NotFound' || status(err) === 404;
+}
+function isPreconditionFailed(err: unknown): boolean {
+  const name = (err as { name?: string })?.name;
+  return name === 'PreconditionFailed' || status(err) === 412;
+}
+
+export async function headObject(s3: S3Handle, loc: S3Location, signal?: AbortSignal): Promise<ObjectInfo> {
+  try {
+    const r = await s3.client.send(new HeadObjectCommand({ Bucket: loc.bucket, Key: loc.key }), { abortSignal: signal });
+    if (r.ContentLength === undefined || !r.ETag) throw new Error(`HEAD ${formatS3Uri(loc)}: no size or ETag in the answer`);
+    return { size: r.ContentLength, etag: r.ETag, lastModified: r.LastModified };
+  } catch (err) {
+    if (isNotFound(err)) throw new S3ObjectNotFoundError(formatS3Uri(loc));
+    throw err;
+  }
+}
+
+export async function objectExists(s3: S3Handle, loc: S3Location): Promise<boolean> {
+  try {
+    await headObject(s3, loc);
+    return true;
+  } catch (err) {
+    if (err instanceof S3ObjectNotFoundError) return false;
+    throw err;
+  }
+}
+
+export interface RangeReadOptions {
+  /** ETag pinned when the object was opened: sent as If-Match AND compared with the answer (s3rver ignores If-Match) */
+  etag?: string;
+  signal?: AbortSignal;
+}
+
+/**
+ * Read bytes [start, start+length) into target[targetOffset...]. Retries the whole range on resets and truncation.
+ */
+export async function readRangeInto(
+  s3: S3Handle,
+  loc: S3Location,
+  start: number,
+  length: number,
+  target: Uint8Array,
+  targetOffset: number,
+  opts: RangeReadOptions = {},
+): Promise<void> {
+  if (length === 0) return;
+  if (targetOffset + length > target.byteLength) throw new RangeError(`range of ${length} bytes does not fit the target`);
+  const uri = formatS3Uri(loc);
+  await withRetries(
+    async () => {
+      let r;
+      try {
+        r = await s3.client.send(
+          new GetObjectCommand({ Bucket: loc.bucket, Key: loc.key, Range: `bytes=${start}-${start + length - 1}`, IfMatch: opts.etag }),
+          { abortSignal: opts.signal },
+        );
+      } catch (err) {
+        if (isPreconditionFailed(err)) throw new S3ObjectChangedError(uri, opts.etag ?? '', undefined);
+        if (isNotFound(err)) throw opts.etag ? new S3ObjectChangedError(uri, opts.etag, '(deleted)') : new S3ObjectNotFoundError(uri);
+        throw err;
+      }
+      const body = r.Body as AsyncIterable<Uint8Array> & { destroy?: () => void };
+      if (opts.etag !== undefined && r.ETag !== undefined && r.ETag !== opts.etag) {
+        body?.destroy?.();
+        throw new S3ObjectChangedError(uri, opts.etag, r.ETag);
+      }
+      let written = 0;
+      for await (const chunk of body) {
+        if (written + chunk.byteLength > length) {
+          (body as { destroy?: () => void }).destroy?.();
+          throw new S3ShortReadError(`GET ${uri} bytes=${start}-${start + length - 1}: server sent more than asked`);
+        }
+        target.set(chunk, targetOffset + written);
+        written += chunk.byteLength;
+      }
+      if (written !== length) {
+        throw new S3ShortReadError(`GET ${uri} bytes=${start}-${start + length - 1}: got ${written} of ${length} bytes`);
+      }
+    },
+    s3.settings.retry,
+    { signal: opts.signal },
+  );
+}
+
+/** A whole (small) object as a Buffer: checkpoints, headers, summaries. */
+export async function getObjectBuffer(s3: S3Handle, loc: S3Location, signal?: AbortSignal): Promise<Buffer> {
+  return withRetries(
+    async () => {
+      let r;
+      try {
+        r = await s3.client.send(new GetObjectCommand({ Bucket: loc.bucket, Key: loc.key }), { abortSignal: signal });
+      } catch (err) {
+        if (isNotFound(err)) throw new S3ObjectNotFoundError(formatS3Uri(loc));
+        throw err;
+      }
+      const parts: Buffer[] = [];
+      for await (const chunk of r.Body as AsyncIterable<Uint8Array>) parts.push(Buffer.from(chunk));
+      const buf = Buffer.concat(parts);
+      if (r.ContentLength !== undefined && buf.length !== r.ContentLength) {
+        throw new S3ShortReadError(`GET ${formatS3Uri(loc)}: got ${buf.length} of ${r.ContentLength} bytes`);
+      }
+      return buf;
+    },
+    s3.settings.retry,
+    { signal },
+  );
+}
+
+/** One PUT of a Buffer (a Buffer body, never a stream: see the s3rver note in client.ts). Returns the ETag. */
+export async function putObjectBuffer(
+  s3: S3Handle,
+  loc: S3Location,
+  body: Buffer,
+  extra: Omit<PutObjectCommandInput, 'Bucket' | 'Key' | 'Body'> = {},
+): Promise<string | undefined> {
+  const r = await s3.client.send(new PutObjectCommand({ Bucket: loc.bucket, Key: loc.key, Body: body, ...extra }));
+  return r.ETag;
+}
+
+/**
+ * Delete keys (missing ones are fine). One DeleteObject each, 8 at a time: the batch call needs a Content-MD5 that
+ * the SDK's newer checksums replace, which some S3 look-alikes reject; the few keys we delete don't need batching.
+ */
+export async function deleteKeys(s3: S3Handle, bucket: string, keys: string[]): Promise<void> {
+  for (let i = 0; i < keys.length; i += 8) {
+    await Promise.all(keys.slice(i, i + 8).map((Key) => s3.client.send(new DeleteObjectCommand({ Bucket: bucket, Key }))));
+  }
+}

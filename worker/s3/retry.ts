@@ -1,0 +1,78 @@
+/**
+ * Retries with exponential backoff and full jitter for the S3 operations the SDK cannot retry by itself: a ranged GET
+ * whose body breaks mid-stream (connection reset, truncated body) fails AFTER the SDK handed us the response.
+ * The SDK's own retry strategy (standard mode) still covers failures before the response (5xx, SlowDown, resets).
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { S3ObjectChangedError, S3ObjectNotFoundError } from './errors.js';
+
+export interface RetryPolicy {
+  /** total attempts, first included */
+  attempts: number;
+  /** first backoff ceiling in ms; doubles each attempt */
+  baseMs: number;
+  /** largest backoff ceiling in ms */
+  maxMs: number;
+}
+
+export const DEFAULT_RETRY: RetryPolicy = { attempts: 6, baseMs: 100, maxMs: 5_000 };
+
+const RETRYABLE_NAMES = new Set([
+  'SlowDown',
+  'Throttling',
+  'ThrottlingException',
+  'RequestTimeout',
+  'RequestTimeoutException',
+  'InternalError',
+  'ServiceUnavailable',
+  'TimeoutError',
+  'S3ShortReadError',
+]);
+const RETRYABLE_CODES = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EAI_AGAIN',
+  'ERR_STREAM_PREMATURE_CLOSE',
+  'UND_ERR_SOCKET',
+  'S3_SHORT_READ',
+]);
+
+/** Worth another try: server-side 5xx, throttling, resets and truncated bodies. Never 4xx, never a changed object. */
+export function isRetryableS3Error(err: unknown): boolean {
+  if (err instanceof S3ObjectChangedError || err instanceof S3ObjectNotFoundError) return false;
+  if (!err || typeof err !== 'object') return false;
+  const e = err as { name?: string; code?: string; $metadata?: { httpStatusCode?: number }; $retryable?: unknown; message?: string };
+  const status = e.$metadata?.httpStatusCode;
+  if (status !== undefined && status >= 500) return true;
+  if (status === 429) return true;
+  if (e.name && RETRYABLE_NAMES.has(e.name)) return true;
+  if (e.code && RETRYABLE_CODES.has(e.code)) return true;
+  if (e.$retryable) return true;
+  if (status !== undefined && status >= 400) return false;
+  return /socket hang up|premature close|aborted|ECONNRESET/i.test(e.message ?? '');
+}
+
+/** Full jitter: a uniform wait in [0, min(maxMs, baseMs·2^attempt)). */
+export function backoffMs(attempt: number, policy: RetryPolicy, random: () => number = Math.random): number {
+  const ceiling = Math.min(policy.maxMs, policy.baseMs * 2 ** attempt);
+  return Math.floor(random() * ceiling);
+}
+
+export async function withRetries<T>(
+  fn: (attempt: number) => Promise<T>,
+  policy: RetryPolicy = DEFAULT_RETRY,
+  opts: { signal?: AbortSignal; onRetry?: (err: unknown, attempt: number, waitMs: number) => void } = {},
+): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fn(attempt);
+    } catch (err) {
+      if (attempt + 1 >= policy.attempts || !isRetryableS3Error(err) || opts.signal?.aborted) throw err;
+      const wait = backoffMs(attempt, policy);
+      opts.onRetry?.(err, attempt + 1, wait);
+      await sleep(wait, undefined, opts.signal ? { signal: opts.signal } : undefined);
+    }
+  }
+}
