@@ -1,0 +1,110 @@
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CachedRowSource } from '../../worker/dataset/cache.js';
+import { S3RowSource } from '../../worker/dataset/s3-source.js';
+import { DatasetFormatError } from '../../worker/formats/errors.js';
+import { encodeNpy } from '../../worker/formats/npy-encode.js';
+import { S3ObjectChangedError, S3ObjectNotFoundError } from '../../worker/s3/errors.js';
+import { startS3Server, type S3ServerHandle } from '../helpers/s3-server.js';
+
+const ROWS = 5000;
+const DIMS = 7;
+function matrix(rows = ROWS, dims = DIMS, seed = 1): Float32Array {
+  const a = new Float32Array(rows * dims);
+  let x = seed;
+  for (let i = 0; i < a.length; i++) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    a[i] = (x / 2 ** 32) * 10 - 5;
+  }
+  return a;
+}
+
+describe('S3RowSource against s3rver', () => {
+  let s3: S3ServerHandle;
+  let cacheDir: string;
+  const data = matrix();
+  const bytes = Buffer.from(data.buffer);
+  beforeAll(async () => {
+    s3 = await startS3Server({ buckets: ['data'] });
+    cacheDir = mkdtempSync(join(tmpdir(), 'kmfleet-cache-'));
+    await s3.put('data', 'x.npy', encodeNpy(data, [ROWS, DIMS]));
+    await s3.put('data', 'x.f32', bytes);
+  });
+  afterAll(async () => {
+    await s3?.stop();
+    if (cacheDir) rmSync(cacheDir, { recursive: true, force: true });
+  });
+
+  it('opens an npy with one HEAD and one GET, and reads rows in many parallel parts into the target', async () => {
+    const src = await S3RowSource.open(s3.handle, 's3://data/x.npy', { format: 'npy', partBytes: 1000, concurrency: 4 });
+    expect([src.rows, src.dims, src.dtype, src.rowBytes]).toEqual([ROWS, DIMS, 'f32', DIMS * 4]);
+    expect(src.stats.requests).toBe(0);
+    expect(src.describe()).toMatch(/s3:\/\/data\/x\.npy \(npy <f4, 5000 × 7, ETag "/);
+    const target = Buffer.alloc(1234 * src.rowBytes + 8);
+    await src.read(100, 1234, target);
+    expect(target.subarray(0, 1234 * src.rowBytes).equals(bytes.subarray(100 * DIMS * 4, 1334 * DIMS * 4))).toBe(true);
+    expect(src.stats.requests).toBe(Math.ceil((1234 * DIMS * 4) / 1000));
+    await expect(src.read(ROWS - 1, 2, target)).rejects.toThrow(RangeError);
+    await src.close();
+  });
+
+  it('reads raw f32 given dims; rejects a size that is not whole rows', async () => {
+    const src = await S3RowSource.open(s3.handle, 's3://data/x.f32', { format: 'f32', dims: DIMS });
+    expect(src.rows).toBe(ROWS);
+    const t = Buffer.alloc(ROWS * DIMS * 4);
+    await src.read(0, ROWS, t);
+    expect(t.equals(bytes)).toBe(true);
+    await expect(S3RowSource.open(s3.handle, 's3://data/x.f32', { format: 'f32', dims: 9 })).rejects.toThrow(/not a whole number of 9-dim rows/);
+  });
+
+  it('bad header, truncated data, wrong dims and a missing object fail clearly', async () => {
+    await s3.put('data', 'bad.npy', Buffer.from('this is not an npy file at all'));
+    await expect(S3RowSource.open(s3.handle, 's3://data/bad.npy', { format: 'npy' })).rejects.toThrow(DatasetFormatError);
+    const full = encodeNpy(data, [ROWS, DIMS]);
+    await s3.put('data', 'short.npy', full.subarray(0, full.length - 4));
+    await expect(S3RowSource.open(s3.handle, 's3://data/short.npy', { format: 'npy' })).rejects.toThrow(/needs 140000 bytes of data/);
+    await expect(S3RowSource.open(s3.handle, 's3://data/x.npy', { format: 'npy', dims: 8 })).rejects.toThrow(/has 7 dims/);
+    await expect(S3RowSource.open(s3.handle, 's3://data/missing.npy', { format: 'npy' })).rejects.toBeInstanceOf(S3ObjectNotFoundError);
+  });
+
+  it('a dataset replaced mid-job fails the next read with S3ObjectChangedError', async () => {
+    await s3.put('data', 'moving.npy', encodeNpy(data, [ROWS, DIMS]));
+    const src = await S3RowSource.open(s3.handle, 's3://data/moving.npy', { format: 'npy' });
+    await s3.put('data', 'moving.npy', encodeNpy(matrix(ROWS, DIMS, 2), [ROWS, DIMS]));
+    await expect(src.read(0, 10, Buffer.alloc(10 * src.rowBytes))).rejects.toBeInstanceOf(S3ObjectChangedError);
+  });
+
+  it('the cache fills on the first pass, serves later passes, and is reused by the next job', async () => {
+    const open = () => S3RowSource.open(s3.handle, 's3://data/x.npy', { format: 'npy' });
+    const inner = await open();
+    const cached = (await CachedRowSource.open(inner, cacheDir)) as CachedRowSource;
+    expect(cached).toBeInstanceOf(CachedRowSource);
+    const chunk = 1500;
+    const t = Buffer.alloc(chunk * cached.rowBytes);
+    const pass = async () => {
+      const out: Buffer[] = [];
+      for (let r = 0; r < ROWS; r += chunk) {
+        const n = Math.min(chunk, ROWS - r);
+        await cached.read(r, n, t);
+        out.push(Buffer.from(t.subarray(0, n * cached.rowBytes)));
+      }
+      return Buffer.concat(out);
+    };
+    expect((await pass()).equals(bytes)).toBe(true);
+    expect(cached.stats).toEqual({ hitRows: 0, missRows: ROWS });
+    const requests = inner.stats.requests;
+    expect((await pass()).equals(bytes)).toBe(true);
+    expect(cached.stats.hitRows).toBe(ROWS);
+    expect(inner.stats.requests).toBe(requests);
+    await cached.close();
+    expect(readdirSync(cacheDir).filter((f) => f.endsWith('.partial'))).toEqual([]);
+    const again = (await CachedRowSource.open(await open(), cacheDir)) as CachedRowSource;
+    const t2 = Buffer.alloc(ROWS * again.rowBytes);
+    await again.read(0, ROWS, t2);
+    expect(t2.equals(bytes)).toBe(true);
+    expect(again.stats).toEqual({ hitRows: ROWS, missRows: 0 });
+    await again.close();
+  });
+});

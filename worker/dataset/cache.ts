@@ -1,0 +1,165 @@
+/**
+ * An optional local cache of a remote dataset (KMFLEET_CACHE_DIR, the pod's NVMe): the first pass reads rows from the
+ * inner source (S3) and also writes them to a local file; later passes read the rows the file already holds.
+ * DESIGN.md, Streaming: only rows not resident in the engine are read again, so the cache pays off for datasets larger
+ * than the engine's memory budget.
+ *
+ * The file is named after the object and its ETag, so a new version of the dataset never reads old bytes. It is filled
+ * under a private temporary name and renamed once complete: a later job on the same pod and dataset reuses it whole,
+ * and two jobs filling it at once never see each other's half-written file. A cache that fails (disk full) is
+ * switched off for the rest of the job, never failing it. Nothing evicts old files: size the volume, or clean it.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdir, open, rename, rm, stat, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { DatasetDType } from '../formats/npy-header.js';
+import { checkReadRange, type RowSource } from './row-source.js';
+
+/** What the cache needs to know about the remote object to name it. */
+export interface CacheableSource extends RowSource {
+  readonly uri: string;
+  readonly etag: string;
+}
+
+export interface CacheStats {
+  hitRows: number;
+  missRows: number;
+  /** the cache was given up after an error (message) */
+  disabled?: string;
+}
+
+export function cacheFileName(uri: string, etag: string): string {
+  return createHash('sha256').update(uri).update('\0').update(etag).digest('hex').slice(0, 40) + '.rows';
+}
+
+export class CachedRowSource implements RowSource {
+  readonly rows: number;
+  readonly dims: number;
+  readonly dtype: DatasetDType;
+  readonly rowBytes: number;
+  readonly stats: CacheStats = { hitRows: 0, missRows: 0 };
+  /** sorted, disjoint, merged [first, end) row intervals present in the file */
+  private filled: [number, number][] = [];
+  private complete: boolean;
+  private writes = new Set<Promise<void>>();
+
+  private constructor(
+    private readonly inner: CacheableSource,
+    private fh: FileHandle | undefined,
+    readonly path: string,
+    private readonly tempPath: string | undefined,
+    complete: boolean,
+    private readonly onError: (err: unknown) => void,
+  ) {
+    this.rows = inner.rows;
+    this.dims = inner.dims;
+    this.dtype = inner.dtype;
+    this.rowBytes = inner.rowBytes;
+    this.complete = complete;
+    if (complete) this.filled = [[0, inner.rows]];
+  }
+
+  /** Wrap `inner`; when the cache directory is unusable the inner source is returned as is (and onError told why). */
+  static async open(inner: CacheableSource, dir: string, onError: (err: unknown) => void = () => {}): Promise<RowSource> {
+    const path = join(dir, cacheFileName(inner.uri, inner.etag));
+    const bytes = inner.rows * inner.rowBytes;
+    try {
+      await mkdir(dir, { recursive: true });
+      const existing = await stat(path).catch(() => undefined);
+      if (existing && existing.size === bytes) {
+        return new CachedRowSource(inner, await open(path, 'r'), path, undefined, true, onError);
+      }
+      const tempPath = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.partial`;
+      const fh = await open(tempPath, 'w+');
+      return new CachedRowSource(inner, fh, path, tempPath, false, onError);
+    } catch (err) {
+      onError(err);
+      return inner;
+    }
+  }
+
+  describe(): string {
+    return `${this.inner.describe()} [cache ${this.path}${this.complete ? ', complete' : ''}]`;
+  }
+
+  async read(firstRow: number, count: number, target: Buffer): Promise<void> {
+    checkReadRange(this, firstRow, count, target);
+    const bytes = count * this.rowBytes;
+    if (this.fh && this.covered(firstRow, firstRow + count)) {
+      let done = 0;
+      while (done < bytes) {
+        const { bytesRead } = await this.fh.read(target, done, bytes - done, firstRow * this.rowBytes + done);
+        if (bytesRead === 0) throw new Error(`cache file ${this.path} ended early`);
+        done += bytesRead;
+      }
+      this.stats.hitRows += count;
+      return;
+    }
+    await this.inner.read(firstRow, count, target);
+    this.stats.missRows += count;
+    if (this.fh && !this.complete) {
+      // Written before read() resolves: the caller reuses target as soon as we return.
+      const w = this.write(target.subarray(0, bytes), firstRow, count);
+      this.writes.add(w);
+      await w;
+      this.writes.delete(w);
+    }
+  }
+
+  private async write(data: Buffer, firstRow: number, count: number): Promise<void> {
+    const fh = this.fh;
+    if (!fh) return;
+    try {
+      let done = 0;
+      while (done < data.length) {
+        const { bytesWritten } = await fh.write(data, done, data.length - done, firstRow * this.rowBytes + done);
+        done += bytesWritten;
+      }
+      this.add(firstRow, firstRow + count);
+      if (!this.complete && this.covered(0, this.rows)) await this.finish();
+    } catch (err) {
+      await this.disable(err);
+    }
+  }
+
+  /** All rows are in the temp file: publish it under its final name for later passes and later jobs. */
+  private async finish(): Promise<void> {
+    this.complete = true;
+    await this.fh!.sync();
+    await rename(this.tempPath!, this.path);
+  }
+
+  private async disable(err: unknown): Promise<void> {
+    this.stats.disabled = err instanceof Error ? err.message : String(err);
+    const fh = this.fh;
+    this.fh = undefined;
+    this.filled = [];
+    await fh?.close().catch(() => {});
+    if (this.tempPath && !this.complete) await rm(this.tempPath, { force: true }).catch(() => {});
+    this.onError(err);
+  }
+
+  private covered(first: number, end: number): boolean {
+    return this.filled.some(([a, b]) => a <= first && end <= b);
+  }
+
+  private add(first: number, end: number): void {
+    const all = [...this.filled, [first, end] as [number, number]].sort((x, y) => x[0] - y[0]);
+    const merged: [number, number][] = [];
+    for (const [a, b] of all) {
+      const last = merged[merged.length - 1];
+      if (last && a <= last[1]) last[1] = Math.max(last[1], b);
+      else merged.push([a, b]);
+    }
+    this.filled = merged;
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.writes]);
+    const fh = this.fh;
+    this.fh = undefined;
+    await fh?.close().catch(() => {});
+    if (this.tempPath && !this.complete) await rm(this.tempPath, { force: true }).catch(() => {});
+    await this.inner.close();
+  }
+}
