@@ -1,0 +1,18 @@
+/**
+ * This worker no longer owns the job: its BullMQ lock expired (or was taken) and another worker claimed the job since.
+ * Whatever it was about to write (a checkpoint, outputs) must not be written; the job is someone else's now.
+ */
+export class FencedError extends Error {
+  readonly code = 'FENCED';
+  constructor(
+    readonly jobId: string,
+    readonly reason: 'lock-lost' | 'superseded',
+  ) {
+    super(
+      reason === 'lock-lost'
+        ? `job ${jobId}: this worker lost the job's lock; not writing`
+        : `job ${jobId}: another worker claimed the job since this one did; not writing`,
+    );
+    this.name = 'FencedError';
+  }
+}

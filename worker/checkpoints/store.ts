@@ -1,0 +1,164 @@
+/**
+ * The checkpoint store of one job run (DESIGN.md, step 3 and "after each iteration"): checkpoint bytes go to S3 under
+ * `<output>/<jobId>/_checkpoints/`, and a record in Redis says which object is the newest, for which spec and dataset
+ * version. Every write is fenced (fence-scripts.ts): a worker that lost the job cannot overwrite a newer checkpoint.
+ *
+ * The bytes are opaque here (the k-means driver encodes them); the store adds integrity (sha256 in the record,
+ * checked on load) and ownership.
+ *
+ * Object keys are unique per claim and iteration (`c<claim>-i<iteration>.ckpt`): two workers never write the same key,
+ * so the object a record points at is never replaced under it. The last two checkpoints are kept, older ones deleted.
+ */
+import { createHash } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { S3Handle } from '../s3/client.js';
+import { S3ObjectNotFoundError } from '../s3/errors.js';
+import { deleteKeys, getObjectBuffer, putObjectBuffer } from '../s3/objects.js';
+import { childOf, formatS3Uri, parseS3Uri } from '../s3/uri.js';
+import { FencedError } from './errors.js';
+import { CHECK_SCRIPT, CLAIM_SCRIPT, SAVE_SCRIPT } from './fence-scripts.js';
+
+export interface CheckpointRecord {
+  /** checkpoint sequence number for this job (grows with every saved checkpoint, across workers) */
+  generation: number;
+  iteration: number;
+  uri: string;
+  specHash: string;
+  datasetEtag: string;
+  sha256: string;
+  bytes: number;
+  savedAt: number;
+}
+
+export interface CheckpointStoreOptions {
+  redis: Redis;
+  s3: S3Handle;
+  jobId: string;
+  /** the job's output prefix, s3://bucket/prefix (checkpoints go to <output>/<jobId>/_checkpoints/) */
+  output: string;
+  /** the Redis hash of the job's checkpoint record (producer/keys.ts) */
+  recordKey: string;
+  /** BullMQ's lock key of the job (`${job.queueQualifiedName}:${job.id}:lock`) */
+  lockKey: string;
+  /** BullMQ's token of this worker's hold on the job */
+  token: string;
+}
+
+export class CheckpointStore {
+  private claimGen: number | undefined;
+
+  constructor(private readonly o: CheckpointStoreOptions) {}
+
+  /** The claim generation this worker holds, once claim() has run. */
+  get claim(): number | undefined {
+    return this.claimGen;
+  }
+
+  /**
+   * Take ownership of the job's writes. Every later save/assertOwner fails once someone else has claimed after us.
+   * Throws FencedError when our lock is already gone.
+   */
+  async claimJob(): Promise<number> {
+    const r = Number(await this.o.redis.eval(CLAIM_SCRIPT, 2, this.o.lockKey, this.o.recordKey, this.o.token));
+    if (r < 0) throw new FencedError(this.o.jobId, 'lock-lost');
+    this.claimGen = r;
+    return r;
+  }
+
+  /** Throws FencedError unless this worker still holds the lock and the newest claim. */
+  async assertOwner(): Promise<void> {
+    const claim = this.requireClaim();
+    const r = Number(await this.o.redis.eval(CHECK_SCRIPT, 2, this.o.lockKey, this.o.recordKey, this.o.token, String(claim)));
+    if (r === -1) throw new FencedError(this.o.jobId, 'lock-lost');
+    if (r === -2) throw new FencedError(this.o.jobId, 'superseded');
+  }
+
+  /** The recorded checkpoint, if any (whatever its spec or dataset). */
+  async record(): Promise<CheckpointRecord | null> {
+    const h = await this.o.redis.hgetall(this.o.recordKey);
+    if (!h.uri) return null;
+    return {
+      generation: Number(h.generation),
+      iteration: Number(h.iteration),
+      uri: h.uri,
+      specHash: h.specHash,
+      datasetEtag: h.datasetEtag,
+      sha256: h.sha256,
+      bytes: Number(h.bytes),
+      savedAt: Number(h.savedAt),
+    };
+  }
+
+  /**
+   * The bytes of the newest checkpoint made for this spec and dataset version, or null (none, another spec or data,
+   * or an object that is missing or fails its checksum: then the run starts over, which is slower but correct).
+   */
+  async loadLatest(specHash: string, datasetEtag: string): Promise<{ record: CheckpointRecord; bytes: Buffer } | { record: null; reason: string }> {
+    const record = await this.record();
+    if (!record) return { record: null, reason: 'no checkpoint' };
+    if (record.specHash !== specHash) return { record: null, reason: `checkpoint is for spec ${record.specHash}, not ${specHash}` };
+    if (record.datasetEtag !== datasetEtag) {
+      return { record: null, reason: `checkpoint is for dataset ETag ${record.datasetEtag}, not ${datasetEtag}` };
+    }
+    let bytes: Buffer;
+    try {
+      bytes = await getObjectBuffer(this.o.s3, parseS3Uri(record.uri));
+    } catch (err) {
+      if (err instanceof S3ObjectNotFoundError) return { record: null, reason: `checkpoint object ${record.uri} is missing` };
+      throw err;
+    }
+    const sha = createHash('sha256').update(bytes).digest('hex');
+    if (sha !== record.sha256) return { record: null, reason: `checkpoint object ${record.uri} fails its sha256 check` };
+    return { record, bytes };
+  }
+
+  /**
+   * Upload a checkpoint and make it the newest, if this worker still owns the job. A fenced save deletes the object it
+   * uploaded and throws FencedError. A checkpoint that is not newer than the recorded one is skipped (returns null).
+   */
+  async save(iteration: number, bytes: Buffer, specHash: string, datasetEtag: string): Promise<CheckpointRecord | null> {
+    const claim = this.requireClaim();
+    const loc = childOf(this.o.output, this.o.jobId, '_checkpoints', `c${claim}-i${iteration}.ckpt`);
+    const uri = formatS3Uri(loc);
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    await putObjectBuffer(this.o.s3, loc, bytes, { ContentType: 'application/octet-stream' });
+    const savedAt = Date.now();
+    const [gen, drop] = (await this.o.redis.eval(
+      SAVE_SCRIPT,
+      2,
+      this.o.lockKey,
+      this.o.recordKey,
+      this.o.token,
+      String(claim),
+      String(iteration),
+      uri,
+      specHash,
+      datasetEtag,
+      sha256,
+      String(bytes.length),
+      String(savedAt),
+    )) as [number, string];
+    if (gen < 0) {
+      await deleteKeys(this.o.s3, loc.bucket, [loc.key]).catch(() => {});
+      if (gen === -3) return null;
+      throw new FencedError(this.o.jobId, gen === -1 ? 'lock-lost' : 'superseded');
+    }
+    if (drop) {
+      const old = parseS3Uri(drop);
+      await deleteKeys(this.o.s3, old.bucket, [old.key]).catch(() => {});
+    }
+    return { generation: gen, iteration, uri, specHash, datasetEtag, sha256, bytes: bytes.length, savedAt };
+  }
+
+  /** Remove the job's checkpoint objects named in the record (after the outputs are committed). Best effort. */
+  async cleanup(): Promise<void> {
+    const h = await this.o.redis.hmget(this.o.recordKey, 'uri', 'prevUri');
+    const locs = h.filter((u): u is string => !!u).map(parseS3Uri);
+    for (const l of locs) await deleteKeys(this.o.s3, l.bucket, [l.key]).catch(() => {});
+  }
+
+  private requireClaim(): number {
+    if (this.claimGen === undefined) throw new Error('CheckpointStore: claimJob() first');
+    return this.claimGen;
+  }
+}
