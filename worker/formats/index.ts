@@ -1,0 +1,17 @@
+/** Dataset and output file formats: .npy (header parsing, streaming writer, small arrays) and raw f32/f16. */
+export { DatasetFormatError } from './errors.js';
+export { decodeF16, encodeF16, f16BitsToF32, f32ToF16Bits } from './half.js';
+export {
+  NPY_HEADER_PROBE_BYTES,
+  NPY_MAX_HEADER_BYTES,
+  NPY_PREFIX_BYTES,
+  npyHeaderLength,
+  parseNpyArrayHeader,
+  parseNpyHeader,
+  type DatasetDType,
+  type DatasetLayout,
+  type NpyArrayHeader,
+} from './npy-header.js';
+export { decodeNpy, encodeNpy, encodeNpyHeader, typedArrayBytes, type DecodedNpy, type NpyDescr, type NpyTypedArray } from './npy-encode.js';
+export { fileSink, NpyWriter, type ByteSink, type NpyWriteResult } from './npy-writer.js';
+export { rawLayout, type RawFormat } from './raw.js';
