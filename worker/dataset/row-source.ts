@@ -1,0 +1,31 @@
+/**
+ * Where the rows of a dataset come from: a local file, S3, a cache. The k-means driver reads whole rows through this
+ * interface only, so the same driver runs `kmfleet fit` on a local file and a worker's job on S3.
+ */
+import type { DatasetDType } from '../formats/npy-header.js';
+
+export interface RowSource {
+  readonly rows: number;
+  readonly dims: number;
+  readonly dtype: DatasetDType;
+  /** dims × bytes per element */
+  readonly rowBytes: number;
+  /** for logs and summaries, e.g. "data.npy (npy <f4, 1000000 × 32)" */
+  describe(): string;
+  /**
+   * Fill target[0 .. count×rowBytes) with rows [firstRow, firstRow+count), little-endian as stored.
+   * Rejects when the range is outside the dataset or target is too small. Calls may overlap.
+   */
+  read(firstRow: number, count: number, target: Buffer): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Shared argument check for RowSource implementations. */
+export function checkReadRange(source: RowSource, firstRow: number, count: number, target: Buffer): void {
+  if (!Number.isSafeInteger(firstRow) || !Number.isSafeInteger(count) || firstRow < 0 || count < 0 || firstRow + count > source.rows) {
+    throw new RangeError(`read of rows [${firstRow}, ${firstRow + count}) outside the dataset's ${source.rows} rows`);
+  }
+  if (target.length < count * source.rowBytes) {
+    throw new RangeError(`read target of ${target.length} bytes is smaller than ${count} rows of ${source.rowBytes} bytes`);
+  }
+}
