@@ -1,0 +1,124 @@
+/**
+ * Redis connection settings: REDIS_URL parsing (redis:// and rediss:// with TLS, username, password, db),
+ * the producer's fail-fast options and the worker's never-give-up options, and a description of a
+ * connection that is safe to log (it never contains the password).
+ *
+ *   REDIS_URL=redis://[[user]:password@]host[:port][/db]      default redis://127.0.0.1:6379
+ *   REDIS_URL=rediss://...                                    TLS (servername = host unless host is an IP)
+ *   query: ?db=N (instead of /N)
+ */
+import { isIP } from 'node:net';
+import type { Redis, RedisOptions } from 'ioredis';
+import { ConnectionConfigError } from './errors/connection-config-error.js';
+
+export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
+
+/** The subset of ioredis options a URL describes. */
+export interface RedisConnectionOptions {
+  host: string;
+  port: number;
+  username?: string;
+  password?: string;
+  db?: number;
+  tls?: { servername?: string };
+}
+
+/** The URL with any password replaced by ***, for messages and logs; also for unparseable input. */
+export function redactRedisUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    else if (u.username) u.username = '***'; // redis://password@host: a bare password in the user part
+    return u.toString();
+  } catch {
+    // Not a URL: hide everything between the scheme and the last '@' of the authority.
+    return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/]*@/i, '$1***@');
+  }
+}
+
+export function parseRedisUrl(url: string): RedisConnectionOptions {
+  let u: URL;
+  try {
+    u = new URL(url.trim());
+  } catch {
+    throw new ConnectionConfigError(`REDIS_URL is not a valid URL: ${redactRedisUrl(url)}`);
+  }
+  const scheme = u.protocol.replace(/:$/, '');
+  if (scheme !== 'redis' && scheme !== 'rediss') {
+    throw new ConnectionConfigError(`REDIS_URL must start with redis:// or rediss:// (got ${scheme}://)`);
+  }
+  const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
+  if (!host) throw new ConnectionConfigError(`REDIS_URL has no host: ${redactRedisUrl(url)}`);
+  const port = u.port ? Number(u.port) : 6379;
+  const out: RedisConnectionOptions = { host, port };
+  const decode = (s: string, what: string) => {
+    try {
+      return decodeURIComponent(s);
+    } catch {
+      throw new ConnectionConfigError(`REDIS_URL has a badly escaped ${what}`);
+    }
+  };
+  if (u.username && u.password) out.username = decode(u.username, 'username');
+  // redis://:pw@host and redis://pw@host (no user) both mean AUTH pw (the second is what some providers hand out).
+  if (u.password) out.password = decode(u.password, 'password');
+  else if (u.username) out.password = decode(u.username, 'password');
+  const dbText = u.pathname.replace(/^\/+|\/+$/g, '') || u.searchParams.get('db') || '';
+  if (dbText !== '') {
+    if (!/^\d{1,5}$/.test(dbText)) throw new ConnectionConfigError(`REDIS_URL database must be a number (got ${JSON.stringify(dbText)})`);
+    out.db = Number(dbText);
+  }
+  if (scheme === 'rediss') out.tls = isIP(host) ? {} : { servername: host };
+  return out;
+}
+
+/** REDIS_URL from the environment (or the local default), parsed. */
+export function connectionFromEnv(env: NodeJS.ProcessEnv = process.env): RedisConnectionOptions {
+  return parseRedisUrl(env.REDIS_URL || DEFAULT_REDIS_URL);
+}
+
+/** `redis[s]://[user@]host:port[/db]`: what a message may say about a connection. */
+export function describeConnection(opts: Partial<RedisConnectionOptions> & { path?: string }): string {
+  if (opts.path) return `unix:${opts.path}`;
+  const scheme = opts.tls ? 'rediss' : 'redis';
+  const host = (opts.host ?? '127.0.0.1').includes(':') ? `[${opts.host}]` : (opts.host ?? '127.0.0.1');
+  const user = opts.username ? `${encodeURIComponent(opts.username)}@` : '';
+  return `${scheme}://${user}${host}:${opts.port ?? 6379}${opts.db ? `/${opts.db}` : ''}`;
+}
+
+/**
+ * Producers fail fast: no offline queue (a command while disconnected fails at once), one retry per
+ * command, a short connect timeout. Reconnection continues in the background for long-lived clients.
+ */
+export function producerRedisOptions(base: RedisOptions, connectTimeoutMs = 5000): RedisOptions {
+  return {
+    ...base,
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    connectTimeout: connectTimeoutMs,
+    retryStrategy: (times: number) => Math.min(times * 200, 2000),
+  };
+}
+
+/** Workers never give up (BullMQ requires maxRetriesPerRequest: null for blocking connections). */
+export function workerRedisOptions(base: RedisOptions): RedisOptions {
+  return { ...base, maxRetriesPerRequest: null, enableOfflineQueue: true };
+}
+
+/**
+ * The server's maxmemory-policy (INFO works where CONFIG is renamed, as on managed Redis). BullMQ loses
+ * jobs under any evicting policy: workers refuse to start unless it is `noeviction`.
+ */
+export async function maxmemoryPolicy(redis: Redis): Promise<string | undefined> {
+  const info = await redis.info('memory');
+  return /^maxmemory_policy:(\S+)/m.exec(info)?.[1];
+}
+
+export async function assertNoEviction(redis: Redis): Promise<void> {
+  const policy = await maxmemoryPolicy(redis);
+  if (policy !== undefined && policy !== 'noeviction') {
+    throw new ConnectionConfigError(
+      `Redis maxmemory-policy is ${policy}; kmfleet needs noeviction (an evicting Redis silently loses jobs)`,
+    );
+  }
+}

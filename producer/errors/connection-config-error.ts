@@ -1,0 +1,4 @@
+import { KmfleetInputError } from './kmfleet-error.js';
+
+/** REDIS_URL (or a connection option) that cannot be used. The message never contains the password. */
+export class ConnectionConfigError extends KmfleetInputError {}

@@ -1,0 +1,4 @@
+import { KmfleetInputError } from './kmfleet-error.js';
+
+/** A KMFLEET_MAX_* environment variable (or a limits option) that is not a positive integer. */
+export class LimitsConfigError extends KmfleetInputError {}
