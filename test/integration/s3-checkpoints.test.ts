@@ -19,7 +19,7 @@ describe('checkpoint store: S3 objects + fenced Redis record', () => {
   });
 
   const lockKey = '{kmfleet}:jobs:job1:lock';
-  const recordKey = '{kmfleet}:checkpoint:job1';
+  const recordKey = '{kmfleet}:job:jobs:job1:checkpoint';
   const store = (token: string) =>
     new CheckpointStore({ redis, s3: s3.handle, jobId: 'job1', output: 's3://out/runs/', recordKey, lockKey, token });
 
@@ -29,7 +29,7 @@ describe('checkpoint store: S3 objects + fenced Redis record', () => {
     expect(await a.claimJob()).toBe(1);
     for (let i = 1; i <= 4; i++) {
       const r = await a.save(i, Buffer.from(`state ${i}`), 'spec1', '"etag1"');
-      expect(r?.generation).toBe(i);
+      expect(r?.generation).toBe(1);
       expect(r?.uri).toBe(`s3://out/runs/job1/_checkpoints/c1-i${i}.ckpt`);
     }
     expect(s3.keys('out', 'runs/job1/_checkpoints/')).toEqual(['runs/job1/_checkpoints/c1-i3.ckpt', 'runs/job1/_checkpoints/c1-i4.ckpt']);
@@ -40,7 +40,12 @@ describe('checkpoint store: S3 objects + fenced Redis record', () => {
     expect(await a.loadLatest('spec1', '"etag2"')).toEqual({ record: null, reason: expect.stringMatching(/dataset ETag/) });
     // not newer: skipped, nothing changes
     expect(await a.save(4, Buffer.from('again'), 'spec1', '"etag1"')).toBeNull();
-    expect((await a.record())?.generation).toBe(4);
+    expect((await a.record())?.iteration).toBe(4);
+    // producer/job-state.ts reads the same record
+    const { readCheckpointRecord } = await import('../../producer/job-state.js');
+    const { keyspace } = await import('../../producer/keys.js');
+    expect(keyspace().checkpoint('job1')).toBe(recordKey);
+    expect(await readCheckpointRecord(redis, keyspace(), 'job1')).toMatchObject({ generation: 1, iteration: 4, specHash: 'spec1' });
   });
 
   it('a worker that lost its lock cannot overwrite the newer owner\'s checkpoint, even if it gets the lock back', async () => {

@@ -3,48 +3,50 @@
  * that lost its lock can't overwrite a newer checkpoint or outputs"). Two conditions, checked atomically in Redis:
  *
  *   1. the BullMQ lock key of the job still holds this worker's token (the lock has not expired and been re-taken),
- *   2. the claim generation in the job's checkpoint record is still the one this worker got when it started the job.
+ *   2. the claim generation this worker got when it took the job is still the newest (`claimed` in the record).
  *
- * (1) alone is not enough: a lock that expired and was re-acquired by another worker could, in principle, be
- * re-extended by the first one's lock renewer; (2) makes ownership monotonic. Every script touches only keys that share
- * the queue's hash tag, so they run on Redis Cluster too.
+ * (1) alone is not enough: a stalled worker's lock renewer could win an expired lock key back after another worker
+ * took the job; (2) makes ownership monotonic. (2) alone would let a worker whose lock expired keep writing until the
+ * next worker claims. The scripts touch only keys under the queue's hash tag, so they run on Redis Cluster too.
  *
- * Record fields (a hash): claim (counter), claimToken, generation (checkpoint sequence), iteration, uri, specHash,
- * datasetEtag, sha256, bytes, savedAt, prevUri.
+ * The record is the HASH keys.checkpoint(jobId) with producer/job-state.ts's field names (so readCheckpointRecord
+ * there reads what this writes): claimed, generation (the writer's claim), iteration, uri, specHash, updatedAt; plus
+ * ours: claimToken, datasetEtag, sha256, bytes, prevUri.
  */
 
-/** KEYS: lock, record · ARGV: token → claim generation, or -1 if the lock is not ours. */
+/** KEYS: lock, record · ARGV: token, ttlMs → claim generation, or -1 if the lock is not ours. */
 export const CLAIM_SCRIPT = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-local claim = redis.call('HINCRBY', KEYS[2], 'claim', 1)
+local claim = redis.call('HINCRBY', KEYS[2], 'claimed', 1)
 redis.call('HSET', KEYS[2], 'claimToken', ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return claim
 `;
 
 /** KEYS: lock, record · ARGV: token, claim → 1 owner, -1 lock lost, -2 superseded. */
 export const CHECK_SCRIPT = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if redis.call('HGET', KEYS[2], 'claim') ~= ARGV[2] then return -2 end
+if redis.call('HGET', KEYS[2], 'claimed') ~= ARGV[2] then return -2 end
 return 1
 `;
 
 /**
- * KEYS: lock, record · ARGV: token, claim, iteration, uri, specHash, datasetEtag, sha256, bytes, savedAt
- * → { generation, uri to delete ('' if none) }, or { -1 } lock lost, { -2 } superseded, { -3 } not newer than the
- * recorded checkpoint of the same spec and data. The previous uri moves to prevUri; the one prevUri held before is
- * returned for deletion (the last two checkpoints are kept).
+ * KEYS: lock, record · ARGV: token, claim, iteration, uri, specHash, datasetEtag, sha256, bytes, updatedAt, ttlMs
+ * → { 1, uri to delete ('' if none) }, or { -1 } lock lost, { -2 } superseded, { -3 } not newer than the recorded
+ * checkpoint of the same spec and data. The previous uri moves to prevUri; the one prevUri held before is returned for
+ * deletion (the last two checkpoints are kept).
  */
 export const SAVE_SCRIPT = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, ''} end
-if redis.call('HGET', KEYS[2], 'claim') ~= ARGV[2] then return {-2, ''} end
+if redis.call('HGET', KEYS[2], 'claimed') ~= ARGV[2] then return {-2, ''} end
 local cur = tonumber(redis.call('HGET', KEYS[2], 'iteration') or '0')
 local same = redis.call('HGET', KEYS[2], 'specHash') == ARGV[5] and redis.call('HGET', KEYS[2], 'datasetEtag') == ARGV[6]
 if same and tonumber(ARGV[3]) <= cur then return {-3, ''} end
-local gen = redis.call('HINCRBY', KEYS[2], 'generation', 1)
 local prev = redis.call('HGET', KEYS[2], 'uri')
 local drop = redis.call('HGET', KEYS[2], 'prevUri') or ''
 if prev then redis.call('HSET', KEYS[2], 'prevUri', prev) end
-redis.call('HSET', KEYS[2], 'iteration', ARGV[3], 'uri', ARGV[4], 'specHash', ARGV[5], 'datasetEtag', ARGV[6],
-  'sha256', ARGV[7], 'bytes', ARGV[8], 'savedAt', ARGV[9])
-return {gen, drop}
+redis.call('HSET', KEYS[2], 'generation', ARGV[2], 'iteration', ARGV[3], 'uri', ARGV[4], 'specHash', ARGV[5],
+  'datasetEtag', ARGV[6], 'sha256', ARGV[7], 'bytes', ARGV[8], 'updatedAt', ARGV[9])
+redis.call('PEXPIRE', KEYS[2], ARGV[10])
+return {1, drop}
 `;

@@ -11,6 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { JOB_STATE_TTL_MS } from '../../producer/job-state.js';
 import type { S3Handle } from '../s3/client.js';
 import { S3ObjectNotFoundError } from '../s3/errors.js';
 import { deleteKeys, getObjectBuffer, putObjectBuffer } from '../s3/objects.js';
@@ -19,7 +20,7 @@ import { FencedError } from './errors.js';
 import { CHECK_SCRIPT, CLAIM_SCRIPT, SAVE_SCRIPT } from './fence-scripts.js';
 
 export interface CheckpointRecord {
-  /** checkpoint sequence number for this job (grows with every saved checkpoint, across workers) */
+  /** the claim generation of the worker that wrote it */
   generation: number;
   iteration: number;
   uri: string;
@@ -27,7 +28,7 @@ export interface CheckpointRecord {
   datasetEtag: string;
   sha256: string;
   bytes: number;
-  savedAt: number;
+  updatedAt: number;
 }
 
 export interface CheckpointStoreOptions {
@@ -36,7 +37,7 @@ export interface CheckpointStoreOptions {
   jobId: string;
   /** the job's output prefix, s3://bucket/prefix (checkpoints go to <output>/<jobId>/_checkpoints/) */
   output: string;
-  /** the Redis hash of the job's checkpoint record (producer/keys.ts) */
+  /** the Redis hash of the job's checkpoint record: keys.checkpoint(jobId) (producer/keys.ts) */
   recordKey: string;
   /** BullMQ's lock key of the job (`${job.queueQualifiedName}:${job.id}:lock`) */
   lockKey: string;
@@ -59,7 +60,7 @@ export class CheckpointStore {
    * Throws FencedError when our lock is already gone.
    */
   async claimJob(): Promise<number> {
-    const r = Number(await this.o.redis.eval(CLAIM_SCRIPT, 2, this.o.lockKey, this.o.recordKey, this.o.token));
+    const r = Number(await this.o.redis.eval(CLAIM_SCRIPT, 2, this.o.lockKey, this.o.recordKey, this.o.token, String(JOB_STATE_TTL_MS)));
     if (r < 0) throw new FencedError(this.o.jobId, 'lock-lost');
     this.claimGen = r;
     return r;
@@ -85,7 +86,7 @@ export class CheckpointStore {
       datasetEtag: h.datasetEtag,
       sha256: h.sha256,
       bytes: Number(h.bytes),
-      savedAt: Number(h.savedAt),
+      updatedAt: Number(h.updatedAt),
     };
   }
 
@@ -122,8 +123,8 @@ export class CheckpointStore {
     const uri = formatS3Uri(loc);
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     await putObjectBuffer(this.o.s3, loc, bytes, { ContentType: 'application/octet-stream' });
-    const savedAt = Date.now();
-    const [gen, drop] = (await this.o.redis.eval(
+    const updatedAt = Date.now();
+    const [status, drop] = (await this.o.redis.eval(
       SAVE_SCRIPT,
       2,
       this.o.lockKey,
@@ -136,18 +137,19 @@ export class CheckpointStore {
       datasetEtag,
       sha256,
       String(bytes.length),
-      String(savedAt),
+      String(updatedAt),
+      String(JOB_STATE_TTL_MS),
     )) as [number, string];
-    if (gen < 0) {
+    if (status < 0) {
       await deleteKeys(this.o.s3, loc.bucket, [loc.key]).catch(() => {});
-      if (gen === -3) return null;
-      throw new FencedError(this.o.jobId, gen === -1 ? 'lock-lost' : 'superseded');
+      if (status === -3) return null;
+      throw new FencedError(this.o.jobId, status === -1 ? 'lock-lost' : 'superseded');
     }
     if (drop) {
       const old = parseS3Uri(drop);
       await deleteKeys(this.o.s3, old.bucket, [old.key]).catch(() => {});
     }
-    return { generation: gen, iteration, uri, specHash, datasetEtag, sha256, bytes: bytes.length, savedAt };
+    return { generation: claim, iteration, uri, specHash, datasetEtag, sha256, bytes: bytes.length, updatedAt };
   }
 
   /** Remove the job's checkpoint objects named in the record (after the outputs are committed). Best effort. */

@@ -1,0 +1,170 @@
+/**
+ * A ByteSink (worker/formats/npy-writer.ts) that streams into one S3 object: bytes are gathered into parts and sent as
+ * Buffers (s3rver mis-stores streamed bodies: ../shared/TOOLCHAIN.md) with a few parts in flight. A small object
+ * (less than one part) becomes a single PutObject. On failure the upload is aborted so no parts linger (DESIGN.md,
+ * Faults); s3rver answers AbortMultipartUpload with 405, which its compatibility switch tolerates.
+ *
+ * Memory: partBytes × (concurrency + 1) at most, whatever the object's size.
+ */
+import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  PutObjectCommand,
+  UploadPartCommand,
+  type CompletedPart,
+} from '@aws-sdk/client-s3';
+import type { ByteSink } from '../formats/npy-writer.js';
+import type { S3Handle } from '../s3/client.js';
+import { formatS3Uri, type S3Location } from '../s3/uri.js';
+
+/** S3's smallest part (all but the last) */
+export const MIN_PART_BYTES = 5 * 1024 * 1024;
+
+export interface MultipartSinkOptions {
+  partBytes?: number;
+  concurrency?: number;
+  contentType?: string;
+}
+
+export class S3MultipartSink implements ByteSink {
+  private readonly partBytes: number;
+  private readonly concurrency: number;
+  private current: Buffer;
+  private fill = 0;
+  private uploadId: string | undefined;
+  private readonly parts: CompletedPart[] = [];
+  private readonly inflight = new Set<Promise<void>>();
+  private nextPart = 1;
+  private failure: unknown;
+  private state: 'open' | 'done' | 'aborted' = 'open';
+  /** bytes accepted so far */
+  bytes = 0;
+  /** why AbortMultipartUpload failed, if it did */
+  abortError: unknown;
+  /** set after end(): the object's ETag */
+  etag: string | undefined;
+
+  constructor(
+    private readonly s3: S3Handle,
+    readonly location: S3Location,
+    opts: MultipartSinkOptions = {},
+  ) {
+    this.partBytes = Math.max(MIN_PART_BYTES, opts.partBytes ?? 8 * 1024 * 1024);
+    this.concurrency = Math.max(1, opts.concurrency ?? 4);
+    this.contentType = opts.contentType ?? 'application/octet-stream';
+    this.current = Buffer.allocUnsafe(this.partBytes);
+  }
+  private readonly contentType: string;
+
+  get uri(): string {
+    return formatS3Uri(this.location);
+  }
+
+  async write(chunk: Uint8Array): Promise<void> {
+    this.checkOpen();
+    let off = 0;
+    while (off < chunk.byteLength) {
+      const n = Math.min(chunk.byteLength - off, this.partBytes - this.fill);
+      this.current.set(chunk.subarray(off, off + n), this.fill);
+      this.fill += n;
+      off += n;
+      this.bytes += n;
+      if (this.fill === this.partBytes) await this.flushPart();
+    }
+  }
+
+  async end(): Promise<void> {
+    this.checkOpen();
+    if (this.uploadId === undefined) {
+      // Everything fit in one part: one PUT, no multipart bookkeeping.
+      const r = await this.s3.client.send(
+        new PutObjectCommand({
+          Bucket: this.location.bucket,
+          Key: this.location.key,
+          Body: this.current.subarray(0, this.fill),
+          ContentType: this.contentType,
+        }),
+      );
+      this.etag = r.ETag;
+      this.state = 'done';
+      return;
+    }
+    if (this.fill > 0) await this.flushPart();
+    await this.drain();
+    if (this.failure) throw this.failure;
+    this.parts.sort((a, b) => a.PartNumber! - b.PartNumber!);
+    const r = await this.s3.client.send(
+      new CompleteMultipartUploadCommand({
+        Bucket: this.location.bucket,
+        Key: this.location.key,
+        UploadId: this.uploadId,
+        MultipartUpload: { Parts: this.parts },
+      }),
+    );
+    this.etag = r.ETag;
+    this.state = 'done';
+  }
+
+  async abort(): Promise<void> {
+    if (this.state !== 'open') return;
+    this.state = 'aborted';
+    await this.drain();
+    if (this.uploadId === undefined) return;
+    try {
+      await this.s3.client.send(
+        new AbortMultipartUploadCommand({ Bucket: this.location.bucket, Key: this.location.key, UploadId: this.uploadId }),
+      );
+    } catch (err) {
+      const status = (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+      // s3rver 3.7.1 does not implement AbortMultipartUpload (405). Elsewhere the failure is kept for the log: abort()
+      // never throws (ByteSink contract), and a bucket lifecycle rule on incomplete uploads is the backstop.
+      if (!(this.s3.settings.compat === 's3rver' && status === 405)) this.abortError = err;
+    }
+  }
+
+  private checkOpen(): void {
+    if (this.state !== 'open') throw new Error(`upload of ${this.uri} is already ${this.state}`);
+    if (this.failure) throw this.failure;
+  }
+
+  private async flushPart(): Promise<void> {
+    if (this.uploadId === undefined) {
+      const r = await this.s3.client.send(
+        new CreateMultipartUploadCommand({ Bucket: this.location.bucket, Key: this.location.key, ContentType: this.contentType }),
+      );
+      if (!r.UploadId) throw new Error(`CreateMultipartUpload for ${this.uri} returned no UploadId`);
+      this.uploadId = r.UploadId;
+    }
+    while (this.inflight.size >= this.concurrency) await Promise.race(this.inflight);
+    if (this.failure) throw this.failure;
+    const body = this.current.subarray(0, this.fill);
+    const partNumber = this.nextPart++;
+    this.current = Buffer.allocUnsafe(this.partBytes);
+    this.fill = 0;
+    const p = this.s3.client
+      .send(
+        new UploadPartCommand({
+          Bucket: this.location.bucket,
+          Key: this.location.key,
+          UploadId: this.uploadId,
+          PartNumber: partNumber,
+          Body: body,
+        }),
+      )
+      .then(
+        (r) => {
+          this.parts.push({ PartNumber: partNumber, ETag: r.ETag });
+        },
+        (err) => {
+          this.failure ??= err;
+        },
+      )
+      .finally(() => this.inflight.delete(p));
+    this.inflight.add(p);
+  }
+
+  private async drain(): Promise<void> {
+    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+  }
+}
