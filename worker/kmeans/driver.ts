@@ -1,0 +1,161 @@
+/**
+ * Lloyd's algorithm over a streamed dataset, shared by `kmfleet fit` and the queue worker:
+ *   init (or resume) → fit passes until a stopping rule holds → one assign pass for the final labels.
+ * The engine does the arithmetic; this file decides what runs when, reports each iteration and hands out checkpoints.
+ *
+ * Iteration t is a fit pass with centroids C(t−1): labels L(t), inertia, reassigned = |L(t) ≠ L(t−1)|, then C(t).
+ * A checkpoint after t holds C(t), C(t−1) and the history. Resuming runs an assign pass with C(t−1), which rebuilds
+ * L(t) inside the engine, so iteration t+1 counts `reassigned` against the same labels as an uninterrupted run:
+ * resumed runs are bitwise identical.
+ */
+import { CancelledError, type PassResult } from '../../native/index.js';
+import type { RowSource } from '../dataset/row-source.js';
+import { checkCheckpoint } from './checkpoint.js';
+import { KmeansAbortedError, KmeansSpecError } from './errors.js';
+import { initCentroids, type InitOptions } from './init.js';
+import { runPass } from './pass-runner.js';
+import { stopReason } from './stopping.js';
+import type { InitMethod, IterationReport, KmeansCheckpoint, KmeansEngine, KmeansLogger, KmeansResult, KmeansSpec, KmeansTimings, StopReason } from './types.js';
+
+export interface RunKmeansOptions {
+  engine: KmeansEngine;
+  source: RowSource;
+  spec: KmeansSpec;
+  /** continue after this checkpoint instead of initializing */
+  resume?: KmeansCheckpoint;
+  /** after every iteration; awaited (a worker writes the checkpoint and progress here); a throw stops the run */
+  onIteration?: (report: IterationReport, checkpoint: KmeansCheckpoint) => Promise<void> | void;
+  /** abort: the current pass stops at a chunk boundary and the run rejects with KmeansAbortedError */
+  signal?: AbortSignal;
+  log?: KmeansLogger;
+  init?: InitOptions;
+}
+
+export function checkSpec(spec: KmeansSpec, rows: number): void {
+  const bad = (msg: string): never => { throw new KmeansSpecError(msg); };
+  if (!Number.isSafeInteger(spec.k) || spec.k < 1) bad(`k must be a positive integer, got ${spec.k}`);
+  if (spec.k > rows) bad(`k = ${spec.k} is larger than the dataset's ${rows} rows`);
+  if (spec.metric !== 'l2' && spec.metric !== 'cosine') bad(`metric must be l2 or cosine, got ${String(spec.metric)}`);
+  if (!Number.isSafeInteger(spec.maxIter) || spec.maxIter < 0) bad(`maxIter must be a non-negative integer, got ${spec.maxIter}`);
+  if (!(spec.tol >= 0) || !Number.isFinite(spec.tol)) bad(`tol must be a finite number ≥ 0, got ${spec.tol}`);
+  if (!(spec.tolReassign >= 0 && spec.tolReassign <= 1)) bad(`tolReassign must be in [0, 1], got ${spec.tolReassign}`);
+  if (!Number.isSafeInteger(spec.seed) || spec.seed < 0) bad(`seed must be a non-negative integer, got ${spec.seed}`);
+}
+
+export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
+  const { engine, source, spec, log } = o;
+  checkSpec(spec, source.rows);
+  const eo = engine.options;
+  if (eo.rows !== source.rows || eo.dims !== source.dims || eo.k !== spec.k || eo.metric !== spec.metric) {
+    throw new KmeansSpecError(
+      `engine opened for ${eo.rows}×${eo.dims}, k=${eo.k}, ${eo.metric} but the run is ${source.rows}×${source.dims}, k=${spec.k}, ${spec.metric}`,
+    );
+  }
+  const timings: KmeansTimings = { initMs: 0, resumeMs: 0, iterateMs: 0, assignMs: 0, readMs: 0 };
+  const readTime = { ms: 0 };
+  let lastCheckpoint = o.resume;
+  const onAbort = () => engine.cancel();
+  o.signal?.addEventListener('abort', onAbort);
+  const checkAbort = () => {
+    if (o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
+  };
+  const pass = async (mode: 'fit' | 'assign', distances = false): Promise<PassResult> => {
+    checkAbort();
+    try {
+      return await runPass(engine, source, mode, { distances, readTime });
+    } catch (err) {
+      if (err instanceof CancelledError && o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
+      throw err;
+    }
+  };
+
+  try {
+    let history: IterationReport[] = [];
+    let initMethod: InitMethod;
+    let dataVariance = NaN;
+    let emptyReseeded = 0;
+    let stop: StopReason | null = null;
+    let previous: Float32Array; // C(t−1), for the next checkpoint
+
+    const t0 = performance.now();
+    if (o.resume) {
+      const cp = o.resume;
+      checkCheckpoint(cp, source.rows, source.dims, spec.k, spec.metric, spec.maxIter);
+      history = cp.history.map((h) => ({ ...h }));
+      initMethod = cp.initMethod;
+      dataVariance = cp.dataVariance;
+      emptyReseeded = history.reduce((s, h) => s + h.emptyReseeded, 0);
+      stop = stopReason(history[history.length - 1], spec, dataVariance);
+      if (stop === null) {
+        // rebuild L(t): the labels of C(t−1)
+        engine.setCentroids(cp.previousCentroids);
+        const r = await pass('assign');
+        if (Number.isFinite(r.dataVariance)) dataVariance = r.dataVariance;
+      }
+      engine.setCentroids(cp.centroids);
+      previous = cp.centroids;
+      timings.resumeMs = performance.now() - t0;
+      log?.info({ iteration: cp.iteration, stop }, 'resumed from checkpoint');
+    } else {
+      initMethod = await initCentroids(engine, source, spec, o.init);
+      previous = engine.centroids();
+      timings.initMs = performance.now() - t0;
+      log?.info({ initMethod, ms: Math.round(timings.initMs) }, 'initialized centroids');
+      if (spec.maxIter === 0) stop = 'maxIter';
+    }
+
+    const tIter = performance.now();
+    while (stop === null) {
+      const iteration = history.length + 1;
+      const ti = performance.now();
+      const r = await pass('fit');
+      if (Number.isFinite(r.dataVariance)) dataVariance = r.dataVariance;
+      const report: IterationReport = {
+        iteration,
+        inertia: r.inertia,
+        reassigned: r.reassigned,
+        reassignedFraction: r.reassigned / source.rows,
+        shift: r.shift,
+        ms: performance.now() - ti,
+        emptyReseeded: r.emptyReseeded,
+      };
+      history.push(report);
+      emptyReseeded += r.emptyReseeded;
+      const centroids = engine.centroids();
+      const checkpoint: KmeansCheckpoint = {
+        version: 1, iteration, k: spec.k, dims: source.dims, rows: source.rows, metric: spec.metric, initMethod,
+        centroids, previousCentroids: previous, history: history.map((h) => ({ ...h })), dataVariance,
+      };
+      previous = centroids;
+      lastCheckpoint = checkpoint;
+      stop = stopReason(report, spec, dataVariance);
+      log?.debug?.({ ...report, stop }, 'iteration');
+      if (o.onIteration) await o.onIteration(report, checkpoint);
+    }
+    timings.iterateMs = performance.now() - tIter;
+
+    const ta = performance.now();
+    const final = await pass('assign', spec.distances ?? false);
+    timings.assignMs = performance.now() - ta;
+    if (Number.isFinite(final.dataVariance)) dataVariance = final.dataVariance;
+    timings.readMs = readTime.ms;
+    const result: KmeansResult = {
+      centroids: engine.centroids(),
+      iterations: history.length,
+      converged: stop !== 'maxIter',
+      stopReason: stop,
+      history,
+      inertia: final.inertia,
+      counts: final.counts,
+      emptyReseeded,
+      initMethod,
+      dataVariance,
+      timings,
+    };
+    if (o.resume) result.resumedFrom = o.resume.iteration;
+    log?.info({ iterations: result.iterations, stopReason: stop, inertia: result.inertia }, 'k-means done');
+    return result;
+  } finally {
+    o.signal?.removeEventListener('abort', onAbort);
+  }
+}

@@ -1,0 +1,111 @@
+/**
+ * Initial centroids, deterministic by seed:
+ *   random   — k distinct rows drawn by the seeded PRNG (in draw order)
+ *   kmeans++ — the engine's greedy k-means++ over all rows when they are few, else over a seeded sample of
+ *              max(64·k, 2^18) rows (capped by a memory budget, never below k), read with coalesced reads
+ *   given    — a float32 K×D array, checked for shape and finiteness
+ */
+import type { Metric } from '../../native/index.js';
+import type { RowSource } from '../dataset/row-source.js';
+import { decodeF16 } from '../formats/half.js';
+import { KmeansSpecError } from './errors.js';
+import { distinctIndices, Rng } from './prng.js';
+import { gatherRows } from './row-gather.js';
+import type { InitMethod, KmeansEngine, KmeansSpec } from './types.js';
+
+/** PRNG streams of one seed, so that changing one use never shifts another */
+const STREAM_RANDOM_INIT = 1;
+const STREAM_PP_SAMPLE = 2;
+
+export interface InitOptions {
+  /** bytes of rows k-means++ may hold in memory (default 256 MiB) */
+  sampleBudgetBytes?: number;
+}
+
+export async function initCentroids(engine: KmeansEngine, source: RowSource, spec: KmeansSpec, options: InitOptions = {}): Promise<InitMethod> {
+  const { k } = spec;
+  if (spec.init instanceof Float32Array) {
+    engine.setCentroids(prepareCentroids(checkGivenCentroids(spec.init, k, source.dims), source.dims, spec.metric));
+    return 'given';
+  }
+  if (spec.init === 'random') {
+    const picks = distinctIndices(new Rng(spec.seed, STREAM_RANDOM_INIT), source.rows, k);
+    const rows = await readRowsAsF32(source, picks);
+    engine.setCentroids(prepareCentroids(rows, source.dims, spec.metric));
+    return 'random';
+  }
+  if (spec.init === 'kmeans++') {
+    const { rows, sample } = await kmeansPlusPlusSample(source, k, spec.seed, options.sampleBudgetBytes ?? 256 << 20);
+    await engine.initKmeansPlusPlus(sample, rows, spec.seed);
+    return 'kmeans++';
+  }
+  throw new KmeansSpecError(`unknown init '${String(spec.init)}' (kmeans++ | random | centroids)`);
+}
+
+/** How many rows k-means++ runs on: all of them when they fit the budget, else a sample. */
+export function kmeansPlusPlusSampleSize(rows: number, rowBytes: number, k: number, budgetBytes: number): number {
+  if (rows * rowBytes <= budgetBytes) return rows;
+  const wanted = Math.max(64 * k, 1 << 18);
+  return Math.min(rows, Math.max(k, Math.min(wanted, Math.floor(budgetBytes / rowBytes))));
+}
+
+async function kmeansPlusPlusSample(source: RowSource, k: number, seed: number, budget: number): Promise<{ rows: number; sample: Buffer }> {
+  const n = kmeansPlusPlusSampleSize(source.rows, source.rowBytes, k, budget);
+  const sample = Buffer.allocUnsafe(n * source.rowBytes);
+  if (n === source.rows) {
+    // contiguous: plain chunked reads
+    const chunk = Math.max(1, Math.floor((8 << 20) / source.rowBytes));
+    for (let first = 0; first < n; first += chunk) {
+      const c = Math.min(chunk, n - first);
+      await source.read(first, c, sample.subarray(first * source.rowBytes, (first + c) * source.rowBytes));
+    }
+    return { rows: n, sample };
+  }
+  const idx = Float64Array.from(distinctIndices(new Rng(seed, STREAM_PP_SAMPLE), source.rows, n)).sort();
+  await gatherRows(source, idx, sample);
+  return { rows: n, sample };
+}
+
+/** Rows by index (any order, distinct) as float32, packed in the order given. */
+export async function readRowsAsF32(source: RowSource, rows: readonly number[]): Promise<Float32Array> {
+  const order = rows.map((r, i) => [r, i] as const).sort((a, b) => a[0] - b[0]);
+  const sorted = order.map((o) => o[0]);
+  const raw = Buffer.allocUnsafe(rows.length * source.rowBytes);
+  await gatherRows(source, sorted, raw);
+  const d = source.dims;
+  const out = new Float32Array(rows.length * d);
+  for (let s = 0; s < order.length; s++) {
+    const dst = order[s][1] * d;
+    const off = s * source.rowBytes;
+    if (source.dtype === 'f16') decodeF16(raw, off, d, out, dst);
+    else for (let j = 0; j < d; j++) out[dst + j] = raw.readFloatLE(off + 4 * j);
+  }
+  return out;
+}
+
+export function checkGivenCentroids(c: Float32Array, k: number, dims: number): Float32Array {
+  if (c.length !== k * dims) {
+    throw new KmeansSpecError(`initial centroids have ${c.length} values; expected k × dims = ${k} × ${dims} = ${k * dims}`);
+  }
+  for (let i = 0; i < c.length; i++) {
+    if (!Number.isFinite(c[i])) {
+      throw new KmeansSpecError(`initial centroid ${Math.floor(i / dims)} has a non-finite value (${c[i]}) at dim ${i % dims}`);
+    }
+  }
+  return c;
+}
+
+/** Cosine runs on unit vectors: normalize the initial centroids (a zero vector stays as it is). */
+function prepareCentroids(c: Float32Array, dims: number, metric: Metric): Float32Array {
+  if (metric !== 'cosine') return c;
+  const out = Float32Array.from(c);
+  for (let r = 0; r < out.length; r += dims) {
+    let s = 0;
+    for (let j = 0; j < dims; j++) s += out[r + j] * out[r + j];
+    if (s > 0) {
+      const inv = 1 / Math.sqrt(s);
+      for (let j = 0; j < dims; j++) out[r + j] *= inv;
+    }
+  }
+  return out;
+}

@@ -1,0 +1,74 @@
+/**
+ * One pass of the engine over the dataset: fill the engine's host buffers from the source and feed them in row order,
+ * with up to plan.buffers buffers busy at once, so that reading chunk i+1 overlaps computing chunk i.
+ *
+ * Buffer b cycles: wait until its previous feed resolved (the engine may reuse it only then) → read rows into it →
+ * wait until the previous chunk's feed was *issued* (feeds must come in row order) → feed.
+ * Rows below plan.residentRows are fed only on the engine's first pass; afterwards the engine holds them itself.
+ */
+import type { PassMode, PassResult } from '../../native/index.js';
+import type { RowSource } from '../dataset/row-source.js';
+import type { KmeansEngine } from './types.js';
+
+/** engines that completed a pass through runPass: they hold their resident rows */
+const primed = new WeakSet<object>();
+
+export interface PassOptions {
+  distances?: boolean;
+  /** adds the milliseconds spent in source.read */
+  readTime?: { ms: number };
+}
+
+export async function runPass(engine: KmeansEngine, source: RowSource, mode: PassMode, options: PassOptions = {}): Promise<PassResult> {
+  const { chunkRows, buffers, residentRows, rowBytes } = engine.plan;
+  if (rowBytes !== source.rowBytes) {
+    throw new Error(`engine rows are ${rowBytes} bytes but the source's are ${source.rowBytes}`);
+  }
+  const start = primed.has(engine) ? Math.min(residentRows, source.rows) : 0;
+  const nBuffers = Math.max(1, buffers);
+  engine.beginPass(mode, options.distances ? { distances: true } : undefined);
+
+  // per buffer, the latest chunk that used it; these promises never reject (the first error is kept in `error`)
+  const inFlight: Promise<void>[] = Array.from({ length: nBuffers }, () => Promise.resolve());
+  let error: { reason: unknown } | undefined;
+  let previousIssued: Promise<void> = Promise.resolve();
+
+  let chunk = 0;
+  for (let first = start; first < source.rows; first += chunkRows, chunk++) {
+    const b = chunk % nBuffers;
+    const count = Math.min(chunkRows, source.rows - first);
+    await inFlight[b];
+    if (error) break;
+    const target = engine.buffer(b);
+    const prev = previousIssued;
+    let markIssued!: () => void;
+    previousIssued = new Promise<void>((r) => (markIssued = r));
+    inFlight[b] = (async () => {
+      try {
+        const t0 = performance.now();
+        await source.read(first, count, target);
+        if (options.readTime) options.readTime.ms += performance.now() - t0;
+        await prev;
+        if (error) return;
+        const fed = engine.feed(b, first, count);
+        markIssued();
+        await fed;
+      } catch (reason) {
+        if (!error) {
+          error = { reason };
+          engine.cancel(); // feeds already queued in the engine reject at the next chunk boundary
+        }
+      } finally {
+        markIssued();
+      }
+    })();
+  }
+  await Promise.all(inFlight);
+  if (error) {
+    try { await engine.finishPass(); } catch { /* the pass was cancelled */ }
+    throw error.reason;
+  }
+  const result = await engine.finishPass();
+  primed.add(engine);
+  return result;
+}
