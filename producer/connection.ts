@@ -41,7 +41,8 @@ export function parseRedisUrl(url: string): RedisConnectionOptions {
   try {
     u = new URL(url.trim());
   } catch {
-    throw new ConnectionConfigError(`REDIS_URL is not a valid URL: ${redactRedisUrl(url)}`);
+    // Not echoed: an unparseable URL may hold a password anywhere.
+    throw new ConnectionConfigError('REDIS_URL is not a valid URL (expected redis[s]://[[user]:password@]host[:port][/db])');
   }
   const scheme = u.protocol.replace(/:$/, '');
   if (scheme !== 'redis' && scheme !== 'rediss') {

@@ -13,3 +13,5 @@ export * from './results.js';
 export * from './cancel.js';
 export * from './connection.js';
 export * from './errors/index.js';
+export * from './schedule.js';
+export * from './client.js';

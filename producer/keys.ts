@@ -14,7 +14,8 @@
  *   modelLatest(name)      STRING  jobId of the newest result (by finishedAt)
  *   models                 SET     model names that have results
  *
- * Per-job keys carry the queue name: two queues under one prefix may reuse a job id.
+ * Per-job keys carry the queue name: two queues under one prefix may reuse a job id. Job ids may contain ':'
+ * (jobs made by a scheduler are `repeat:<schedule>:<millis>`).
  */
 export const DEFAULT_PREFIX = 'kmfleet';
 export const DEFAULT_QUEUE = 'jobs';
@@ -44,8 +45,11 @@ export interface Keys {
 }
 
 function checkPart(what: string, value: string): string {
-  // ':' would make keys ambiguous, braces would break the hash tag; BullMQ also refuses ':' in job ids.
-  if (!value || /[:{}\s]/.test(value)) throw new TypeError(`${what} ${JSON.stringify(value)} must be non-empty, without ':', braces or spaces`);
+  // Job ids may contain ':' (a scheduler's jobs are `repeat:<name>:<millis>`); keys stay unambiguous
+  // because the part before and after the id is fixed. The hash tag is the first {...}, so the id can't move it.
+  if (typeof value !== 'string' || value === '' || /\s/.test(value)) {
+    throw new TypeError(`${what} ${JSON.stringify(value)} must be a non-empty string without spaces`);
+  }
   return value;
 }
 

@@ -1,0 +1,419 @@
+/**
+ * KmfleetClient: the producer SDK. Enqueue validated jobs (idempotent by job id), look at them, wait for
+ * them, cancel them from any process, schedule recurring ones, and read a model's result history.
+ *
+ *   const km = new KmfleetClient();                       // REDIS_URL, prefix `kmfleet`, queue `jobs`
+ *   const { id } = await km.enqueue({ dataset: { uri: 's3://b/x.npy' }, k: 64, output: 's3://b/out' }, { jobId: 'nightly-42' });
+ *   const result = await km.wait(id, { onProgress: (p) => console.log(p.iteration, p.inertia) });
+ *   await km.close();
+ *
+ * Producers fail fast: no offline queue and a short connect timeout, so a down Redis is one clear
+ * RedisUnavailableError instead of a hang.
+ */
+import { randomUUID } from 'node:crypto';
+import { Queue, type JobsOptions } from 'bullmq';
+import { Redis, type RedisOptions } from 'ioredis';
+import { cancelRequested, CANCEL_REASON, isCancelledReason, requestCancel } from './cancel.js';
+import { connectionFromEnv, describeConnection, parseRedisUrl, producerRedisOptions } from './connection.js';
+import {
+  InvalidArgumentError,
+  JobCancelledError,
+  JobFailedError,
+  JobNotFoundError,
+  RedisUnavailableError,
+  WaitTimeoutError,
+} from './errors/index.js';
+import { JOB_ID_RE, JOB_ID_RULE, JOB_NAME, type JobData } from './job-data.js';
+import { keyspace, type Keys } from './keys.js';
+import { resolveLimits, type Limits } from './limits.js';
+import { asJobProgress, type JobProgress } from './progress.js';
+import { toRedisUnavailable } from './redis-errors.js';
+import { readHistory, readLatest, readModels, type JobResult } from './results.js';
+import { normalizeScheduleSpec, parseRepeat, toScheduleInfo, type RepeatInput, type ScheduleInfo } from './schedule.js';
+import { MODEL_NAME_RE, parseJobSpec, specHash, type JobSpecInput } from './spec.js';
+
+export interface KmfleetClientOptions {
+  /** A redis:// or rediss:// URL, ioredis options, or an ioredis instance (not closed by close()). Default: REDIS_URL. */
+  connection?: string | RedisOptions | Redis;
+  /** BullMQ queue name (default `jobs`). */
+  queue?: string;
+  /** Key prefix (default `kmfleet`). */
+  prefix?: string;
+  /** Overrides of the spec limits (else defaults + KMFLEET_MAX_* env). */
+  limits?: Partial<Limits>;
+  /** Connect timeout in ms (default 5000). */
+  connectTimeoutMs?: number;
+  /** Merged over DEFAULT_JOB_OPTIONS for every job this client adds. */
+  jobOptions?: JobsOptions;
+}
+
+/**
+ * Retries with backoff for transient failures (a failed S3 read, an OOM on a busy GPU); bad specs and
+ * cancels are UnrecoverableError on the worker and never retry. Finished jobs stay visible to get()/wait()
+ * for 7 days (completed) / 30 days (failed); model results stay in the history beyond that.
+ */
+export const DEFAULT_JOB_OPTIONS: JobsOptions = {
+  attempts: 3,
+  backoff: { type: 'exponential', delay: 10_000 },
+  removeOnComplete: { age: 7 * 24 * 3600 },
+  removeOnFail: { age: 30 * 24 * 3600 },
+};
+
+export const MAX_PRIORITY = 2_097_152;
+
+export interface EnqueueOptions {
+  /** Idempotency key: enqueueing the same id again returns the existing job. Default: a random UUID. */
+  jobId?: string;
+  /** 1 (highest) .. 2,097,152; 0 or absent = no priority (FIFO, ahead of all prioritized jobs). */
+  priority?: number;
+  /** Start no earlier than this many ms from now. */
+  delayMs?: number;
+}
+
+export interface JobHandle {
+  id: string;
+  /** False when a job with this id already existed (nothing new was enqueued). */
+  created: boolean;
+  /** Whether the existing job's spec hash equals this call's (always true when created). */
+  sameSpec: boolean;
+  specHash: string;
+}
+
+export type JobState =
+  | 'waiting' | 'prioritized' | 'delayed' | 'active' | 'completed' | 'failed' | 'waiting-children' | 'unknown';
+
+export interface JobInfo {
+  id: string;
+  state: JobState;
+  progress: JobProgress | null;
+  result: JobResult | null;
+  failedReason: string | null;
+  attemptsMade: number;
+  /** The cancel reason when a cancel was requested (the job may still be stopping). */
+  cancelRequested: string | null;
+  spec: JobData['spec'] | null;
+  scheduler: string | null;
+  timestamps: { createdAt: number; startedAt: number | null; finishedAt: number | null };
+}
+
+export interface WaitOptions {
+  /** Called whenever the progress (or state) changes. */
+  onProgress?: (progress: JobProgress | null, state: JobState) => void;
+  /** Give up after this many ms (WaitTimeoutError; the job goes on). Default: no limit. */
+  timeoutMs?: number;
+  /** Poll period (default 200 ms). */
+  pollMs?: number;
+  /** Aborts the wait (not the job). */
+  signal?: AbortSignal;
+}
+
+export type CancelOutcome = 'removed' | 'signalled' | 'already-finished' | 'not-found';
+
+export interface CancelResult {
+  id: string;
+  outcome: CancelOutcome;
+  /** The state seen before cancelling. */
+  state: JobState | null;
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+  });
+
+export class KmfleetClient {
+  readonly keys: Keys;
+  readonly limits: Limits;
+  /** Safe to print: no password. */
+  readonly where: string;
+  private readonly redis: Redis;
+  private readonly ownsRedis: boolean;
+  private queueInstance: Queue | undefined;
+  private ready: Promise<void> | undefined;
+  private lastError: Error | undefined;
+  private readonly jobOptions: JobsOptions;
+
+  constructor(opts: KmfleetClientOptions = {}) {
+    this.keys = keyspace({ prefix: opts.prefix, queue: opts.queue });
+    this.limits = resolveLimits(opts.limits);
+    this.jobOptions = { ...DEFAULT_JOB_OPTIONS, ...opts.jobOptions };
+    if (opts.connection instanceof Redis) {
+      this.redis = opts.connection;
+      this.ownsRedis = false;
+      this.where = describeConnection(this.redis.options);
+    } else {
+      const base: RedisOptions =
+        typeof opts.connection === 'string'
+          ? parseRedisUrl(opts.connection)
+          : (opts.connection ?? connectionFromEnv());
+      this.where = describeConnection(base);
+      this.redis = new Redis(producerRedisOptions(base, opts.connectTimeoutMs));
+      this.ownsRedis = true;
+    }
+    // Without a listener ioredis prints every reconnect error; keep the last one for messages instead.
+    this.redis.on('error', (err: Error) => (this.lastError = err));
+  }
+
+  /** Connects (once); rejects with RedisUnavailableError when Redis can't be reached. */
+  connect(): Promise<void> {
+    this.ready ??= this.doConnect();
+    return this.ready;
+  }
+
+  private async doConnect(): Promise<void> {
+    try {
+      if (this.redis.status === 'wait') await this.redis.connect();
+      else if (this.redis.status !== 'ready') {
+        await new Promise<void>((resolve, reject) => {
+          this.redis.once('ready', resolve);
+          this.redis.once('end', () => reject(this.lastError ?? new Error('Connection is closed.')));
+        });
+      }
+    } catch (err) {
+      this.ready = undefined;
+      if (this.ownsRedis) this.redis.disconnect(); // stop background reconnects: this process fails fast
+      const e = toRedisUnavailable(err, this.where);
+      throw e instanceof RedisUnavailableError
+        ? e
+        : new RedisUnavailableError(`cannot connect to Redis at ${this.where}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /** The BullMQ queue (shares this client's connection). */
+  async queue(): Promise<Queue> {
+    await this.connect();
+    this.queueInstance ??= new Queue(this.keys.queueName, {
+      connection: this.redis,
+      prefix: this.keys.bullPrefix,
+      defaultJobOptions: this.jobOptions,
+    });
+    return this.queueInstance;
+  }
+
+  /** The client's ioredis connection (connected). */
+  async connection(): Promise<Redis> {
+    await this.connect();
+    return this.redis;
+  }
+
+  private async guard<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      throw toRedisUnavailable(err, this.where);
+    }
+  }
+
+  /** Validates the spec (SpecValidationError naming every bad field) and adds the job once per jobId. */
+  async enqueue(specInput: JobSpecInput | unknown, opts: EnqueueOptions = {}): Promise<JobHandle> {
+    const spec = parseJobSpec(specInput, this.limits);
+    const jobId = opts.jobId ?? randomUUID();
+    checkJobId(jobId);
+    const priority = checkPriority(opts.priority);
+    if (opts.delayMs !== undefined && !(Number.isSafeInteger(opts.delayMs) && opts.delayMs >= 0)) {
+      throw new InvalidArgumentError(`delay must be a non-negative integer of ms (got ${opts.delayMs})`);
+    }
+    const hash = specHash(spec);
+    const enqueueId = randomUUID();
+    const data: JobData = { spec, specHash: hash, enqueuedAt: Date.now(), enqueueId };
+    return this.guard(async () => {
+      const queue = await this.queue();
+      // BullMQ's add is a no-op for an existing jobId; reading the job back tells which add won.
+      await queue.add(JOB_NAME, data, { jobId, ...(priority ? { priority } : {}), ...(opts.delayMs ? { delay: opts.delayMs } : {}) });
+      const stored = await queue.getJob(jobId);
+      const storedData = stored?.data as JobData | undefined;
+      const created = !storedData || storedData.enqueueId === enqueueId;
+      return { id: jobId, created, sameSpec: created || storedData?.specHash === hash, specHash: hash };
+    });
+  }
+
+  /** Everything known about a job, or null if there is no such job. */
+  async get(jobId: string): Promise<JobInfo | null> {
+    return this.guard(async () => {
+      const queue = await this.queue();
+      let job = await queue.getJob(jobId);
+      if (!job) return null;
+      const state = (await job.getState()) as JobState;
+      // The hash was read before the state: a job that just finished needs a fresh read for its result.
+      if (state === 'completed' || state === 'failed') job = (await queue.getJob(jobId)) ?? job;
+      const data = job.data as Partial<JobData> | undefined;
+      return {
+        id: jobId,
+        state: state ?? 'unknown',
+        progress: asJobProgress(job.progress),
+        result: state === 'completed' ? ((job.returnvalue as JobResult | null) ?? null) : null,
+        failedReason: job.failedReason || null,
+        attemptsMade: job.attemptsMade ?? 0,
+        cancelRequested: await cancelRequested(this.redis, this.keys, jobId),
+        spec: data?.spec ?? null,
+        scheduler: data?.scheduler ?? null,
+        timestamps: { createdAt: job.timestamp, startedAt: job.processedOn ?? null, finishedAt: job.finishedOn ?? null },
+      };
+    });
+  }
+
+  /**
+   * Resolves with the job's result when it completes; rejects with JobFailedError, JobCancelledError,
+   * JobNotFoundError or WaitTimeoutError. Polls the job's state, so nothing is missed however late it
+   * starts listening (a job already finished resolves at once).
+   */
+  async wait(jobId: string, opts: WaitOptions = {}): Promise<JobResult> {
+    const started = Date.now();
+    const pollMs = opts.pollMs ?? 200;
+    let lastSeen = '';
+    let transientSince: number | undefined;
+    for (;;) {
+      let info: JobInfo | null;
+      try {
+        info = await this.get(jobId);
+        transientSince = undefined;
+      } catch (err) {
+        // A blip of Redis (failover, restart) should not end a long wait; a longer outage does.
+        if (!(err instanceof RedisUnavailableError)) throw err;
+        transientSince ??= Date.now();
+        if (Date.now() - transientSince > 10_000) throw err;
+        await sleep(pollMs, opts.signal);
+        continue;
+      }
+      if (!info) {
+        const reason = await this.guard(() => cancelRequested(this.redis, this.keys, jobId));
+        if (reason !== null) throw new JobCancelledError(jobId);
+        throw new JobNotFoundError(jobId, 'never enqueued, or removed');
+      }
+      const seen = JSON.stringify([info.state, info.progress]);
+      if (seen !== lastSeen) {
+        lastSeen = seen;
+        opts.onProgress?.(info.progress, info.state);
+      }
+      if (info.state === 'completed') {
+        if (!info.result) throw new JobFailedError(jobId, 'completed without a result', info.attemptsMade);
+        return info.result;
+      }
+      if (info.state === 'failed') {
+        if (isCancelledReason(info.failedReason)) throw new JobCancelledError(jobId);
+        throw new JobFailedError(jobId, info.failedReason ?? 'unknown reason', info.attemptsMade);
+      }
+      if (opts.signal?.aborted) throw new WaitTimeoutError(jobId, Date.now() - started, info.state);
+      if (opts.timeoutMs !== undefined && Date.now() - started >= opts.timeoutMs) {
+        throw new WaitTimeoutError(jobId, opts.timeoutMs, info.state);
+      }
+      const left = opts.timeoutMs === undefined ? pollMs : Math.min(pollMs, opts.timeoutMs - (Date.now() - started));
+      await sleep(Math.max(1, left), opts.signal);
+    }
+  }
+
+  /**
+   * Cancels a job from any process. The cancel flag is set and published first (producer/cancel.ts);
+   * then a job that is not running yet is removed from the queue ('removed'), a running one is left to
+   * its worker, which stops at the next chunk boundary and fails it with reason "cancelled" ('signalled').
+   */
+  async cancel(jobId: string, reason = CANCEL_REASON): Promise<CancelResult> {
+    return this.guard(async () => {
+      const queue = await this.queue();
+      const job = await queue.getJob(jobId);
+      if (!job) return { id: jobId, outcome: 'not-found', state: null };
+      const state = (await job.getState()) as JobState;
+      if (state === 'completed' || state === 'failed') return { id: jobId, outcome: 'already-finished', state };
+      await requestCancel(this.redis, this.keys, jobId, reason);
+      if (state === 'active') return { id: jobId, outcome: 'signalled', state };
+      // Not locked → removed. Locked (a worker took it meanwhile) → that worker sees the flag when it starts.
+      const removed = await queue.remove(jobId);
+      return { id: jobId, outcome: removed === 1 ? 'removed' : 'signalled', state };
+    });
+  }
+
+  /**
+   * Creates or replaces a recurring job (BullMQ job scheduler with id = name). The spec's `init`
+   * defaults to 'previous' and its `name` to the schedule name, so each run warm-starts from the last.
+   */
+  async schedule(name: string, repeat: RepeatInput, specInput: JobSpecInput | Record<string, unknown>, opts: { priority?: number } = {}): Promise<ScheduleInfo> {
+    checkScheduleName(name);
+    const repeatOpts = parseRepeat(repeat);
+    const spec = parseJobSpec(normalizeScheduleSpec(name, specInput), this.limits);
+    const priority = checkPriority(opts.priority);
+    const data: JobData = { spec, specHash: specHash(spec), scheduler: name };
+    return this.guard(async () => {
+      const queue = await this.queue();
+      try {
+        await queue.upsertJobScheduler(name, repeatOpts, {
+          name: JOB_NAME,
+          data,
+          opts: { ...templateOptions(this.jobOptions), ...(priority ? { priority } : {}) },
+        });
+      } catch (err) {
+        if (/pattern|cron|invalid|explicit/i.test((err as Error).message)) {
+          throw new InvalidArgumentError(`invalid schedule for ${name}: ${(err as Error).message}`);
+        }
+        throw err;
+      }
+      const s = await queue.getJobScheduler(name);
+      if (!s) throw new Error(`schedule ${name} vanished right after it was created`);
+      return toScheduleInfo(s);
+    });
+  }
+
+  /** Removes a schedule; false if there was none. Jobs it already made are not touched. */
+  async unschedule(name: string): Promise<boolean> {
+    checkScheduleName(name);
+    return this.guard(async () => (await this.queue()).removeJobScheduler(name));
+  }
+
+  async schedules(): Promise<ScheduleInfo[]> {
+    return this.guard(async () => {
+      const list = await (await this.queue()).getJobSchedulers(0, -1, true);
+      return list.map(toScheduleInfo).sort((a, b) => a.name.localeCompare(b.name));
+    });
+  }
+
+  /** Results of a named model, newest first. */
+  async history(name: string, opts: { limit?: number } = {}): Promise<JobResult[]> {
+    checkScheduleName(name, 'model name');
+    return this.guard(async () => readHistory(await this.connection(), this.keys, name, opts));
+  }
+
+  async latest(name: string): Promise<JobResult | null> {
+    checkScheduleName(name, 'model name');
+    return this.guard(async () => readLatest(await this.connection(), this.keys, name));
+  }
+
+  async models(): Promise<string[]> {
+    return this.guard(async () => readModels(await this.connection(), this.keys));
+  }
+
+  async close(): Promise<void> {
+    const q = this.queueInstance;
+    this.queueInstance = undefined;
+    if (q) await q.close().catch(() => undefined);
+    if (this.ownsRedis) {
+      if (this.redis.status === 'ready') await this.redis.quit().catch(() => this.redis.disconnect());
+      else this.redis.disconnect();
+    }
+  }
+}
+
+function checkJobId(jobId: string): void {
+  if (typeof jobId !== 'string' || !JOB_ID_RE.test(jobId)) {
+    throw new InvalidArgumentError(`job id ${JSON.stringify(jobId)} must be ${JOB_ID_RULE}`);
+  }
+}
+
+function checkPriority(priority: number | undefined): number | undefined {
+  if (priority === undefined || priority === 0) return undefined;
+  if (!Number.isSafeInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
+    throw new InvalidArgumentError(`priority must be an integer from 0 to ${MAX_PRIORITY} (1 = highest; got ${priority})`);
+  }
+  return priority;
+}
+
+function checkScheduleName(name: string, what = 'schedule name'): void {
+  if (typeof name !== 'string' || !MODEL_NAME_RE.test(name)) {
+    throw new InvalidArgumentError(`${what} ${JSON.stringify(name)} must be 1-128 characters [a-zA-Z0-9._-]`);
+  }
+}
+
+/** A scheduler's template accepts only some job options (no jobId, no delay). */
+function templateOptions(o: JobsOptions): JobsOptions {
+  const { attempts, backoff, removeOnComplete, removeOnFail } = o;
+  return { attempts, backoff, removeOnComplete, removeOnFail };
+}
