@@ -1,0 +1,222 @@
+/**
+ * `kmfleet fit`: k-means on a local file with the embedded engine, no Redis, no S3 (DESIGN.md: steps 1–5 of a job).
+ * Outputs go to temporary names and are renamed into place; summary.json comes last and is the commit point, so a
+ * directory never shows a summary next to half-written or stale outputs.
+ */
+import { readFile, rename, rm, mkdir, stat } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { InvalidArgumentError, Option, type Command } from 'commander';
+import type { BackendChoice, Metric, Precision } from '../../native/index.js';
+import { LocalFileSource, type DatasetFormat } from '../../worker/dataset/local-file-source.js';
+import { decodeNpy } from '../../worker/formats/npy-encode.js';
+import { NpyWriter, type NpyWriteResult } from '../../worker/formats/npy-writer.js';
+import { checkSpec, runKmeans } from '../../worker/kmeans/driver.js';
+import { KmeansSpecError } from '../../worker/kmeans/errors.js';
+import { writeCentroids, writeDistances, writeLabels } from '../../worker/kmeans/outputs.js';
+import type { IterationReport, KmeansResult, KmeansSpec } from '../../worker/kmeans/types.js';
+import { humanCount, ProgressLine } from '../progress.js';
+
+interface FitOptions {
+  input: string;
+  k?: number;
+  metric: Metric;
+  init: string;
+  maxIter: number;
+  tol: number;
+  tolReassign: number;
+  seed: number;
+  precision: Precision;
+  backend: BackendChoice;
+  format?: DatasetFormat;
+  dims?: number;
+  chunkRows?: number;
+  threads?: number;
+  distances?: boolean;
+  out: string;
+  json?: boolean;
+}
+
+export const positiveInt = (name: string) => (v: string): number => {
+  const n = Number(v);
+  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
+  return n;
+};
+export const nonNegativeInt = (name: string) => (v: string): number => {
+  const n = Number(v);
+  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n)) throw new InvalidArgumentError(`${name} must be a non-negative integer`);
+  return n;
+};
+const nonNegativeNumber = (name: string, max = Infinity) => (v: string): number => {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0 || n > max) throw new InvalidArgumentError(`${name} must be a number in [0, ${max}]`);
+  return n;
+};
+
+export function registerFit(program: Command): void {
+  program
+    .command('fit')
+    .description('cluster a local .npy / raw f32 / raw f16 file; writes centroids.npy, assignments.npy and summary.json to --out')
+    .requiredOption('--input <file>', 'dataset: .npy (float32 or float16, C order) or raw rows (--format f32|f16 --dims D)')
+    .option('--k <n>', 'number of clusters (default: the rows of --init centroids.npy)', positiveInt('--k'))
+    .addOption(new Option('--metric <metric>', 'distance').choices(['l2', 'cosine']).default('l2'))
+    .option('--init <method>', 'kmeans++ | random | a centroids .npy file (K×D)', 'kmeans++')
+    .option('--max-iter <n>', 'iterations at most', nonNegativeInt('--max-iter'), 300)
+    .option('--tol <x>', "stop when the centroid shift Σ‖Δc‖² ≤ tol × mean feature variance (sklearn's tol)", nonNegativeNumber('--tol'), 1e-4)
+    .option('--tol-reassign <x>', 'stop when the fraction of rows that changed cluster ≤ x (0: only when none did)', nonNegativeNumber('--tol-reassign', 1), 0)
+    .option('--seed <n>', 'seed of the init', nonNegativeInt('--seed'), 0)
+    .addOption(new Option('--precision <p>', 'arithmetic of the distance kernels').choices(['auto', 'fp32', 'tf32', 'bf16', 'fp16']).default('auto'))
+    .addOption(new Option('--backend <b>', 'engine backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
+    .addOption(new Option('--format <f>', 'dataset format (default: npy for *.npy)').choices(['npy', 'f32', 'f16']))
+    .option('--dims <d>', 'dimensions per row (raw formats)', positiveInt('--dims'))
+    .option('--chunk-rows <n>', 'rows per host buffer (default: the planner picks)', positiveInt('--chunk-rows'))
+    .option('--threads <n>', 'CPU threads (default: all cores)', positiveInt('--threads'))
+    .option('--distances', 'also write distances.npy (float32 N: distance of each row to its centroid)')
+    .requiredOption('--out <dir>', 'output directory (created if missing)')
+    .option('--json', 'print the summary as one JSON object on stdout (progress as JSON lines on stderr)')
+    .action(async (opts: FitOptions) => {
+      const summary = await fit(opts);
+      if (opts.json) process.stdout.write(JSON.stringify(summary) + '\n');
+      else process.stdout.write(humanSummary(summary));
+    });
+}
+
+async function loadInitCentroids(path: string, k: number | undefined, dims: number): Promise<Float32Array> {
+  const npy = decodeNpy(await readFile(path));
+  if (npy.shape.length !== 2 || npy.shape[1] !== dims || (k !== undefined && npy.shape[0] !== k)) {
+    throw new KmeansSpecError(`--init ${path} has shape (${npy.shape.join(', ')}); expected (${k ?? 'k'}, ${dims})`);
+  }
+  if (npy.data instanceof Float32Array) return npy.data;
+  if (npy.data instanceof Float64Array) return Float32Array.from(npy.data);
+  throw new KmeansSpecError(`--init ${path} holds ${npy.descr} values; expected float32, float16 or float64`);
+}
+
+export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
+  const started = Date.now();
+  const source = await LocalFileSource.open(opts.input, { format: opts.format, dims: opts.dims });
+  const progress = new ProgressLine({ json: opts.json });
+  try {
+    let init: KmeansSpec['init'];
+    let k = opts.k;
+    if (opts.init === 'kmeans++' || opts.init === 'random') {
+      init = opts.init;
+    } else {
+      init = await loadInitCentroids(opts.init, k, source.dims);
+      k ??= init.length / source.dims;
+    }
+    if (k === undefined) throw new KmeansSpecError('--k is required (or give --init centroids.npy)');
+    const spec: KmeansSpec = {
+      k, metric: opts.metric, init, maxIter: opts.maxIter, tol: opts.tol, tolReassign: opts.tolReassign, seed: opts.seed,
+      distances: opts.distances === true,
+    };
+    checkSpec(spec, source.rows);
+
+    // loaded here, not at the top: `kmfleet generate` and --help must work without the addon
+    const { Engine } = await import('../../native/index.js');
+    const engine = await Engine.open({
+      rows: source.rows, dims: source.dims, k, metric: spec.metric, dtype: source.dtype,
+      backend: opts.backend, precision: opts.precision, chunkRows: opts.chunkRows, threads: opts.threads,
+    });
+    const ac = new AbortController();
+    const onSigint = () => ac.abort(new Error('interrupted'));
+    process.once('SIGINT', onSigint);
+    try {
+      const onIteration = (r: IterationReport) => progress.update(
+        `iter ${r.iteration}/${spec.maxIter}  inertia ${r.inertia.toPrecision(7)}  reassigned ${(100 * r.reassignedFraction).toFixed(3)}%` +
+          `  shift ${r.shift.toExponential(2)}  ${humanCount(source.rows / (r.ms / 1000))} rows/s`,
+        { event: 'iteration', ...r },
+      );
+      if (!opts.json) progress.update(`fit ${source.describe()}  k=${k}  ${engine.plan.backend}: ${engine.plan.device}, ${engine.plan.precision}`);
+      const result = await runKmeans({ engine, source, spec, onIteration, signal: ac.signal });
+      progress.done();
+      return await writeOutputs(opts, source, spec, result, engine, started);
+    } finally {
+      process.removeListener('SIGINT', onSigint);
+      engine.close();
+    }
+  } finally {
+    progress.done();
+    await source.close();
+  }
+}
+
+type FittedEngine = Parameters<typeof writeLabels>[0] & Parameters<typeof writeDistances>[0] & { plan: { backend: string; device: string; precision: string; chunkRows: number; buffers: number; residentRows: number } };
+
+async function writeOutputs(
+  opts: FitOptions, source: LocalFileSource, spec: KmeansSpec, result: KmeansResult, engine: FittedEngine, started: number,
+): Promise<Record<string, unknown>> {
+  const dir = resolve(opts.out);
+  await mkdir(dir, { recursive: true });
+  const tmp = (name: string) => join(dir, `.${name}.${process.pid}.tmp`);
+  const files: [string, () => Promise<NpyWriteResult>][] = [
+    ['centroids.npy', () => writeCentroids(result.centroids, spec.k, source.dims, NpyWriter.toFile(tmp('centroids.npy'), '<f4', [spec.k, source.dims]))],
+    ['assignments.npy', () => writeLabels(engine, source.rows, NpyWriter.toFile(tmp('assignments.npy'), '<i4', [source.rows]))],
+  ];
+  if (spec.distances) files.push(['distances.npy', () => writeDistances(engine, source.rows, NpyWriter.toFile(tmp('distances.npy'), '<f4', [source.rows]))]);
+  const outputs: Record<string, unknown> = {};
+  try {
+    for (const [name, write] of files) {
+      const r = await write();
+      outputs[name.replace('.npy', '')] = { file: name, bytes: r.bytes, sha256: r.sha256 };
+    }
+    const input = await stat(source.path);
+    const { init, distances, ...specRest } = spec;
+    const summary = {
+      kmfleet: 'fit',
+      spec: { ...specRest, init: init instanceof Float32Array ? { file: resolve(opts.init) } : init, precision: opts.precision, backend: opts.backend, chunkRows: opts.chunkRows ?? null, distances: distances ?? false },
+      input: { path: resolve(source.path), format: source.format, dtype: source.dtype, bytes: input.size, mtime: input.mtime.toISOString() },
+      rows: source.rows,
+      dims: source.dims,
+      k: spec.k,
+      iterations: result.iterations,
+      converged: result.converged,
+      stopReason: result.stopReason,
+      inertia: result.inertia,
+      history: result.history,
+      emptyReseeded: result.emptyReseeded,
+      initMethod: result.initMethod,
+      dataVariance: Number.isFinite(result.dataVariance) ? result.dataVariance : null,
+      clusterSizes: { min: Math.min(...result.counts), max: Math.max(...result.counts) },
+      backend: engine.plan.backend,
+      device: engine.plan.device,
+      precision: engine.plan.precision,
+      plan: { chunkRows: engine.plan.chunkRows, buffers: engine.plan.buffers, residentRows: engine.plan.residentRows },
+      timings: { ...roundMs(result.timings), totalMs: Date.now() - started },
+      outputs,
+      createdAt: new Date().toISOString(),
+    };
+    // commit: the old summary goes first (its outputs are about to change), the new one last
+    await rm(join(dir, 'summary.json'), { force: true });
+    for (const [name] of files) await rename(tmp(name), join(dir, name));
+    await writeJsonAtomic(join(dir, 'summary.json'), tmp('summary.json'), summary);
+    return { ...summary, outDir: dir };
+  } catch (err) {
+    for (const [name] of files) await rm(tmp(name), { force: true });
+    throw err;
+  }
+}
+
+async function writeJsonAtomic(path: string, tmpPath: string, value: unknown): Promise<void> {
+  const { writeFile, open } = await import('node:fs/promises');
+  await writeFile(tmpPath, JSON.stringify(value, null, 2) + '\n');
+  const fh = await open(tmpPath, 'r+');
+  await fh.sync();
+  await fh.close();
+  await rename(tmpPath, path);
+}
+
+function roundMs(t: KmeansResult['timings']): Record<string, number> {
+  return Object.fromEntries(Object.entries(t).map(([k, v]) => [k, Math.round(v * 10) / 10]));
+}
+
+function humanSummary(s: Record<string, any>): string {
+  const secs = (s.timings.totalMs / 1000).toFixed(1);
+  return [
+    `kmfleet fit: ${s.rows} rows × ${s.dims} dims, k=${s.k} (${s.spec.metric}, ${s.initMethod}), ${s.iterations} iterations, ` +
+      `${s.converged ? `converged (${s.stopReason})` : 'not converged (maxIter)'}, inertia ${Number(s.inertia).toPrecision(7)}`,
+    `  ${s.backend}: ${s.device} · ${s.precision} · ${secs} s · empty clusters re-seeded: ${s.emptyReseeded}`,
+    ...Object.values(s.outputs as Record<string, { file: string }>).map((o) => `  ${o.file.padEnd(16)} ${join(s.outDir, o.file)}`),
+    `  ${'summary.json'.padEnd(16)} ${join(s.outDir, 'summary.json')}`,
+    '',
+  ].join('\n');
+}
+

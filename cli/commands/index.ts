@@ -1,0 +1,14 @@
+/**
+ * The kmfleet commands, in the order `kmfleet --help` lists them. To add one: write cli/commands/<name>.ts exporting
+ * a `register<Name>(program)` function and append it here.
+ */
+import type { Command } from 'commander';
+import { registerFit } from './fit.js';
+import { registerGenerate } from './generate.js';
+
+export type RegisterCommand = (program: Command) => void;
+
+export const commands: RegisterCommand[] = [
+  registerFit,
+  registerGenerate,
+];

@@ -1,0 +1,44 @@
+/**
+ * The `kmfleet` CLI: builds the commander program from cli/commands/index.ts and maps failures to exit codes:
+ *   0 success · 1 failure (engine, device, I/O, a bug) · 2 bad input (options, dataset, spec, centroids)
+ * An error is one line on stderr: "kmfleet: error: <message>".
+ */
+import { Command, CommanderError } from 'commander';
+import { commands } from './commands/index.js';
+
+export function buildProgram(): Command {
+  const program = new Command('kmfleet')
+    .description('exact k-means on GPU workers: fit local files, generate datasets, run and feed the fleet')
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride();
+  for (const register of commands) register(program);
+  for (const cmd of program.commands) cmd.exitOverride();
+  return program;
+}
+
+/** Errors that mean "your input is wrong": exit code 2. Matched by name so that no module is loaded for this. */
+const INPUT_ERRORS = new Set(['DatasetFormatError', 'KmeansSpecError', 'InvalidArgumentError', 'NonFiniteInputError', 'UsageError']);
+
+export function exitCodeOf(err: unknown): number {
+  if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
+  const e = err as { name?: string; code?: string };
+  if (e && (INPUT_ERRORS.has(e.name ?? '') || e.code === 'ENOENT' || e.code === 'EISDIR' || e.code === 'EACCES')) return 2;
+  return 1;
+}
+
+export async function main(argv: string[] = process.argv): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (err) {
+    const code = exitCodeOf(err);
+    // commander already printed its own usage errors (and help/version output)
+    if (!(err instanceof CommanderError)) {
+      const msg = err instanceof Error ? err.message : String(err);
+      process.stderr.write(`kmfleet: error: ${msg.split('\n')[0]}\n`);
+      if (code === 1 && process.env.KMFLEET_DEBUG && err instanceof Error) process.stderr.write(`${err.stack}\n`);
+    }
+    return code;
+  }
+}
