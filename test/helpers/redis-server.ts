@@ -7,13 +7,15 @@
  *   new IORedis(redis.url)  |  new Queue('q', { connection: redis.connection })
  *   await redis.kill('SIGKILL'); await redis.restart();   // fault tests: same port, same dir (AOF survives)
  *   await redis.stop();
+ *   const tls = await startRedisServer({ tls: true });    // TLS only: rediss://127.0.0.1:port, trust tls.tlsCa
  *
  * Readiness is a real PING answered with PONG (after AUTH when a password is set), not a log line.
  * Children are SIGKILLed when the test process exits, so a failed test never leaves a server behind.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, connect, type Socket } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -38,16 +40,23 @@ export interface RedisServerOptions {
   startTimeoutMs?: number;
   /** redis-server binary; default $REDIS_SERVER_BIN or `redis-server` on PATH. */
   bin?: string;
+  /**
+   * Serve TLS only (plain port off), with a fresh self-signed certificate for 127.0.0.1/localhost made by the
+   * `openssl` CLI. Clients must trust `tlsCa`; the URL is rediss://.
+   */
+  tls?: boolean;
 }
 
 export interface RedisServerHandle {
   readonly host: string;
   readonly port: number;
   readonly password: string | undefined;
-  /** redis://[:password@]127.0.0.1:port */
+  /** redis://[:password@]127.0.0.1:port (rediss:// with tls) */
   readonly url: string;
-  /** For ioredis / BullMQ: { host, port, password? }. */
-  readonly connection: { host: string; port: number; password?: string };
+  /** For ioredis / BullMQ: { host, port, password?, tls? } (tls trusts tlsCa). */
+  readonly connection: { host: string; port: number; password?: string; tls?: { ca: string } };
+  /** PEM of the self-signed certificate when started with tls. */
+  readonly tlsCa: string | undefined;
   readonly dir: string;
   /** pid of the running server, undefined while stopped. */
   readonly pid: number | undefined;
@@ -95,9 +104,11 @@ function encode(...parts: string[]): string {
 }
 
 /** One PING over a raw socket (after AUTH if needed); true on +PONG. */
-function ping(port: number, password: string | undefined): Promise<boolean> {
+function ping(port: number, password: string | undefined, ca?: string): Promise<boolean> {
   return new Promise((resolve) => {
-    const sock = connect({ host: '127.0.0.1', port });
+    const sock: Socket = ca
+      ? tlsConnect({ host: '127.0.0.1', port, ca, servername: 'localhost' })
+      : connect({ host: '127.0.0.1', port });
     let buf = '';
     const done = (ok: boolean) => {
       sock.destroy();
@@ -105,7 +116,7 @@ function ping(port: number, password: string | undefined): Promise<boolean> {
     };
     sock.setTimeout(500, () => done(false));
     sock.on('error', () => done(false));
-    sock.on('connect', () => {
+    sock.on(ca ? 'secureConnect' : 'connect', () => {
       sock.write((password !== undefined ? encode('AUTH', password) : '') + encode('PING'));
     });
     sock.on('data', (d) => {
@@ -129,9 +140,23 @@ export async function startRedisServer(opts: RedisServerOptions = {}): Promise<R
   let port = opts.port ?? 0;
   let child: ChildProcess | undefined;
   let output = '';
+  let tlsCa: string | undefined;
+  if (opts.tls) {
+    // EC keys: generated in milliseconds, unlike RSA.
+    execFileSync('openssl', [
+      'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+      '-keyout', join(dir, 'tls.key'), '-out', join(dir, 'tls.crt'), '-subj', '/CN=localhost',
+      '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
+    ], { stdio: 'ignore' });
+    tlsCa = readFileSync(join(dir, 'tls.crt'), 'utf8');
+  }
 
   const args = (p: number): string[] => {
-    const a = ['--port', String(p), '--bind', '127.0.0.1', '--dir', dir, '--save', opts.save ?? ''];
+    const a = opts.tls
+      ? ['--port', '0', '--tls-port', String(p), '--tls-cert-file', join(dir, 'tls.crt'),
+          '--tls-key-file', join(dir, 'tls.key'), '--tls-ca-cert-file', join(dir, 'tls.crt'), '--tls-auth-clients', 'no']
+      : ['--port', String(p)];
+    a.push('--bind', '127.0.0.1', '--dir', dir, '--save', opts.save ?? '');
     a.push('--appendonly', opts.appendonly ? 'yes' : 'no');
     if (opts.appendonly) a.push('--appendfsync', 'always');
     if (password !== undefined) a.push('--requirepass', password);
@@ -167,7 +192,7 @@ export async function startRedisServer(opts: RedisServerOptions = {}): Promise<R
         );
       }
       if (exited) return false;
-      if (await ping(p, password)) return true;
+      if (await ping(p, password, tlsCa)) return true;
       await sleep(20);
     }
     c.kill('SIGKILL');
@@ -206,11 +231,18 @@ export async function startRedisServer(opts: RedisServerOptions = {}): Promise<R
     },
     password,
     get url() {
-      return `redis://${password !== undefined ? `:${encodeURIComponent(password)}@` : ''}127.0.0.1:${port}`;
+      const scheme = tlsCa ? 'rediss' : 'redis';
+      return `${scheme}://${password !== undefined ? `:${encodeURIComponent(password)}@` : ''}127.0.0.1:${port}`;
     },
     get connection() {
-      return password !== undefined ? { host: '127.0.0.1', port, password } : { host: '127.0.0.1', port };
+      return {
+        host: '127.0.0.1',
+        port,
+        ...(password !== undefined ? { password } : {}),
+        ...(tlsCa ? { tls: { ca: tlsCa } } : {}),
+      };
     },
+    tlsCa,
     dir,
     get pid() {
       return child && child.exitCode === null && child.signalCode === null ? child.pid : undefined;

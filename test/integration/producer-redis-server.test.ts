@@ -51,3 +51,24 @@ describe('test/helpers/redis-server', () => {
     }
   });
 });
+
+describe('test/helpers/redis-server with tls', () => {
+  it('serves rediss:// only, trusted through tlsCa', async () => {
+    const s = await startRedisServer({ tls: true, password: 'pw' });
+    try {
+      expect(s.url).toMatch(/^rediss:\/\/:pw@127\.0\.0\.1:\d+$/);
+      const r = new IORedis({ ...s.connection, lazyConnect: true });
+      await r.connect();
+      expect(await r.ping()).toBe('PONG');
+      r.disconnect();
+      const untrusted = new IORedis({ host: s.host, port: s.port, password: 'pw', tls: {}, lazyConnect: true, retryStrategy: () => null });
+      const errors: Error[] = [];
+      untrusted.on('error', (e: Error) => errors.push(e));
+      await expect(untrusted.connect()).rejects.toThrow();
+      untrusted.disconnect();
+      expect(errors.map((e) => e.message).join()).toMatch(/self-signed|certificate/i);
+    } finally {
+      await s.stop();
+    }
+  });
+});
