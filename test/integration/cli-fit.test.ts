@@ -1,0 +1,127 @@
+/**
+ * `kmfleet fit` end to end, as a user runs it: the compiled CLI (npm run build:ts) spawned on a generated .npy.
+ * Checks the outputs against an independent float64 assignment, the commit order of summary.json, and the exit
+ * codes of bad input (2, one error line, nothing written).
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { decodeNpy, encodeNpy } from '../../worker/formats/index.js';
+
+const root = join(import.meta.dirname, '../..');
+const dir = mkdtempSync(join(tmpdir(), 'kmfleet-cli-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+function kmfleet(...args: string[]) {
+  const r = spawnSync(process.execPath, [join(root, 'bin/kmfleet.js'), ...args], { cwd: dir, encoding: 'utf8', timeout: 120_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+const N = 20_000, D = 8, K = 10;
+let data: string;
+beforeAll(() => {
+  execFileSync('npm', ['run', '--silent', 'build:ts'], { cwd: root, stdio: 'pipe' });
+  data = join(dir, 'data.npy');
+  const g = kmfleet('generate', '--rows', String(N), '--dims', String(D), '--centers', String(K), '--seed', '3', '--cluster-std', '1.5', '--out', data, '--json');
+  expect(g.code, g.stderr).toBe(0);
+}, 180_000);
+
+const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
+
+describe('kmfleet fit', () => {
+  it('writes centroids, assignments and summary.json (last); labels equal a float64 assignment except ties', () => {
+    const out = join(dir, 'out');
+    const r = kmfleet('fit', '--input', data, '--k', String(K), '--seed', '1', '--out', out, '--json', '--backend', 'cpu', '--threads', '2');
+    expect(r.code, r.stderr).toBe(0);
+    const printed = JSON.parse(r.stdout);
+    const summary = JSON.parse(readFileSync(join(out, 'summary.json'), 'utf8'));
+    expect(printed.outputs).toEqual(summary.outputs);
+    expect(readdirSync(out).sort()).toEqual(['assignments.npy', 'centroids.npy', 'summary.json']); // no temp files left
+
+    const c = decodeNpy(readFileSync(join(out, 'centroids.npy')));
+    expect([c.descr, c.shape]).toEqual(['<f4', [K, D]]);
+    const a = decodeNpy(readFileSync(join(out, 'assignments.npy')));
+    expect([a.descr, a.shape]).toEqual(['<i4', [N]]);
+    expect(summary.outputs.centroids.sha256).toBe(sha(join(out, 'centroids.npy')));
+    expect(summary.outputs.assignments.sha256).toBe(sha(join(out, 'assignments.npy')));
+    // summary.json is the commit point: written after the outputs
+    expect(statSync(join(out, 'summary.json')).mtimeMs).toBeGreaterThanOrEqual(statSync(join(out, 'assignments.npy')).mtimeMs);
+    expect(summary).toMatchObject({ rows: N, dims: D, k: K, converged: true, backend: 'cpu' });
+    expect(summary.history.length).toBe(summary.iterations);
+    expect(['tol', 'tolReassign']).toContain(summary.stopReason);
+    expect(summary.spec).toMatchObject({ k: K, metric: 'l2', init: 'kmeans++', maxIter: 300, tol: 1e-4, tolReassign: 0, seed: 1 });
+    expect(typeof summary.device).toBe('string');
+
+    // independent float64 assignment for the returned centroids
+    const x = decodeNpy(readFileSync(data)).data as Float32Array;
+    const cent = c.data as Float32Array;
+    const labels = a.data as Int32Array;
+    let inertia = 0, ties = 0, mismatches = 0;
+    for (let i = 0; i < N; i++) {
+      let best = Infinity, second = Infinity, arg = -1;
+      for (let k = 0; k < K; k++) {
+        let s = 0;
+        for (let j = 0; j < D; j++) s += (x[i * D + j] - cent[k * D + j]) ** 2;
+        if (s < best) { second = best; best = s; arg = k; } else if (s < second) second = s;
+      }
+      let own = 0;
+      for (let j = 0; j < D; j++) own += (x[i * D + j] - cent[labels[i] * D + j]) ** 2;
+      inertia += own;
+      if (labels[i] === arg) continue;
+      if (second - best <= 1e-6 * Math.max(best, 1e-30) + 1e-6) ties++;
+      else mismatches++;
+    }
+    expect(mismatches).toBe(0);
+    expect(ties).toBeLessThan(N / 1000);
+    expect(Math.abs(inertia - summary.inertia) / inertia).toBeLessThan(1e-5);
+  });
+
+  it('is deterministic by seed, and accepts --init centroids.npy', () => {
+    const a = kmfleet('fit', '--input', data, '--k', String(K), '--init', 'random', '--seed', '5', '--out', join(dir, 'a'), '--json');
+    const b = kmfleet('fit', '--input', data, '--k', String(K), '--init', 'random', '--seed', '5', '--out', join(dir, 'b'), '--json');
+    expect(a.code, a.stderr).toBe(0);
+    expect(b.code, b.stderr).toBe(0);
+    expect(sha(join(dir, 'a/centroids.npy'))).toBe(sha(join(dir, 'b/centroids.npy')));
+    expect(sha(join(dir, 'a/assignments.npy'))).toBe(sha(join(dir, 'b/assignments.npy')));
+    // starting from converged centroids: one iteration, nothing reassigned after the first
+    const g = kmfleet('fit', '--input', data, '--init', join(dir, 'a/centroids.npy'), '--out', join(dir, 'g'), '--json', '--max-iter', '1');
+    expect(g.code, g.stderr).toBe(0);
+    const s = JSON.parse(g.stdout);
+    expect([s.k, s.initMethod, s.iterations]).toEqual([K, 'given', 1]);
+    expect(s.history[0].shift).toBeLessThan(1e-6);
+  });
+
+  it('bad input: exit code 2, one error line, no outputs', () => {
+    const cases: [string[], RegExp][] = [];
+    const bad = join(dir, 'bad.npy');
+    writeFileSync(bad, Buffer.concat([encodeNpy(new Float32Array(40), [10, 4]).subarray(0, 100)]));
+    cases.push([['--input', bad, '--k', '2'], /needs 160 bytes of data/]);
+    const f8 = join(dir, 'f8.npy');
+    writeFileSync(f8, encodeNpy(new Float64Array(40), [10, 4]));
+    cases.push([['--input', f8, '--k', '2'], /'<f8' is not supported/]);
+    const raw = join(dir, 'x.f32');
+    writeFileSync(raw, Buffer.alloc(4 * 7));
+    cases.push([['--input', raw, '--format', 'f32', '--dims', '2', '--k', '2'], /not a whole number of 2-dim rows/]);
+    cases.push([['--input', join(dir, 'missing.npy'), '--k', '2'], /ENOENT/]);
+    cases.push([['--input', data, '--k', String(N + 1)], /larger than the dataset/]);
+    cases.push([['--input', data, '--k', '0'], /--k must be a positive integer/]);
+    cases.push([['--input', data, '--k', '3', '--init', f8], /shape \(10, 4\); expected \(3, 8\)/]);
+    const nan = join(dir, 'nan.npy');
+    const v = new Float32Array(100 * 4).fill(1);
+    v[57 * 4 + 2] = NaN;
+    writeFileSync(nan, encodeNpy(v, [100, 4]));
+    cases.push([['--input', nan, '--k', '2'], /57/]);
+    for (const [args, re] of cases) {
+      const out = join(dir, 'never');
+      const r = kmfleet('fit', ...args, '--out', out);
+      expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(2);
+      expect(r.stderr).toMatch(re);
+      expect(r.stderr.trim().split('\n').filter((l) => !l.startsWith('(run with --help')).length).toBe(1);
+      expect(existsSync(join(out, 'summary.json'))).toBe(false);
+      expect(existsSync(out) ? readdirSync(out) : []).toEqual([]);
+    }
+  });
+});
