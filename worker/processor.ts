@@ -1,0 +1,348 @@
+/**
+ * The BullMQ processor: one attempt of one job, DESIGN.md "The path of one job" steps 1–6.
+ *
+ *   1. validate   parseJobSpec again (the worker's limits), cancel check, claim the job's writes (fencing)
+ *   2. open       S3RowSource: HEAD + one header GET; dataset limits; optional local cache
+ *   3. start      the newest checkpoint matching spec hash + dataset ETag, else init (kmeans++ | random | given)
+ *   4. iterate    runKmeans; after each iteration: iteration stream + progress → Redis, checkpoint → S3 (fenced)
+ *   5. finish     centroids.npy, assignments.npy (multipart), [distances.npy], summary.json LAST (fenced)
+ *   6. record     the JobResult: BullMQ return value + the model's result history
+ *
+ * Outcomes: user problems (bad spec, bad or missing dataset, k > rows…) → UnrecoverableError naming the problem, no
+ * retry, no outputs. Cancel (from any process, producer/cancel.ts) → UnrecoverableError("cancelled"). Preemption
+ * (SIGTERM, `preempt` aborted) → stop at a chunk boundary, checkpoint, job.moveToWait(token) + WaitingError: the job is
+ * back in the queue and attemptsMade is unchanged. Anything else is thrown as is and BullMQ retries it.
+ */
+import { WaitingError, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import * as native from '../native/index.js';
+import type { Engine, EngineOptions } from '../native/index.js';
+import { CANCEL_REASON, type CancelListener } from '../producer/cancel.js';
+import type { JobData } from '../producer/job-data.js';
+import { appendIteration } from '../producer/job-state.js';
+import type { Keys } from '../producer/keys.js';
+import { checkDatasetLimits } from '../producer/limits.js';
+import { makeProgress, type JobPhase } from '../producer/progress.js';
+import { recordResult, type JobResult } from '../producer/results.js';
+import { parseJobSpec, specHash as computeSpecHash, type JobSpec } from '../producer/spec.js';
+import { FencedError } from './checkpoints/errors.js';
+import { CheckpointStore } from './checkpoints/store.js';
+import type { WorkerConfig } from './config.js';
+import { CachedRowSource } from './dataset/cache.js';
+import type { RowSource } from './dataset/row-source.js';
+import { S3RowSource } from './dataset/s3-source.js';
+import { JobInputError, toJobError } from './failures.js';
+import { resolveInit } from './initial-centroids.js';
+import { checkCheckpoint, decodeCheckpoint, encodeCheckpoint } from './kmeans/checkpoint.js';
+import { runKmeans } from './kmeans/driver.js';
+import { KmeansAbortedError } from './kmeans/errors.js';
+import type { IterationReport, KmeansCheckpoint, KmeansResult } from './kmeans/types.js';
+import { jobLogger, type Logger } from './logger.js';
+import type { FleetMetrics, JobOutcome } from './metrics/index.js';
+import { OutputWriter } from './outputs/writer.js';
+import type { S3Handle } from './s3/client.js';
+
+export type OpenEngine = (options: EngineOptions) => Promise<Engine>;
+
+export interface ProcessorDeps {
+  config: WorkerConfig;
+  /** a non-blocking connection for our own Redis writes */
+  redis: Redis;
+  keys: Keys;
+  s3: S3Handle;
+  logger: Logger;
+  cancels: CancelListener;
+  /** aborted when this process must stop (SIGTERM): running jobs checkpoint and go back to the queue */
+  preempt: AbortSignal;
+  metrics?: FleetMetrics;
+  openEngine?: OpenEngine;
+}
+
+/** summary.json: the JobResult plus what a reader of the outputs wants next to them. */
+export interface JobSummary extends JobResult {
+  formatVersion: 1;
+  history: IterationReport[];
+  clusterSizes: number[];
+  attempt: number;
+}
+
+type Processor = (job: Job<JobData, JobResult>, token?: string, signal?: AbortSignal) => Promise<JobResult>;
+
+export function createProcessor(deps: ProcessorDeps): Processor {
+  const openEngine: OpenEngine = deps.openEngine ?? ((o) => native.Engine.open(o));
+  // Three declared parameters: BullMQ passes its AbortSignal (worker.cancelJob) only to processors that take it.
+  return async (job, token, bullSignal) => runJob(deps, openEngine, job, token, bullSignal);
+}
+
+async function runJob(
+  deps: ProcessorDeps,
+  openEngine: OpenEngine,
+  job: Job<JobData, JobResult>,
+  token: string | undefined,
+  bullSignal: AbortSignal | undefined,
+): Promise<JobResult> {
+  const { config, redis, keys, s3 } = deps;
+  const jobId = job.id!;
+  const attempt = job.attemptsMade + 1;
+  const log = jobLogger(deps.logger, jobId, attempt);
+  const startedAt = Date.now();
+  const t0 = performance.now();
+  const running = deps.metrics?.jobStarted();
+  let outcome: JobOutcome = 'failed';
+  const cancelWatch = deps.cancels.watch(jobId);
+  const cancelSignals = [cancelWatch.signal, ...(bullSignal ? [bullSignal] : [])];
+  const stop = AbortSignal.any([...cancelSignals, deps.preempt]);
+  const cancelled = () => cancelSignals.some((s) => s.aborted);
+
+  let source: RowSource | undefined;
+  let engine: Engine | undefined;
+  let outputs: OutputWriter | undefined;
+  let store: CheckpointStore | undefined;
+  let lastSaved = 0;
+  let spec: JobSpec | undefined;
+  let hash = '';
+  let etag = '';
+  const timings = { openMs: 0, checkpointMs: 0, checkpoints: 0, uploadMs: 0 };
+
+  const progress = async (phase: JobPhase, iteration: number, history: IterationReport[] = []) => {
+    const recent = history.slice(-5);
+    const last = history[history.length - 1];
+    await job.updateProgress(
+      makeProgress({
+        phase,
+        iteration,
+        maxIter: spec?.maxIter ?? 0,
+        rows: source?.rows,
+        last: last && { iteration: last.iteration, inertia: last.inertia, reassigned: last.reassigned, shift: last.shift, ms: last.ms },
+        msPerIteration: recent.length ? recent.reduce((s, h) => s + h.ms, 0) / recent.length : undefined,
+      }),
+    );
+  };
+  const saveCheckpoint = async (cp: KmeansCheckpoint) => {
+    const tc = performance.now();
+    await store!.save(cp.iteration, encodeCheckpoint(cp), hash, etag);
+    lastSaved = cp.iteration;
+    const ms = performance.now() - tc;
+    timings.checkpointMs += ms;
+    timings.checkpoints++;
+    deps.metrics?.checkpointWritten(ms);
+  };
+
+  try {
+    // ---- 1. validate, claim ----
+    spec = parseJobSpec(job.data?.spec, config.limits);
+    hash = computeSpecHash(spec);
+    if (job.data.specHash && job.data.specHash !== hash) {
+      log.warn({ enqueued: job.data.specHash, computed: hash }, 'spec hash differs from the producer\'s (another version?); using ours');
+    }
+    if (!token) throw new Error('processor called without a lock token (manual processing is not supported)');
+    if (cancelled()) throw new KmeansAbortedError(undefined, CANCEL_REASON);
+    store = new CheckpointStore({
+      redis,
+      s3,
+      jobId,
+      output: spec.output,
+      recordKey: keys.checkpoint(jobId),
+      lockKey: `${job.queueQualifiedName}:${jobId}:lock`,
+      token,
+    });
+    const claim = await store.claimJob();
+    log.info({ claim, dataset: spec.dataset.uri, k: spec.k, maxIter: spec.maxIter }, 'job started');
+
+    // ---- 2. open the dataset ----
+    await progress('opening', 0);
+    const s3Source = await S3RowSource.open(s3, spec.dataset.uri, {
+      format: spec.dataset.format,
+      dims: spec.dataset.dims,
+      partBytes: config.readPartBytes,
+      concurrency: config.readConcurrency,
+      // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight
+      // finish and the last completed iteration's checkpoint is still in hand
+    });
+    source = s3Source;
+    etag = s3Source.etag;
+    const problems = checkDatasetLimits({ rows: s3Source.rows, dims: s3Source.dims, bytes: s3Source.size }, spec.k, config.limits);
+    if (problems.length > 0) throw new JobInputError(`dataset ${spec.dataset.uri} cannot be used: ${problems.join('; ')}`);
+    if (config.cacheDir) {
+      source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => log.warn({ err }, 'dataset cache off for this job'));
+    }
+    timings.openMs = performance.now() - t0;
+    log.info({ dataset: s3Source.describe(), ms: Math.round(timings.openMs) }, 'dataset opened');
+
+    // ---- 3. checkpoint or init ----
+    await progress('planning', 0);
+    let resume: KmeansCheckpoint | undefined;
+    const found = await store.loadLatest(hash, etag);
+    if (found.record) {
+      try {
+        const cp = decodeCheckpoint(found.bytes);
+        checkCheckpoint(cp, source.rows, source.dims, spec.k, spec.metric, spec.maxIter);
+        resume = cp;
+        lastSaved = cp.iteration;
+        log.info({ iteration: cp.iteration, generation: found.record.generation, uri: found.record.uri }, 'resuming from checkpoint');
+      } catch (err) {
+        log.warn({ err, uri: found.record.uri }, 'checkpoint unusable; starting over');
+      }
+    } else if (found.reason !== 'no checkpoint') {
+      log.info({ reason: found.reason }, 'not resuming');
+    }
+    const init = resume ? undefined : await resolveInit(spec, redis, keys, s3);
+    if (init?.note) log.info(init.note);
+
+    const engineOptions: EngineOptions = {
+      rows: source.rows,
+      dims: source.dims,
+      k: spec.k,
+      metric: spec.metric,
+      dtype: source.dtype,
+      backend: config.backend ?? spec.backend,
+      precision: spec.precision,
+    };
+    if (config.chunkRows !== undefined) engineOptions.chunkRows = config.chunkRows;
+    if (config.threads !== undefined) engineOptions.threads = config.threads;
+    if (config.memoryBudgetBytes !== undefined) engineOptions.memoryBudget = config.memoryBudgetBytes;
+    engine = await openEngine(engineOptions);
+    deps.metrics?.deviceInfo({ backend: engine.plan.backend, device: engine.plan.device });
+    log.info({ plan: engine.plan }, 'engine open');
+
+    // ---- 4. iterate ----
+    await progress(resume ? 'iterating' : 'initializing', resume?.iteration ?? 0, resume?.history);
+    const result: KmeansResult = await runKmeans({
+      engine,
+      source,
+      spec: {
+        k: spec.k,
+        metric: spec.metric,
+        init: init?.init ?? 'kmeans++',
+        maxIter: spec.maxIter,
+        tol: spec.tol,
+        tolReassign: spec.tolReassign,
+        seed: spec.seed,
+        distances: config.writeDistances,
+      },
+      resume,
+      signal: stop,
+      log,
+      onIteration: async (report, cp) => {
+        deps.metrics?.iterationDone(report.ms, source!.rows);
+        await appendIteration(redis, keys, jobId, {
+          iteration: report.iteration,
+          inertia: report.inertia,
+          reassigned: report.reassigned,
+          shift: report.shift,
+          ms: report.ms,
+        });
+        if (spec!.checkpointEvery > 0 && report.iteration % spec!.checkpointEvery === 0) await saveCheckpoint(cp);
+        await progress('iterating', report.iteration, cp.history);
+        log.info({ iteration: report.iteration, inertia: report.inertia, reassigned: report.reassigned, ms: Math.round(report.ms) }, 'iteration');
+      },
+    });
+    if (s3Source.stats.bytes) deps.metrics?.s3BytesRead(s3Source.stats.bytes);
+
+    // ---- 5. outputs, summary.json last ----
+    await progress('writing', result.iterations, result.history);
+    const tu = performance.now();
+    outputs = new OutputWriter({
+      s3,
+      output: spec.output,
+      jobId,
+      fence: () => store!.assertOwner(),
+      partBytes: config.uploadPartBytes,
+    });
+    const eng = engine;
+    await outputs.writeCentroids(result.centroids, spec.k, source.dims);
+    await outputs.writeRows('assignments.npy', '<i4', source.rows, (f, n) => eng.labels(f, n));
+    if (config.writeDistances) await outputs.writeRows('distances.npy', '<f4', source.rows, (f, n) => eng.distances(f, n));
+    timings.uploadMs = performance.now() - tu;
+    const finishedAt = Date.now();
+    const jobResult: JobResult = {
+      jobId,
+      ...(spec.name ? { name: spec.name } : {}),
+      spec,
+      specHash: hash,
+      dataset: { uri: spec.dataset.uri, etag, format: spec.dataset.format, rows: source.rows, dims: source.dims },
+      k: spec.k,
+      iterations: result.iterations,
+      converged: result.converged,
+      stopReason: result.stopReason,
+      inertia: result.inertia,
+      emptyClustersReseeded: result.emptyReseeded,
+      backend: engine.plan.backend,
+      device: engine.plan.device,
+      precision: engine.plan.precision,
+      outputs: {
+        prefix: outputs.prefix,
+        centroids: outputs.uriOf('centroids.npy'),
+        assignments: outputs.uriOf('assignments.npy'),
+        ...(config.writeDistances ? { distances: outputs.uriOf('distances.npy') } : {}),
+        summary: outputs.uriOf('summary.json'),
+      },
+      checksums: Object.fromEntries(Object.entries(outputs.files).map(([name, f]) => [name, `sha256:${f.sha256}`])),
+      timings: {
+        totalMs: Math.round(performance.now() - t0),
+        openMs: Math.round(timings.openMs),
+        initMs: Math.round(result.timings.initMs),
+        resumeMs: Math.round(result.timings.resumeMs),
+        iterateMs: Math.round(result.timings.iterateMs),
+        assignMs: Math.round(result.timings.assignMs),
+        readMs: Math.round(result.timings.readMs),
+        checkpointMs: Math.round(timings.checkpointMs),
+        uploadMs: Math.round(timings.uploadMs),
+        s3BytesRead: s3Source.stats.bytes,
+        s3Requests: s3Source.stats.requests,
+      },
+      ...(result.resumedFrom !== undefined ? { resumedFrom: { iteration: result.resumedFrom, generation: found.record?.generation ?? 0 } } : {}),
+      ...(init?.from ? { initFrom: init.from } : {}),
+      startedAt,
+      finishedAt,
+    };
+    const summary: JobSummary = {
+      formatVersion: 1,
+      ...jobResult,
+      history: result.history,
+      clusterSizes: Array.from(result.counts),
+      attempt,
+    };
+    await outputs.commit(summary);
+
+    // ---- 6. record ----
+    if (spec.name) await recordResult(redis, keys, spec.name, jobResult);
+    await progress('done', result.iterations, result.history);
+    if (!config.keepCheckpoints) await store.cleanup();
+    outcome = 'completed';
+    log.info({ iterations: result.iterations, inertia: result.inertia, stopReason: result.stopReason, ms: jobResult.timings.totalMs }, 'job completed');
+    return jobResult;
+  } catch (err) {
+    await outputs?.discard();
+    if (err instanceof KmeansAbortedError || (stop.aborted && !(err instanceof FencedError))) {
+      if (cancelled()) {
+        outcome = 'cancelled';
+        log.info('job cancelled');
+        throw toJobError(new JobInputError(CANCEL_REASON));
+      }
+      if (deps.preempt.aborted && token) {
+        outcome = 'released';
+        const cp = err instanceof KmeansAbortedError ? err.checkpoint : undefined;
+        if (cp && cp.iteration > lastSaved && store?.claim !== undefined) await saveCheckpoint(cp);
+        await job.moveToWait(token);
+        log.info({ checkpoint: cp?.iteration ?? lastSaved }, 'preempted: checkpointed and handed the job back');
+        throw new WaitingError();
+      }
+    }
+    if (err instanceof FencedError) {
+      outcome = 'released';
+      log.warn({ err: err.message }, 'lost the job to another worker; stopping without writing');
+      throw err;
+    }
+    const mapped = toJobError(err);
+    outcome = mapped === err ? 'retried' : 'failed';
+    if (mapped !== err) log.warn({ problem: (mapped as Error).message }, 'job failed (not retried)');
+    else log.error({ err }, 'job attempt failed');
+    throw mapped;
+  } finally {
+    cancelWatch.dispose();
+    engine?.close();
+    await source?.close().catch(() => {});
+    running?.end(outcome === 'retried' && attempt >= (job.opts.attempts ?? 1) ? 'failed' : outcome);
+  }
+}

@@ -1,0 +1,142 @@
+/**
+ * The worker process's assembly: Redis connections (workers never give up: maxRetriesPerRequest null), the
+ * noeviction check, the cancel listener, the S3 client, metrics, and the BullMQ Worker running the processor.
+ *
+ *   const w = await startWorker(loadWorkerConfig());     // refuses an evicting Redis
+ *   installShutdownHandlers(w);                           // lifecycle.ts: SIGTERM → hand jobs back, exit in the grace
+ *   ... await w.shutdown('SIGTERM');
+ */
+import { Worker } from 'bullmq';
+import { Redis, type RedisOptions } from 'ioredis';
+import * as native from '../native/index.js';
+import { CancelListener } from '../producer/cancel.js';
+import { describeConnection, maxmemoryPolicy, workerRedisOptions } from '../producer/connection.js';
+import { keyspace, type Keys } from '../producer/keys.js';
+import type { WorkerConfig } from './config.js';
+import { createLogger, type Logger } from './logger.js';
+import { createFleetMetrics, startMetricsServer, type FleetMetrics, type MetricsServer } from './metrics/index.js';
+import { createProcessor, type OpenEngine } from './processor.js';
+import { createS3, type S3Handle } from './s3/client.js';
+
+export class RedisPolicyError extends Error {
+  constructor(readonly policy: string) {
+    super(
+      `Redis maxmemory-policy is "${policy}"; kmfleet workers need "noeviction" (an evicting Redis silently drops ` +
+        'queued jobs, locks and checkpoint records). Set it with `CONFIG SET maxmemory-policy noeviction` ' +
+        '(and `maxmemory-policy noeviction` in redis.conf, or your provider\'s parameter group) and start the worker again.',
+    );
+    this.name = 'RedisPolicyError';
+  }
+}
+
+export interface StartWorkerOptions {
+  logger?: Logger;
+  s3?: S3Handle;
+  openEngine?: OpenEngine;
+  /** default: config.metricsPort (0 = none) */
+  metricsPort?: number;
+}
+
+export interface KmfleetWorker {
+  readonly worker: Worker;
+  readonly keys: Keys;
+  readonly logger: Logger;
+  readonly concurrency: number;
+  readonly metrics: FleetMetrics;
+  readonly metricsServer: MetricsServer | undefined;
+  /** true once shutdown() began */
+  readonly draining: boolean;
+  /** Stop taking jobs, make running ones checkpoint and go back to the queue, close everything. Idempotent. */
+  shutdown(reason?: string): Promise<void>;
+}
+
+function defaultConcurrency(): number {
+  try {
+    const info = typeof native.gpuInfo === 'function' ? native.gpuInfo() : undefined;
+    return Math.max(1, info?.available ? info.devices.length : 1);
+  } catch {
+    return 1;
+  }
+}
+
+export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions = {}): Promise<KmfleetWorker> {
+  const logger = opts.logger ?? createLogger({ level: config.logLevel });
+  const keys = keyspace({ prefix: config.prefix, queue: config.queue });
+  const connection: RedisOptions = workerRedisOptions({ ...config.redis });
+  const redis = new Redis(connection);
+  redis.on('error', (err) => logger.warn({ err: err.message }, 'redis connection error'));
+  const where = describeConnection(config.redis);
+  try {
+    const policy = await maxmemoryPolicy(redis);
+    if (policy !== undefined && policy !== 'noeviction') throw new RedisPolicyError(policy);
+  } catch (err) {
+    redis.disconnect();
+    throw err;
+  }
+
+  const s3 = opts.s3 ?? createS3(config.s3);
+  const cancels = new CancelListener(redis, keys, {
+    pollMs: config.cancelPollMs,
+    onError: (err) => logger.warn({ err: (err as Error).message }, 'cancel listener error'),
+  });
+  await cancels.start();
+
+  const preempt = new AbortController();
+  const metrics = createFleetMetrics();
+  const concurrency = config.concurrency ?? defaultConcurrency();
+  const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine });
+  const worker = new Worker(keys.queueName, processor, {
+    connection,
+    prefix: keys.bullPrefix,
+    concurrency,
+    lockDuration: config.lockDurationMs,
+    stalledInterval: config.stalledIntervalMs,
+    maxStalledCount: config.maxStalledCount,
+    autorun: true,
+  });
+  worker.on('error', (err) => logger.error({ err: err.message }, 'worker error'));
+
+  let draining = false;
+  const metricsPort = opts.metricsPort ?? config.metricsPort;
+  const metricsServer =
+    metricsPort > 0
+      ? await startMetricsServer({
+          port: metricsPort,
+          registry: metrics.registry,
+          ready: () => !draining && redis.status === 'ready',
+          healthy: () => true,
+        })
+      : undefined;
+
+  let closing: Promise<void> | undefined;
+  const handle: KmfleetWorker = {
+    worker,
+    keys,
+    logger,
+    concurrency,
+    metrics,
+    metricsServer,
+    get draining() {
+      return draining;
+    },
+    shutdown(reason = 'shutdown') {
+      closing ??= (async () => {
+        draining = true;
+        logger.info({ reason }, 'shutting down: running jobs checkpoint and go back to the queue');
+        preempt.abort(reason);
+        await worker.close();
+        await cancels.close();
+        await metricsServer?.close();
+        if (!opts.s3) s3.destroy();
+        await redis.quit().catch(() => redis.disconnect());
+        logger.info('worker stopped');
+      })();
+      return closing;
+    },
+  };
+  logger.info(
+    { redis: where, queue: keys.queueName, prefix: keys.bullPrefix, concurrency, s3: config.s3.endpoint ?? 'aws', metricsPort: metricsServer?.port },
+    'worker started',
+  );
+  return handle;
+}
