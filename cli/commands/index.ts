@@ -5,10 +5,12 @@
 import type { Command } from 'commander';
 import { registerFit } from './fit.js';
 import { registerGenerate } from './generate.js';
+import { registerWorker } from './worker.js';
 
 export type RegisterCommand = (program: Command) => void;
 
 export const commands: RegisterCommand[] = [
   registerFit,
   registerGenerate,
+  registerWorker,
 ];
