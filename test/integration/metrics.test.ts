@@ -172,7 +172,7 @@ describe('worker metrics with a real Redis and BullMQ queue', () => {
     const q = new Queue('exported', { connection: own.connection, prefix: '{kmfleet}' });
     await q.add('fit', {});
     await q.add('fit', {}, { priority: 2 });
-    const exporter = await startQueueExporter({ redisUrl: own.url, queueName: 'exported', port: 0, host: '127.0.0.1' });
+    const exporter = await startQueueExporter({ redis: own.url, queue: 'exported', port: 0, host: '127.0.0.1' });
     try {
       // ready once Redis answers
       for (let i = 0; i < 100 && (await fetch(`${exporter.server.url}/readyz`)).status !== 200; i++) {

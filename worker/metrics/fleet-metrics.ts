@@ -45,7 +45,7 @@ export interface FleetMetricsOptions {
   queue?: JobCountsSource;
   /** prom-client's process_* and nodejs_* metrics; default true. */
   defaultMetrics?: boolean;
-  /** Labels added to every sample, e.g. { pod: process.env.HOSTNAME }. Prometheus usually adds pod itself. */
+  /** Labels added to every sample, e.g. the pod name; Prometheus usually adds it itself. */
   defaultLabels?: Record<string, string>;
   /** Use this registry instead of a new one. */
   registry?: Registry;

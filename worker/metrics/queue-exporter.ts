@@ -7,22 +7,25 @@
  *
  *   node dist/worker/metrics/queue-exporter.js          (in the image: the same entrypoint, another command)
  *
- * Environment: REDIS_URL (redis:// or rediss://), KMFLEET_QUEUE (queue name), KMFLEET_REDIS_PREFIX (BullMQ
- * prefix), KMFLEET_METRICS_PORT (default 9464). Ready while Redis answers; healthy while the process runs.
+ * Configuration: the worker's (worker/config.ts, the same ConfigMap): REDIS_URL (redis:// or rediss://),
+ * KMFLEET_PREFIX, KMFLEET_QUEUE, KMFLEET_METRICS_PORT. Ready while Redis answers; healthy while the process runs.
  */
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { pathToFileURL } from 'node:url';
+import { parseRedisUrl, producerRedisOptions, type RedisConnectionOptions } from '../../producer/connection.js';
+import { keyspace } from '../../producer/keys.js';
+import { loadWorkerConfig } from '../config.js';
 import { createFleetMetrics } from './fleet-metrics.js';
 import { DEFAULT_METRICS_PORT, startMetricsServer, type MetricsServer } from './metrics-server.js';
 
-export const DEFAULT_QUEUE_NAME = 'kmeans';
-export const DEFAULT_REDIS_PREFIX = '{kmfleet}';
-
 export interface QueueExporterOptions {
-  redisUrl: string;
-  queueName?: string;
+  /** A REDIS_URL or parsed connection options. */
+  redis: string | RedisConnectionOptions;
+  /** Key prefix without braces (producer/keys.ts; default kmfleet). */
   prefix?: string;
+  /** BullMQ queue name (default jobs). */
+  queue?: string;
   port?: number;
   host?: string;
 }
@@ -33,20 +36,14 @@ export interface QueueExporter {
 }
 
 export async function startQueueExporter(opts: QueueExporterOptions): Promise<QueueExporter> {
-  // Fail a scrape fast rather than hang it: one retry per command, no offline queue.
-  const connection = new Redis(opts.redisUrl, {
-    maxRetriesPerRequest: 1,
-    enableOfflineQueue: false,
-    connectTimeout: 5_000,
-    lazyConnect: false,
-  });
+  const keys = keyspace({ prefix: opts.prefix, queue: opts.queue });
+  const base = typeof opts.redis === 'string' ? parseRedisUrl(opts.redis) : opts.redis;
+  // Fail a scrape fast rather than hang it (the producer's options: no offline queue, one retry per command).
+  const connection = new Redis({ ...producerRedisOptions(base), lazyConnect: false });
   connection.on('error', () => {
     /* reported through kmfleet_queue_up and /readyz; ioredis reconnects by itself */
   });
-  const queue = new Queue(opts.queueName ?? DEFAULT_QUEUE_NAME, {
-    connection,
-    prefix: opts.prefix ?? DEFAULT_REDIS_PREFIX,
-  });
+  const queue = new Queue(keys.queueName, { connection, prefix: keys.bullPrefix });
   queue.on('error', () => {
     /* same: visible in the metrics, never fatal */
   });
@@ -68,23 +65,13 @@ export async function startQueueExporter(opts: QueueExporterOptions): Promise<Qu
   };
 }
 
-function portFromEnv(v: string | undefined): number {
-  if (v === undefined || v === '') return DEFAULT_METRICS_PORT;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0 || n > 65_535) {
-    throw new Error(`KMFLEET_METRICS_PORT must be a port number, got ${JSON.stringify(v)}`);
-  }
-  return n;
-}
-
 async function main(): Promise<void> {
-  const redisUrl = process.env.REDIS_URL;
-  if (!redisUrl) throw new Error('REDIS_URL is required (redis://host:6379 or rediss://…)');
+  const config = loadWorkerConfig();
   const exporter = await startQueueExporter({
-    redisUrl,
-    queueName: process.env.KMFLEET_QUEUE || undefined,
-    prefix: process.env.KMFLEET_REDIS_PREFIX || undefined,
-    port: portFromEnv(process.env.KMFLEET_METRICS_PORT),
+    redis: config.redis,
+    prefix: config.prefix,
+    queue: config.queue,
+    port: config.metricsPort === 0 ? DEFAULT_METRICS_PORT : config.metricsPort, // 0 turns a worker's server off; the exporter is nothing else
   });
   process.stdout.write(`kmfleet queue exporter listening on :${exporter.server.port}\n`);
   const stop = () => {

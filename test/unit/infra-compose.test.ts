@@ -1,0 +1,228 @@
+/**
+ * The compose stack and the Prometheus configuration, validated statically (no Docker engine in CI): services,
+ * pinned images, health checks, volumes, dependencies, and the consistency of the environment with the worker's
+ * configuration, the metrics server and the Prometheus scrape jobs.
+ */
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { parse } from 'yaml';
+import { describe, expect, it } from 'vitest';
+import { loadWorkerConfig } from '../../worker/config.js';
+import { createFleetMetrics, DEFAULT_METRICS_PORT, HEALTH_PATH } from '../../worker/metrics/index.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+const COMPOSE = join(ROOT, 'infra', 'compose', 'compose.yaml');
+const COMPOSE_DIR = dirname(COMPOSE);
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Obj = any;
+const load = (file: string): Obj => parse(readFileSync(file, 'utf8'), { merge: true, uniqueKeys: true });
+
+const compose = load(COMPOSE);
+const services: Record<string, Obj> = compose.services;
+const prom = load(join(ROOT, 'infra', 'prometheus', 'prometheus.yml'));
+const rules = load(join(ROOT, 'infra', 'prometheus', 'rules.yml'));
+
+/** Compose's ${VAR:-default} interpolation with an empty environment. */
+const interpolate = (v: unknown): string => String(v).replace(/\$\{[A-Z_]+:-([^}]*)\}/g, '$1');
+
+const envOf = (name: string): Record<string, string> => {
+  const e = services[name].environment;
+  expect(Array.isArray(e), `${name}: use the map form of environment`).toBe(false);
+  return Object.fromEntries(Object.entries(e ?? {}).map(([k, v]) => [k, String(v)]));
+};
+
+const WORKERS = ['worker', 'worker-gpu'];
+const LONG_RUNNING = ['redis', 'minio', 'worker', 'worker-gpu', 'queue-exporter', 'prometheus'];
+
+/** Environment variables the code reads: env.X, env['X'], and quoted KMFLEET_/REDIS_/AWS_ names. */
+function envVarsReadByCode(): Set<string> {
+  const names = new Set<string>();
+  const walk = (dir: string): void => {
+    if (!existsSync(dir)) return;
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts')) {
+        const src = readFileSync(p, 'utf8');
+        for (const m of src.matchAll(/env\.([A-Z_][A-Z0-9_]*)/g)) names.add(m[1]);
+        for (const m of src.matchAll(/env\[['"]([A-Z_][A-Z0-9_]*)['"]\]/g)) names.add(m[1]);
+        for (const m of src.matchAll(/['"`]((?:KMFLEET|REDIS|AWS)_[A-Z0-9_]+)['"`]/g)) names.add(m[1]);
+      }
+    }
+  };
+  for (const d of ['worker', 'producer', 'cli', 'native']) walk(join(ROOT, d));
+  return names;
+}
+
+describe('infra/compose/compose.yaml', () => {
+  it('has the fleet: Redis, MinIO + bucket creation, workers (CPU and GPU profile), exporter, Prometheus, dashboard', () => {
+    expect(Object.keys(services).sort()).toEqual(
+      ['dashboard', 'minio', 'minio-init', 'prometheus', 'queue-exporter', 'redis', 'worker', 'worker-gpu'].sort(),
+    );
+    expect(services['worker-gpu'].profiles).toEqual(['gpu']);
+    expect(services.dashboard.profiles).toEqual(['dashboard']);
+    expect(services.worker.profiles).toBeUndefined(); // `up` alone starts CPU workers, which run anywhere
+  });
+
+  it('pins every pulled image (no latest, no bare name); the kmfleet image is built from the Dockerfile', () => {
+    for (const [name, s] of Object.entries(services)) {
+      if (s.build) {
+        expect(s.image, name).toBe('kmfleet:dev');
+        expect(existsSync(resolve(COMPOSE_DIR, s.build.context, s.build.dockerfile)), name).toBe(true);
+        continue;
+      }
+      expect(s.image, name).toMatch(/^[\w./-]+:[\w][\w.-]*$/);
+      expect(s.image, name).not.toMatch(/:latest$/);
+    }
+  });
+
+  it('Redis runs with AOF and noeviction on a volume', () => {
+    const cmd = services.redis.command.join(' ');
+    expect(cmd).toMatch(/--appendonly yes/);
+    expect(cmd).toMatch(/--maxmemory-policy noeviction/);
+    expect(services.redis.volumes).toContain('redis-data:/data');
+  });
+
+  it('every long-running service has a health check; dependencies wait on health or completion', () => {
+    for (const name of LONG_RUNNING) {
+      const hc = services[name].healthcheck;
+      expect(hc?.test?.[0], name).toBe('CMD');
+      expect(hc.interval, name).toMatch(/^\d+s$/);
+    }
+    for (const [name, s] of Object.entries(services)) {
+      for (const [dep, cond] of Object.entries((s.depends_on ?? {}) as Record<string, Obj>)) {
+        expect(services[dep], `${name} depends on ${dep}`).toBeDefined();
+        if (cond.condition === 'service_healthy') expect(services[dep].healthcheck, `${dep}`).toBeDefined();
+        if (cond.condition === 'service_completed_successfully') expect(services[dep].restart, dep).toBe('no');
+      }
+    }
+    for (const w of WORKERS) {
+      expect(services[w].depends_on.redis.condition).toBe('service_healthy');
+      expect(services[w].depends_on['minio-init'].condition).toBe('service_completed_successfully');
+      expect(services[w].healthcheck.test.join(' ')).toContain(`127.0.0.1:${DEFAULT_METRICS_PORT}${HEALTH_PATH}`);
+    }
+  });
+
+  it('declares every named volume it mounts, and every bind-mounted file exists', () => {
+    const declared = new Set(Object.keys(compose.volumes));
+    const used = new Set<string>();
+    for (const [name, s] of Object.entries(services)) {
+      for (const v of (s.volumes ?? []) as string[]) {
+        const [src] = v.split(':');
+        if (src.startsWith('.') || src.startsWith('/')) {
+          expect(existsSync(resolve(COMPOSE_DIR, src)), `${name}: ${src}`).toBe(true);
+        } else {
+          expect(declared.has(src), `${name}: volume ${src} not declared`).toBe(true);
+          used.add(src);
+        }
+      }
+    }
+    expect([...declared].sort()).toEqual([...used].sort());
+  });
+
+  it('the workers get a valid worker configuration that matches the stack', () => {
+    for (const w of WORKERS) {
+      const env = envOf(w);
+      const c = loadWorkerConfig(env);
+      expect(services[c.redis.host], `${w}: REDIS_URL host`).toBeDefined();
+      expect(services[c.redis.host].image).toMatch(/^redis:/);
+      const s3 = new URL(env.KMFLEET_S3_ENDPOINT);
+      expect(services[s3.hostname].image).toMatch(/^minio\/minio:/);
+      expect(env.AWS_ACCESS_KEY_ID).toBe(envOf('minio').MINIO_ROOT_USER);
+      expect(env.AWS_SECRET_ACCESS_KEY).toBe(envOf('minio').MINIO_ROOT_PASSWORD);
+      expect(c.metricsPort).toBe(DEFAULT_METRICS_PORT);
+      expect(c.concurrency).toBe(1);
+      const cacheMount = (services[w].volumes as string[]).find((v) => v.split(':')[1] === c.cacheDir);
+      expect(cacheMount, `${w}: cache volume at ${c.cacheDir}`).toBeDefined();
+      // compose waits stop_grace_period before SIGKILL: longer than the worker's own grace
+      const stopGrace = Number(/^(\d+)s$/.exec(services[w].stop_grace_period)![1]);
+      expect(stopGrace).toBeGreaterThanOrEqual(c.shutdownGraceMs / 1000 + 10);
+      expect(services[w].command).toEqual(['worker']);
+      expect(interpolate(services[w].deploy.replicas)).toMatch(/^\d+$/);
+      expect(services[w].deploy.replicas).toMatch(/^\$\{KMFLEET_(GPU_)?WORKERS:-\d+\}$/);
+    }
+    // the exporter reads the same queue as the workers
+    const ex = loadWorkerConfig(envOf('queue-exporter'));
+    const wk = loadWorkerConfig(envOf('worker'));
+    expect([ex.prefix, ex.queue, ex.redis.host]).toEqual([wk.prefix, wk.queue, wk.redis.host]);
+  });
+
+  it('GPU workers reserve one NVIDIA GPU; CPU workers force the cpu backend and reserve none', () => {
+    const dev = services['worker-gpu'].deploy.resources.reservations.devices[0];
+    expect(dev).toMatchObject({ driver: 'nvidia', count: 1, capabilities: ['gpu'] });
+    expect(services.worker.deploy.resources).toBeUndefined();
+    expect(envOf('worker').KMFLEET_BACKEND).toBe('cpu');
+    expect(envOf('worker-gpu').KMFLEET_BACKEND).toBeUndefined();
+  });
+
+  it('the one-shot creates the bucket with the MinIO credentials and exits', () => {
+    const mi = services['minio-init'];
+    const script = mi.command.join(' ');
+    expect(script).toMatch(/mc alias set local http:\/\/minio:9000/);
+    expect(script).toMatch(/mc mb --ignore-existing local\/kmfleet\b/);
+    expect(envOf('minio-init')).toEqual({
+      MINIO_ROOT_USER: envOf('minio').MINIO_ROOT_USER,
+      MINIO_ROOT_PASSWORD: envOf('minio').MINIO_ROOT_PASSWORD,
+    });
+  });
+
+  it('the queue exporter runs the exporter module; ports are published on loopback only', () => {
+    const ep = services['queue-exporter'].entrypoint as string[];
+    expect(ep.slice(0, 3)).toEqual(['tini', '--', 'node']);
+    expect(existsSync(join(ROOT, ep[3].replace(/^dist\//, '').replace(/\.js$/, '.ts')))).toBe(true);
+    for (const [name, s] of Object.entries(services)) {
+      for (const p of (s.ports ?? []) as string[]) expect(p, name).toMatch(/^127\.0\.0\.1:/);
+    }
+  });
+
+  it('every environment variable given to kmfleet services is one the code reads', () => {
+    const read = envVarsReadByCode();
+    for (const name of ['worker', 'worker-gpu', 'queue-exporter', 'dashboard']) {
+      for (const k of Object.keys(envOf(name))) expect(read.has(k) || /^AWS_/.test(k), `${name}: ${k}`).toBe(true);
+    }
+  });
+});
+
+describe('infra/prometheus', () => {
+  it('scrapes every worker replica and the exporter, on the metrics port, by compose service name', () => {
+    const jobs = new Map<string, Obj>(prom.scrape_configs.map((j: Obj) => [j.job_name, j]));
+    const workers = jobs.get('kmfleet-worker');
+    expect(workers.dns_sd_configs[0].type).toBe('A');
+    expect(workers.dns_sd_configs[0].port).toBe(DEFAULT_METRICS_PORT);
+    expect([...workers.dns_sd_configs[0].names].sort()).toEqual([...WORKERS].sort());
+    const ex = jobs.get('kmfleet-queue-exporter');
+    for (const t of ex.static_configs[0].targets as string[]) {
+      const [host, port] = t.split(':');
+      expect(services[host], t).toBeDefined();
+      expect(Number(port)).toBe(DEFAULT_METRICS_PORT);
+    }
+    for (const j of jobs.values()) expect(j.metrics_path).toBe('/metrics');
+  });
+
+  it('the rule files are mounted where prometheus.yml loads them', () => {
+    const mounts = (services.prometheus.volumes as string[]).map((v) => v.split(':')[1]);
+    for (const f of prom.rule_files as string[]) expect(mounts).toContain(f);
+    expect(services.prometheus.command).toContain('--config.file=/etc/prometheus/prometheus.yml');
+    expect(mounts).toContain('/etc/prometheus/prometheus.yml');
+  });
+
+  it('alert rules use only metrics the fleet exports', async () => {
+    const fake = { name: 'q', getJobCounts: async () => ({ waiting: 0, prioritized: 0, delayed: 0, active: 0 }) };
+    const m = createFleetMetrics({ queue: fake, defaultMetrics: false });
+    const exported = new Set(
+      (await m.registry.metrics()).split('\n').flatMap((l) => /^([a-z_:]+)[{ ]/.exec(l)?.[1] ?? []),
+    );
+    expect(exported.has('kmfleet_queue_pending')).toBe(true);
+    let count = 0;
+    for (const g of rules.groups) {
+      for (const r of g.rules) {
+        expect(r.alert).toMatch(/^Kmfleet\w+$/);
+        expect(r.annotations.summary).toBeTruthy();
+        for (const name of (r.expr as string).match(/\bkmfleet_\w+/g) ?? []) expect(exported, `${r.alert}: ${name}`).toContain(name);
+        count++;
+      }
+    }
+    expect(count).toBeGreaterThan(0);
+  });
+});
