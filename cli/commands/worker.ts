@@ -4,9 +4,6 @@
  * override the most common variables for a quick local run.
  */
 import { type Command } from 'commander';
-import { loadWorkerConfig } from '../../worker/config.js';
-import { installShutdownHandlers } from '../../worker/lifecycle.js';
-import { startWorker } from '../../worker/worker.js';
 import { positiveInt } from './fit.js';
 
 interface WorkerOptions {
@@ -30,6 +27,10 @@ export function registerWorker(program: Command): void {
       if (opts.queue) env.KMFLEET_QUEUE = opts.queue;
       if (opts.backend) env.KMFLEET_BACKEND = opts.backend;
       if (opts.cacheDir) env.KMFLEET_CACHE_DIR = opts.cacheDir;
+      // loaded here, not at the top: the worker pulls in the native addon, which --help and other commands don't need
+      const { loadWorkerConfig } = await import('../../worker/config.js');
+      const { installShutdownHandlers } = await import('../../worker/lifecycle.js');
+      const { startWorker } = await import('../../worker/worker.js');
       const config = loadWorkerConfig(env);
       const w = await startWorker(config);
       installShutdownHandlers(w, { graceMs: config.shutdownGraceMs });

@@ -1,0 +1,100 @@
+/**
+ * Shared set-up of the pipeline and worker tests: a real redis-server and a real s3rver on random loopback ports,
+ * worker configuration built from an env object (as a pod would get it), the producer SDK, and helpers to run a worker
+ * in this process or in a child process (node on the compiled dist/, so that SIGKILL / SIGTERM hit a real process).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { KmfleetClient } from '../../producer/client.js';
+import { loadWorkerConfig, type WorkerConfig } from '../../worker/config.js';
+import { startWorker, type KmfleetWorker, type StartWorkerOptions } from '../../worker/worker.js';
+import { startRedisServer, type RedisServerHandle, type RedisServerOptions } from '../helpers/redis-server.js';
+import { startS3Server, type S3ServerHandle } from '../helpers/s3-server.js';
+
+export const ROOT = join(import.meta.dirname, '..', '..');
+
+export interface Stack {
+  redis: RedisServerHandle;
+  s3: S3ServerHandle;
+  client: KmfleetClient;
+  /** env for a worker (in-process config or a child process) */
+  env(extra?: Record<string, string>): Record<string, string>;
+  config(extra?: Record<string, string>): WorkerConfig;
+  startWorker(extra?: Record<string, string>, opts?: StartWorkerOptions): Promise<KmfleetWorker>;
+  stop(): Promise<void>;
+}
+
+export async function startStack(opts: { redis?: RedisServerOptions; clientJobOptions?: Record<string, unknown> } = {}): Promise<Stack> {
+  const [redis, s3] = await Promise.all([startRedisServer(opts.redis), startS3Server({ buckets: ['data', 'out'] })]);
+  const client = new KmfleetClient({ connection: redis.url, jobOptions: { attempts: 3, backoff: { type: 'fixed', delay: 200 }, ...opts.clientJobOptions } });
+  const workers: KmfleetWorker[] = [];
+  const env = (extra: Record<string, string> = {}) => ({
+    REDIS_URL: redis.url,
+    ...s3.env,
+    KMFLEET_METRICS_PORT: '0',
+    KMFLEET_LOG_LEVEL: process.env.KMFLEET_TEST_LOG_LEVEL ?? 'silent',
+    KMFLEET_THREADS: '2',
+    ...extra,
+  });
+  const config = (extra: Record<string, string> = {}) => loadWorkerConfig(env(extra));
+  return {
+    redis,
+    s3,
+    client,
+    env,
+    config,
+    async startWorker(extra = {}, o = {}) {
+      const c = config(extra);
+      const w = await startWorker(c, { s3: s3.handle, logger: pino({ level: c.logLevel }), ...o });
+      workers.push(w);
+      return w;
+    },
+    async stop() {
+      await Promise.all(workers.map((w) => w.shutdown('test end').catch(() => {})));
+      await client.close().catch(() => {});
+      await Promise.all([s3.stop(), redis.stop()]);
+    },
+  };
+}
+
+/** A worker in a child process: `node dist/cli/main.js worker` via bin/kmfleet.js, on the compiled build. */
+export interface ChildWorker {
+  proc: ChildProcess;
+  output(): string;
+  /** resolves with the exit code (or signal) */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  kill(signal: NodeJS.Signals): void;
+}
+
+export function distBuilt(): boolean {
+  return existsSync(join(ROOT, 'dist', 'cli', 'main.js')) && existsSync(join(ROOT, 'dist', 'worker', 'worker.js'));
+}
+
+export function spawnWorker(env: Record<string, string>): ChildWorker {
+  const proc = spawn(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), 'worker'], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  proc.stdout!.on('data', (d) => (out += d));
+  proc.stderr!.on('data', (d) => (out += d));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    proc.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  process.once('exit', () => proc.kill('SIGKILL'));
+  return { proc, output: () => out, exited, kill: (s) => proc.kill(s) };
+}
+
+/** Poll until `fn` returns a truthy value (or throw after timeoutMs). */
+export async function until<T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 20_000, what = 'condition'): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
