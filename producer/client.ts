@@ -162,6 +162,7 @@ export class KmfleetClient {
   }
 
   private async doConnect(): Promise<void> {
+    this.lastError = undefined;
     try {
       if (this.redis.status === 'wait') await this.redis.connect();
       else if (this.redis.status !== 'ready') {
@@ -170,7 +171,9 @@ export class KmfleetClient {
           this.redis.once('end', () => reject(this.lastError ?? new Error('Connection is closed.')));
         });
       }
-    } catch (err) {
+    } catch (rejection) {
+      // connect() rejects with a bare "Connection is closed."; the 'error' event had the reason.
+      const err = this.lastError ?? rejection;
       this.ready = undefined;
       if (this.ownsRedis) this.redis.disconnect(); // stop background reconnects: this process fails fast
       const e = toRedisUnavailable(err, this.where);
@@ -342,7 +345,8 @@ export class KmfleetClient {
           opts: { ...templateOptions(this.jobOptions), ...(priority ? { priority } : {}) },
         });
       } catch (err) {
-        if (/pattern|cron|invalid|explicit/i.test((err as Error).message)) {
+        // cron-parser's complaints (BullMQ parses the pattern when it computes the next run)
+        if (/pattern|cron|invalid|explicit|constraint|got value/i.test((err as Error).message)) {
           throw new InvalidArgumentError(`invalid schedule for ${name}: ${(err as Error).message}`);
         }
         throw err;

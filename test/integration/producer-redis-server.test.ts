@@ -1,6 +1,6 @@
 // The shared test helper itself: every integration test of the project relies on it starting and stopping cleanly.
 import { existsSync } from 'node:fs';
-import IORedis from 'ioredis';
+import { Redis as IORedis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { startRedisServer } from '../helpers/redis-server.js';
 
