@@ -6,6 +6,7 @@ import type { Command } from 'commander';
 import { registerFit } from './fit.js';
 import { registerGenerate } from './generate.js';
 import { registerWorker } from './worker.js';
+import { registerDemo } from './demo.js';
 
 export type RegisterCommand = (program: Command) => void;
 
@@ -13,4 +14,5 @@ export const commands: RegisterCommand[] = [
   registerFit,
   registerGenerate,
   registerWorker,
+  registerDemo,
 ];

@@ -40,7 +40,14 @@ export function s3SettingsFromEnv(env: NodeJS.ProcessEnv = process.env): S3Setti
     throw new Error(`KMFLEET_S3_COMPAT must be 'none' or 's3rver', got ${JSON.stringify(env.KMFLEET_S3_COMPAT)}`);
   }
   const pathStyle = env.KMFLEET_S3_FORCE_PATH_STYLE;
+  // Static keys in the given env are used as they are (what the SDK's env provider would do with process.env), so a
+  // config built from an env object (tests, the demo) carries its own keys; otherwise the full standard chain runs.
+  const credentials =
+    env.AWS_ACCESS_KEY_ID && env.AWS_SECRET_ACCESS_KEY
+      ? { accessKeyId: env.AWS_ACCESS_KEY_ID, secretAccessKey: env.AWS_SECRET_ACCESS_KEY, ...(env.AWS_SESSION_TOKEN ? { sessionToken: env.AWS_SESSION_TOKEN } : {}) }
+      : undefined;
   return {
+    credentials,
     endpoint,
     forcePathStyle: pathStyle === undefined || pathStyle === '' ? endpoint !== undefined : pathStyle === 'true' || pathStyle === '1',
     region: env.AWS_REGION || env.AWS_DEFAULT_REGION || 'us-east-1',
