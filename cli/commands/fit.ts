@@ -175,7 +175,7 @@ async function writeOutputs(
       emptyReseeded: result.emptyReseeded,
       initMethod: result.initMethod,
       dataVariance: Number.isFinite(result.dataVariance) ? result.dataVariance : null,
-      clusterSizes: { min: Math.min(...result.counts), max: Math.max(...result.counts) },
+      clusterSizes: { min: result.counts.reduce((a, b) => Math.min(a, b), Infinity), max: result.counts.reduce((a, b) => Math.max(a, b), 0) },
       backend: engine.plan.backend,
       device: engine.plan.device,
       precision: engine.plan.precision,
