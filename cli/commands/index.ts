@@ -6,6 +6,13 @@ import type { Command } from 'commander';
 import { registerFit } from './fit.js';
 import { registerGenerate } from './generate.js';
 import { registerWorker } from './worker.js';
+import { registerEnqueue } from './enqueue.js';
+import { registerStatus } from './status.js';
+import { registerWait } from './wait.js';
+import { registerCancel } from './cancel.js';
+import { registerSchedule } from './schedule.js';
+import { registerUnschedule } from './unschedule.js';
+import { registerHistory } from './history.js';
 import { registerDemo } from './demo.js';
 
 export type RegisterCommand = (program: Command) => void;
@@ -15,4 +22,11 @@ export const commands: RegisterCommand[] = [
   registerGenerate,
   registerWorker,
   registerDemo,
+  registerEnqueue,
+  registerStatus,
+  registerWait,
+  registerCancel,
+  registerSchedule,
+  registerUnschedule,
+  registerHistory,
 ];

@@ -1,0 +1,76 @@
+/**
+ * `kmfleet status JOBID`: state, spec, progress, result or failure of one job. The formatters here are shared
+ * with wait, enqueue --wait and history.
+ */
+import type { Command } from 'commander';
+import type { JobInfo } from '../../producer/client.js';
+import type { JobProgress } from '../../producer/progress.js';
+import type { JobResult } from '../../producer/results.js';
+import type { JobSpec } from '../../producer/spec.js';
+import { addConnectionOptions, cliAction, CommandFailure, printJson, withClient, type ConnectionFlags } from './connection.js';
+
+export function registerStatus(program: Command): void {
+  addConnectionOptions(
+    program
+      .command('status')
+      .description('show the state, progress and result of a queued job')
+      .argument('<jobId>', 'job id'),
+  ).action(
+    cliAction(async (jobId: string, flags: ConnectionFlags) => {
+      const info = await withClient(flags, (c) => c.get(jobId));
+      if (!info) throw new CommandFailure(`job ${jobId} not found (never enqueued, removed, or expired)`);
+      if (flags.json) printJson(info);
+      else process.stdout.write(formatInfo(info));
+    }),
+  );
+}
+
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return '?';
+  const s = Math.round(ms / 1000);
+  if (s < 60) return ms < 10_000 ? `${(ms / 1000).toFixed(1)}s` : `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(s % 60).padStart(2, '0')}s`;
+  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, '0')}m`;
+}
+
+const sci = (x: number | null) => (x === null ? '?' : Math.abs(x) >= 1e5 || (x !== 0 && Math.abs(x) < 1e-3) ? x.toExponential(3) : x.toPrecision(6));
+const iso = (ms: number | null) => (ms ? new Date(ms).toISOString() : '-');
+
+/** "iteration 12/300 · inertia 1.234e+5 · reassigned 3.21% · shift 0.0012 · ETA 1m20s" */
+export function formatProgress(p: JobProgress | null): string {
+  if (!p) return 'no progress reported yet';
+  const parts = [`${p.phase}`, `iteration ${p.iteration}/${p.maxIter}`];
+  if (p.inertia !== null) parts.push(`inertia ${sci(p.inertia)}`);
+  if (p.reassignedFraction !== null) parts.push(`reassigned ${(p.reassignedFraction * 100).toFixed(2)}%`);
+  else if (p.reassigned !== null) parts.push(`reassigned ${p.reassigned}`);
+  if (p.etaMs !== null) parts.push(`ETA ${formatDuration(p.etaMs)}`);
+  return parts.join(' · ');
+}
+
+export function formatSpec(s: JobSpec): string {
+  const ds = `${s.dataset.uri} (${s.dataset.format}${s.dataset.dims ? `, ${s.dataset.dims} dims` : ''})`;
+  return `k=${s.k} metric=${s.metric} init=${s.init} maxIter=${s.maxIter} precision=${s.precision}${s.name ? ` name=${s.name}` : ''}\n` +
+    `  dataset   ${ds}\n  output    ${s.output}`;
+}
+
+export function formatResult(r: JobResult): string {
+  const how = r.converged ? `converged (${r.stopReason})` : `stopped at maxIter`;
+  return (
+    `  result    ${r.iterations} iterations, ${how}; inertia ${sci(r.inertia)}; ${r.backend} ${r.device} ${r.precision}; ${formatDuration(r.timings.totalMs)}\n` +
+    `  centroids ${r.outputs.centroids}\n  labels    ${r.outputs.assignments}\n`
+  );
+}
+
+export function formatInfo(info: JobInfo): string {
+  const lines = [`job ${info.id}: ${info.state}${info.attemptsMade ? ` (attempts ${info.attemptsMade})` : ''}`];
+  if (info.spec) lines.push(`  spec      ${formatSpec(info.spec)}`);
+  if (info.scheduler) lines.push(`  schedule  ${info.scheduler}`);
+  if (info.state !== 'completed') lines.push(`  progress  ${formatProgress(info.progress)}`);
+  lines.push(`  created   ${iso(info.timestamps.createdAt)}  started ${iso(info.timestamps.startedAt)}  finished ${iso(info.timestamps.finishedAt)}`);
+  if (info.cancelRequested && info.state !== 'completed') lines.push(`  cancel    requested (${info.cancelRequested})`);
+  if (info.failedReason) lines.push(`  failed    ${info.failedReason}`);
+  let out = lines.join('\n') + '\n';
+  if (info.result) out += formatResult(info.result);
+  return out;
+}

@@ -1,0 +1,64 @@
+/**
+ * `kmfleet wait JOBID`: follows a job until it ends. On a terminal, one live line (bar, iteration/maxIter,
+ * inertia, reassigned %, ETA); elsewhere plain lines at most once a second. Exit 0 when it completed, 1 when it
+ * failed, was cancelled or the --timeout passed.
+ */
+import { InvalidArgumentError, type Command } from 'commander';
+import type { KmfleetClient } from '../../producer/client.js';
+import type { JobProgress } from '../../producer/progress.js';
+import type { JobResult } from '../../producer/results.js';
+import { ProgressLine } from '../progress.js';
+import { addConnectionOptions, cliAction, printJson, withClient, type ConnectionFlags } from './connection.js';
+import { formatDuration, formatProgress, formatResult } from './status.js';
+
+export interface WaitFlags extends ConnectionFlags {
+  timeout?: number;
+}
+
+export const msOption = (name: string) => (v: string): number => {
+  const n = Number(v);
+  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive integer of ms`);
+  return n;
+};
+
+export function registerWait(program: Command): void {
+  addConnectionOptions(
+    program
+      .command('wait')
+      .description('follow a job until it completes (live progress); exit 1 if it fails or is cancelled')
+      .argument('<jobId>', 'job id')
+      .option('--timeout <ms>', 'give up after this many ms (the job goes on)', msOption('--timeout')),
+  ).action(
+    cliAction(async (jobId: string, flags: WaitFlags) => {
+      await withClient(flags, async (c) => {
+        const result = await followJob(c, jobId, flags);
+        if (flags.json) printJson(result);
+        else process.stdout.write(`job ${jobId}: completed\n` + formatResult(result));
+      });
+    }),
+  );
+}
+
+function bar(p: JobProgress, width = 20): string {
+  const done = Math.max(0, Math.min(width, Math.round((p.iteration / Math.max(1, p.maxIter)) * width)));
+  return `[${'#'.repeat(done)}${'.'.repeat(width - done)}]`;
+}
+
+/** Waits for the job with a progress line on stderr (JSON lines with --json); resolves with the result. */
+export async function followJob(c: KmfleetClient, jobId: string, flags: WaitFlags): Promise<JobResult> {
+  const line = new ProgressLine({ json: flags.json, plainEveryMs: 1000 });
+  const started = Date.now();
+  try {
+    return await c.wait(jobId, {
+      timeoutMs: flags.timeout,
+      onProgress: (p, state) => {
+        const text = p && state === 'active'
+          ? `${jobId} ${bar(p)} ${formatProgress(p)}`
+          : `${jobId} ${state}${p ? ` · ${formatProgress(p)}` : ''} · ${formatDuration(Date.now() - started)}`;
+        line.update(text, { event: 'progress', jobId, state, ...(p ?? {}) });
+      },
+    });
+  } finally {
+    line.done();
+  }
+}
