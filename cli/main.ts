@@ -1,6 +1,6 @@
 /**
  * The `kmfleet` CLI: builds the commander program from cli/commands/index.ts and maps failures to exit codes:
- *   0 success · 1 failure (engine, device, I/O, a bug) · 2 bad input (options, dataset, spec, centroids)
+ *   0 success · 1 failure (engine, device, I/O, a bug) · 2 bad input (options, dataset, spec, centroids) · 130 interrupted
  * An error is one line on stderr: "kmfleet: error: <message>".
  */
 import { Command, CommanderError } from 'commander';
@@ -22,6 +22,7 @@ const INPUT_ERRORS = new Set(['DatasetFormatError', 'KmeansSpecError', 'InvalidA
 export function exitCodeOf(err: unknown): number {
   if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
   const e = err as { name?: string; code?: string };
+  if (e?.name === 'KmeansAbortedError') return 130; // interrupted (SIGINT), like a shell
   if (e && (INPUT_ERRORS.has(e.name ?? '') || e.code === 'ENOENT' || e.code === 'EISDIR' || e.code === 'EACCES')) return 2;
   return 1;
 }
