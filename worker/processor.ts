@@ -318,6 +318,7 @@ async function runJob(
       if (cancelled()) {
         outcome = 'cancelled';
         log.info('job cancelled');
+        if (store?.claim !== undefined) await store.cleanup().catch(() => {});
         throw toJobError(new JobInputError(CANCEL_REASON));
       }
       if (deps.preempt.aborted && token) {
@@ -336,8 +337,11 @@ async function runJob(
     }
     const mapped = toJobError(err);
     outcome = mapped === err ? 'retried' : 'failed';
-    if (mapped !== err) log.warn({ problem: (mapped as Error).message }, 'job failed (not retried)');
-    else log.error({ err }, 'job attempt failed');
+    if (mapped !== err) {
+      log.warn({ problem: (mapped as Error).message }, 'job failed (not retried)');
+      // no retry will use them
+      if (store?.claim !== undefined) await store.cleanup().catch(() => {});
+    } else log.error({ err }, 'job attempt failed');
     throw mapped;
   } finally {
     cancelWatch.dispose();
