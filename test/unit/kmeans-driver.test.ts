@@ -16,6 +16,7 @@ import { decodeNpy, encodeNpy, NpyWriter } from '../../worker/formats/index.js';
 import {
   decodeCheckpoint,
   encodeCheckpoint,
+  gatherRows,
   KmeansAbortedError,
   kmeansPlusPlusSampleSize,
   KmeansSpecError,
@@ -297,6 +298,28 @@ describe('runKmeans (contract engine)', () => {
     }
     expect(Array.from(await sampled(2))).toEqual(Array.from(s));
     expect(Array.from(await sampled(3))).not.toEqual(Array.from(s));
+  });
+
+  it('gathers scattered rows with coalesced reads, whatever the grouping', async () => {
+    const source = await LocalFileSource.open(blobs);
+    const all = Buffer.alloc(N * source.rowBytes);
+    await source.read(0, N, all);
+    const rng = new Rng(8);
+    const want = Array.from(new Set(Array.from({ length: 400 }, () => rng.nextInt(N)))).sort((a, b) => a - b);
+    want.push(N - 1, N - 2, N - 3);
+    want.sort((a, b) => a - b);
+    const uniq = Array.from(new Set(want));
+    for (const o of [{}, { gapBytes: 0 }, { gapBytes: 16 * 20, maxSpanBytes: 16 * 50, concurrency: 3 }, { maxSpanBytes: 1, concurrency: 1 }]) {
+      let reads = 0;
+      const counting: RowSource = { ...source, rows: source.rows, dims: source.dims, dtype: source.dtype, rowBytes: source.rowBytes, describe: () => '', close: async () => undefined,
+        read: (f, c, t) => { reads++; return source.read(f, c, t); } };
+      const out = Buffer.alloc(uniq.length * source.rowBytes);
+      await gatherRows(counting, uniq, out, o);
+      uniq.forEach((r, i) => expect(out.subarray(i * 16, i * 16 + 16).equals(all.subarray(r * 16, r * 16 + 16))).toBe(true));
+      if (Object.keys(o).length === 0) expect(reads).toBe(1); // 64 KiB gaps: one read for this small file
+      if ('gapBytes' in o && o.gapBytes === 0) expect(reads).toBeLessThan(uniq.length); // adjacent rows N-3..N-1 share one read
+    }
+    await source.close();
   });
 
   it('feeds in row order with at most plan.buffers in flight, and skips resident rows after the first pass', async () => {
