@@ -223,7 +223,10 @@ describe('Dockerfile', () => {
     expect(copies.some((c) => /\/src\/node_modules \.\/node_modules$/.test(c))).toBe(true);
   });
 
-  it('copies the addon from where CMakeLists.txt puts it', () => {
+  it('copies the addon from where CMakeLists.txt puts it, with the package.json that marks the package root', () => {
+    // native/index.ts finds build/Release/… by walking up to the package.json named "kmfleet"
+    expect(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).name).toBe('kmfleet');
+    expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && /\/src\/package\.json \.\/package\.json$/.test(i.args))).toBe(true);
     const cmake = readFileSync(join(ROOT, 'CMakeLists.txt'), 'utf8');
     const target = /add_library\((\w+) SHARED/.exec(cmake)![1];
     expect(cmake).toMatch(/SUFFIX "\.node"/);

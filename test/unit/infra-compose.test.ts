@@ -33,7 +33,7 @@ const envOf = (name: string): Record<string, string> => {
 };
 
 const WORKERS = ['worker', 'worker-gpu'];
-const LONG_RUNNING = ['redis', 'minio', 'worker', 'worker-gpu', 'queue-exporter', 'prometheus'];
+const LONG_RUNNING = ['redis', 'minio', 'worker', 'worker-gpu', 'queue-exporter', 'prometheus', 'grafana'];
 
 /** Environment variables the code reads: env.X, env['X'], and quoted KMFLEET_/REDIS_/AWS_ names. */
 function envVarsReadByCode(): Set<string> {
@@ -55,13 +55,26 @@ function envVarsReadByCode(): Set<string> {
   return names;
 }
 
+/** Every series name the fleet's registry can export (histograms: _bucket, _sum, _count). */
+async function exportedSeriesNames(): Promise<Set<string>> {
+  const fake = { name: 'q', getJobCounts: async () => ({ waiting: 0, prioritized: 0, delayed: 0, active: 0 }) };
+  const m = createFleetMetrics({ queue: fake, defaultMetrics: false });
+  const out = new Set<string>();
+  for (const x of await m.registry.getMetricsAsJSON()) {
+    out.add(x.name);
+    if (String(x.type) === 'histogram') for (const s of ['_bucket', '_sum', '_count']) out.add(x.name + s);
+  }
+  return out;
+}
+
 describe('infra/compose/compose.yaml', () => {
   it('has the fleet: Redis, MinIO + bucket creation, workers (CPU and GPU profile), exporter, Prometheus, dashboard', () => {
     expect(Object.keys(services).sort()).toEqual(
-      ['dashboard', 'minio', 'minio-init', 'prometheus', 'queue-exporter', 'redis', 'worker', 'worker-gpu'].sort(),
+      ['dashboard', 'grafana', 'minio', 'minio-init', 'prometheus', 'queue-exporter', 'redis', 'worker', 'worker-gpu'].sort(),
     );
     expect(services['worker-gpu'].profiles).toEqual(['gpu']);
     expect(services.dashboard.profiles).toEqual(['dashboard']);
+    expect(services.grafana.profiles).toEqual(['grafana']);
     expect(services.worker.profiles).toBeUndefined(); // `up` alone starts CPU workers, which run anywhere
   });
 
@@ -207,12 +220,20 @@ describe('infra/prometheus', () => {
     expect(mounts).toContain('/etc/prometheus/prometheus.yml');
   });
 
+  it('Grafana is provisioned with the stack Prometheus and the kmfleet dashboard', () => {
+    const ds = load(join(ROOT, 'infra', 'grafana', 'provisioning', 'datasources', 'prometheus.yml'));
+    const url = new URL(ds.datasources[0].url);
+    expect(services[url.hostname].image).toMatch(/^prom\/prometheus:/);
+    expect(Number(url.port)).toBe(9090);
+    const prov = load(join(ROOT, 'infra', 'grafana', 'provisioning', 'dashboards', 'kmfleet.yml'));
+    const mounts = (services.grafana.volumes as string[]).map((v) => v.split(':'));
+    const dashMount = mounts.find(([src]) => src.endsWith('kmfleet-dashboard.json'))!;
+    expect(dashMount[1].startsWith(prov.providers[0].options.path + '/')).toBe(true);
+    expect(mounts.find(([src]) => src.endsWith('provisioning'))![1]).toBe('/etc/grafana/provisioning');
+  });
+
   it('alert rules use only metrics the fleet exports', async () => {
-    const fake = { name: 'q', getJobCounts: async () => ({ waiting: 0, prioritized: 0, delayed: 0, active: 0 }) };
-    const m = createFleetMetrics({ queue: fake, defaultMetrics: false });
-    const exported = new Set(
-      (await m.registry.metrics()).split('\n').flatMap((l) => /^([a-z_:]+)[{ ]/.exec(l)?.[1] ?? []),
-    );
+    const exported = await exportedSeriesNames();
     expect(exported.has('kmfleet_queue_pending')).toBe(true);
     let count = 0;
     for (const g of rules.groups) {
@@ -224,5 +245,44 @@ describe('infra/prometheus', () => {
       }
     }
     expect(count).toBeGreaterThan(0);
+  });
+});
+
+describe('infra/grafana/kmfleet-dashboard.json', () => {
+  const dash = JSON.parse(readFileSync(join(ROOT, 'infra', 'grafana', 'kmfleet-dashboard.json'), 'utf8'));
+
+  it('is a dashboard with unique panel ids, non-overlapping on a 24-column grid, each with a query', () => {
+    expect(dash.uid).toBe('kmfleet');
+    const ids = dash.panels.map((p: Obj) => p.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    const cells = new Set<string>();
+    for (const p of dash.panels) {
+      const g = p.gridPos;
+      expect(g.x + g.w, p.title).toBeLessThanOrEqual(24);
+      for (let x = g.x; x < g.x + g.w; x++) {
+        for (let y = g.y; y < g.y + g.h; y++) {
+          expect(cells.has(`${x},${y}`), `${p.title} overlaps`).toBe(false);
+          cells.add(`${x},${y}`);
+        }
+      }
+      expect(p.targets.length, p.title).toBeGreaterThan(0);
+      expect(p.datasource.uid).toBe('${datasource}');
+    }
+  });
+
+  it('queries only metrics the fleet exports, with balanced parentheses and braces', async () => {
+    const exported = await exportedSeriesNames();
+    let n = 0;
+    for (const p of dash.panels) {
+      for (const t of p.targets) {
+        const expr = t.expr as string;
+        for (const name of expr.match(/\bkmfleet_\w+/g) ?? []) expect(exported, `${p.title}: ${name}`).toContain(name);
+        for (const [o, c] of [['(', ')'], ['{', '}'], ['[', ']']]) {
+          expect(expr.split(o).length, `${p.title}: ${expr}`).toBe(expr.split(c).length);
+        }
+        n++;
+      }
+    }
+    expect(n).toBeGreaterThan(10);
   });
 });
