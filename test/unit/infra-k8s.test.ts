@@ -14,6 +14,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigMap, Namespace, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
+import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { DEFAULT_METRICS_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH } from '../../worker/metrics/index.js';
 import { loadWorkerConfig } from '../../worker/config.js';
 
@@ -207,11 +208,38 @@ describe('infra/k8s manifests', () => {
       expect(typeof t.type).toBe('string');
       for (const v of Object.values(t.metadata)) expect(typeof v).toBe('string'); // KEDA metadata is strings only
     }
+    // field names from the KEDA 2.x ScaledObject and Prometheus-scaler documentation: a typo is not ignored silently
+    const keys = (o: Obj) => Object.keys(o ?? {});
+    const SO_SPEC = ['scaleTargetRef', 'pollingInterval', 'cooldownPeriod', 'initialCooldownPeriod', 'idleReplicaCount', 'minReplicaCount', 'maxReplicaCount', 'fallback', 'advanced', 'triggers'];
+    const PROM_META = ['serverAddress', 'query', 'threshold', 'activationThreshold', 'namespace', 'customHeaders', 'ignoreNullValues', 'queryParameters', 'unsafeSsl', 'timeout'];
+    for (const k of keys(scaled.spec)) expect(SO_SPEC, `ScaledObject spec.${k}`).toContain(k);
+    for (const k of keys(scaled.spec.scaleTargetRef)) expect(['apiVersion', 'kind', 'name', 'envSourceContainerName'], k).toContain(k);
+    for (const k of keys(scaled.spec.fallback)) expect(['failureThreshold', 'replicas', 'behavior'], k).toContain(k);
+    for (const k of keys(scaled.spec.advanced)) expect(['horizontalPodAutoscalerConfig', 'restoreToOriginalReplicaCount', 'scalingModifiers'], k).toContain(k);
+    for (const t of scaled.spec.triggers) {
+      for (const k of keys(t)) expect(['type', 'name', 'metadata', 'metricType', 'useCachedMetrics', 'authenticationRef'], k).toContain(k);
+      if (t.type === 'prometheus') {
+        for (const k of keys(t.metadata)) expect(PROM_META, `prometheus trigger ${k}`).toContain(k);
+        for (const k of ['serverAddress', 'query', 'threshold']) expect(t.metadata[k], k).toBeTruthy();
+      }
+    }
+    // the HPA behavior block is a real autoscaling/v2 HorizontalPodAutoscalerBehavior
+    const behavior = scaled.spec.advanced.horizontalPodAutoscalerConfig.behavior;
+    expect(() =>
+      new HorizontalPodAutoscaler({
+        metadata: { name: 'x' },
+        spec: { scaleTargetRef: { kind: 'Deployment', name: 'x' }, maxReplicas: 1, behavior },
+      }).validate(),
+    ).not.toThrow();
+    expect(unknownFields(behavior, knownFieldNames())).toEqual([]);
+
     const sm = get('ServiceMonitor', 'kmfleet');
     expect(sm.apiVersion).toBe('monitoring.coreos.com/v1');
+    for (const k of keys(sm.spec)) expect(['selector', 'namespaceSelector', 'endpoints', 'jobLabel', 'targetLabels', 'podTargetLabels', 'sampleLimit'], k).toContain(k);
     expect(sm.spec.selector.matchLabels).toBeDefined();
     expect(sm.spec.endpoints.length).toBeGreaterThan(0);
     for (const e of sm.spec.endpoints) {
+      for (const k of keys(e)) expect(['port', 'targetPort', 'path', 'scheme', 'interval', 'scrapeTimeout', 'honorLabels', 'relabelings', 'metricRelabelings', 'tlsConfig', 'params'], k).toContain(k);
       expect(e.port).toBe('metrics');
       expect(e.path).toBe(METRICS_PATH);
       expect(e.interval).toMatch(/^\d+s$/);
