@@ -3,8 +3,8 @@
  * worker configuration built from an env object (as a pod would get it), the producer SDK, and helpers to run a worker
  * in this process or in a child process (node on the compiled dist/, so that SIGKILL / SIGTERM hit a real process).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { KmfleetClient } from '../../producer/client.js';
@@ -72,6 +72,25 @@ export function distBuilt(): boolean {
   return existsSync(join(ROOT, 'dist', 'cli', 'main.js')) && existsSync(join(ROOT, 'dist', 'worker', 'worker.js'));
 }
 
+function newestMtime(dir: string): number {
+  let newest = 0;
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    const st = statSync(p);
+    if (st.isDirectory()) newest = Math.max(newest, newestMtime(p));
+    else if (name.endsWith('.ts')) newest = Math.max(newest, st.mtimeMs);
+  }
+  return newest;
+}
+
+/** Child workers run the compiled dist/: compile it (tsc, a few seconds) when a source is newer than the build. */
+export function ensureDistBuilt(): void {
+  const entry = join(ROOT, 'dist', 'cli', 'main.js');
+  const built = existsSync(entry) ? statSync(entry).mtimeMs : 0;
+  const sources = Math.max(...['producer', 'worker', 'native', 'cli'].map((d) => newestMtime(join(ROOT, d))));
+  if (sources > built || !distBuilt()) execFileSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json')], { stdio: 'inherit' });
+}
+
 export function spawnWorker(env: Record<string, string>): ChildWorker {
   const proc = spawn(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), 'worker'], {
     cwd: ROOT,
@@ -97,4 +116,34 @@ export async function until<T>(fn: () => Promise<T | undefined | null | false>, 
     if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 25));
   }
+}
+
+/** Run the driver on a local copy of the dataset with the engine options the worker uses: the reference result. */
+export async function referenceFit(
+  path: string,
+  spec: { k: number; maxIter: number; tol?: number; tolReassign?: number; seed: number },
+  engine: { chunkRows: number; threads: number },
+): Promise<{ centroids: Float32Array; labels: Int32Array; iterations: number; inertia: number }> {
+  const { Engine } = await import('../../native/index.js');
+  const { LocalFileSource } = await import('../../worker/dataset/local-file-source.js');
+  const { runKmeans } = await import('../../worker/kmeans/driver.js');
+  const source = await LocalFileSource.open(path);
+  const eng = await Engine.open({
+    rows: source.rows, dims: source.dims, k: spec.k, metric: 'l2', dtype: source.dtype, backend: 'cpu', precision: 'auto',
+    chunkRows: engine.chunkRows, threads: engine.threads,
+  });
+  try {
+    const r = await runKmeans({
+      engine: eng, source,
+      spec: { k: spec.k, metric: 'l2', init: 'kmeans++', maxIter: spec.maxIter, tol: spec.tol ?? 1e-4, tolReassign: spec.tolReassign ?? 0, seed: spec.seed },
+    });
+    return { centroids: r.centroids, labels: eng.labels(), iterations: r.iterations, inertia: r.inertia };
+  } finally {
+    eng.close();
+    await source.close();
+  }
+}
+
+export function bytesOf(a: ArrayBufferView): Buffer {
+  return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 }
