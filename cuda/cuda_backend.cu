@@ -1,10 +1,524 @@
-// makeCudaBackend(): the CUDA implementation of the engine's Backend (stub until the kernels land).
-#include "bridge.h"
+// The CUDA Backend (native/src/backend.h): pinned host buffers, three streams, resident rows, the kernels.
+//
+// Streams and events per chunk i (slot = i % 2):
+//   copy     H2D host buffer → slot.raw            (waits slot.rawFree: chunk i−2 finished reading it)
+//   compute  prepare → assign (+ recheck) → distances → sums      (waits the copy)
+//   d2h      labels (+ distances, farthest rows) → slot's pinned staging (waits compute)
+// processChunk returns once its H2D is done (the engine may refill the host buffer) while compute of chunk i
+// and the D2H of chunk i−1 are still in flight. The host copies a slot's staging into the engine's label
+// array when the slot comes round again (or in finishPass).
+// Resident rows: the first plan.residentRows rows (whole chunks), prepared once into device arrays and
+// processed in later passes by processResident with the same chunk boundaries as when they were fed, so
+// sums are added in the same order as a fully streamed run: bitwise-identical centroids.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_bridge.h"
+#include "far_rows.h"
+#include "kernels.h"
+#include "operands.h"
+#include "planner.h"
 
 namespace kmfleet {
+namespace {
 
-std::unique_ptr<Backend> makeCudaBackend(const EngineConfig&) {
-  throw DeviceError("CUDA backend not implemented yet");
+using namespace cuda;
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  if (e == cudaErrorMemoryAllocation)
+    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA out of memory in ") + what);
+  throw EngineError(ErrorCode::Device, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+T* devAlloc(std::size_t count, const char* what) {
+  void* p = nullptr;
+  if (count == 0) count = 1;
+  const cudaError_t e = cudaMalloc(&p, count * sizeof(T));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    std::size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA: cannot allocate ") +
+                                                  std::to_string(count * sizeof(T) >> 20) + " MiB for " + what +
+                                                  " (" + std::to_string(fr >> 20) + " MiB free)");
+  }
+  return static_cast<T*>(p);
+}
+
+template <typename T>
+T* hostAlloc(std::size_t count, const char* what) {
+  void* p = nullptr;
+  if (count == 0) count = 1;
+  const cudaError_t e = cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw EngineError(ErrorCode::OutOfMemory, std::string("cannot allocate ") + std::to_string(count * sizeof(T) >> 20) +
+                                                  " MiB of pinned host memory for " + what);
+  }
+  return static_cast<T*>(p);
+}
+
+InType inType(DType t) { return t == DType::F32 ? InType::F32 : t == DType::F16 ? InType::F16 : InType::BF16; }
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const EngineConfig& cfg) : cfg_(cfg) {
+    int count = 0;
+    check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (cfg.device < 0 || cfg.device >= count)
+      throw EngineError(ErrorCode::InvalidArgument,
+                        "CUDA device " + std::to_string(cfg.device) + " does not exist (" + std::to_string(count) +
+                            " device(s))");
+    check(cudaSetDevice(cfg.device), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, cfg.device), "cudaGetDeviceProperties");
+    std::size_t freeB = 0, totalB = 0;
+    check(cudaMemGetInfo(&freeB, &totalB), "cudaMemGetInfo");
+    mp_ = planMemory(cfg, freeB);
+    n_ = cfg.rows;
+    d_ = static_cast<int>(cfg.dims);
+    k_ = static_cast<int>(cfg.k);
+    dp_ = padDims(d_);
+    kp_ = padCentroids(k_);
+    rowBytes_ = static_cast<std::size_t>(d_) * dtypeBytes(cfg.dtype);
+    cosine_ = cfg.metric == Metric::Cosine;
+    plan_.backend = BackendKind::Cuda;
+    plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+    plan_.precision = mp_.precision;
+    plan_.chunkRows = mp_.chunkRows;
+    plan_.buffers = mp_.buffers;
+    plan_.residentRows = mp_.residentRows;
+    plan_.rowBytes = rowBytes_;
+    try {
+      allocate();
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(cfg_.device);
+    cudaDeviceSynchronize();
+    release();
+  }
+
+  const Plan& plan() const override { return plan_; }
+  void* hostBuffer(int index) override { return host_.at(static_cast<std::size_t>(index)); }
+  std::int64_t residentHeld() const override { return residentHeld_; }
+
+  void beginPass(const PassSpec& spec) override {
+    check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+    spec_ = spec;
+    fit_ = spec.mode == PassMode::Fit;
+    rowsSeen_ = 0;
+    retainedThisPass_ = 0;
+    far_.clear();
+    std::memcpy(hostCentroids_, spec.centroids, sizeof(float) * std::size_t(k_) * d_);
+    check(cudaMemcpyAsync(cf_, hostCentroids_, sizeof(float) * std::size_t(k_) * d_, cudaMemcpyHostToDevice, compute_),
+          "centroid upload");
+    check(cudaMemsetAsync(sums_, 0, sizeof(double) * std::size_t(k_) * d_, compute_), "memset");
+    check(cudaMemsetAsync(counts_, 0, sizeof(long long) * k_, compute_), "memset");
+    check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
+    check(cudaMemsetAsync(bad_, 0xff, 2 * sizeof(unsigned long long), compute_), "memset");
+    check(cudaMemsetAsync(flaggedTotal_, 0, sizeof(unsigned long long), compute_), "memset");
+    centroidsReady_ = false;
+    if (muReady_) prepareCentroidOps();
+  }
+
+  void processResident() override {
+    check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+    for (std::int64_t first = 0; first < residentHeld_; first += mp_.chunkRows) {
+      if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+      const std::int64_t rows = std::min(mp_.chunkRows, residentHeld_ - first);
+      Slot& slot = nextSlot();
+      computeChunk(residentOps(first), first, rows, slot);
+    }
+  }
+
+  void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) override {
+    check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+    if (buffer < 0 || buffer >= mp_.buffers || rows <= 0 || rows > mp_.chunkRows)
+      throw EngineError(ErrorCode::InvalidArgument, "processChunk: bad buffer or row count");
+    Slot& slot = nextSlot();
+    check(cudaStreamWaitEvent(copy_, slot.rawFree, 0), "cudaStreamWaitEvent");
+    check(cudaMemcpyAsync(slot.raw, host_[buffer], rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
+    check(cudaEventRecord(slot.copied, copy_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(compute_, slot.copied, 0), "cudaStreamWaitEvent");
+
+    // Rows of [0, residentRows) not yet held are retained: prepared straight into the resident arrays.
+    const bool retain = residentHeld_ == 0 && firstRow < mp_.residentRows && firstRow == retainedThisPass_ &&
+                        firstRow + rows <= mp_.residentRows;
+    const RowOps ops = retain ? residentOps(firstRow) : streamOps_;
+    if (!muReady_) establishMu(slot.raw, rows);
+    prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, bad_, bad_ + 1, compute_);
+    check(cudaGetLastError(), "prepareRows");
+    check(cudaEventRecord(slot.rawFree, compute_), "cudaEventRecord");
+    computeChunk(ops, firstRow, rows, slot);
+    if (retain) retainedThisPass_ += rows;
+    // The engine may refill the host buffer once its copy is done.
+    check(cudaEventSynchronize(slot.copied), "H2D");
+  }
+
+  PassTotals finishPass() override {
+    check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+    check(cudaStreamSynchronize(compute_), "compute");
+    check(cudaStreamSynchronize(d2h_), "D2H");
+    for (Slot& s : slots_) drain(s);
+    unsigned long long bad[2];
+    check(cudaMemcpy(bad, bad_, sizeof bad, cudaMemcpyDeviceToHost), "D2H");
+    if (bad[0] != ~0ULL)
+      throw EngineError(ErrorCode::NonFiniteInput, "non-finite value in row " + std::to_string(bad[0]),
+                        static_cast<std::int64_t>(bad[0]));
+    if (bad[1] != ~0ULL)
+      throw EngineError(ErrorCode::InvalidArgument,
+                        "row " + std::to_string(bad[1]) + " has zero norm (cosine needs non-zero rows)");
+    PassTotals t;
+    t.counts.resize(k_);
+    t.inertia.resize(k_);
+    std::vector<long long> counts(k_);
+    check(cudaMemcpy(counts.data(), counts_, sizeof(long long) * k_, cudaMemcpyDeviceToHost), "D2H");
+    check(cudaMemcpy(t.inertia.data(), inertia_, sizeof(double) * k_, cudaMemcpyDeviceToHost), "D2H");
+    for (int c = 0; c < k_; ++c) t.counts[c] = counts[c];
+    if (fit_) {
+      t.sums.resize(std::size_t(k_) * d_);
+      check(cudaMemcpy(t.sums.data(), sums_, sizeof(double) * t.sums.size(), cudaMemcpyDeviceToHost), "D2H");
+    }
+    unsigned long long flagged = 0;
+    check(cudaMemcpy(&flagged, flaggedTotal_, sizeof flagged, cudaMemcpyDeviceToHost), "D2H");
+    lastRecheckRows_ = static_cast<std::int64_t>(flagged);
+    if (spec_.farthest > 0) {
+      std::stable_sort(far_.begin(), far_.end(), [](const FarRow& a, const FarRow& b) {
+        return a.distance > b.distance || (a.distance == b.distance && a.row < b.row);
+      });
+      if (far_.size() > std::size_t(spec_.farthest)) far_.resize(spec_.farthest);
+      t.farthest = std::move(far_);
+    }
+    far_.clear();
+    t.rowsSeen = rowsSeen_;
+    if (std::getenv("KMFLEET_CUDA_STATS"))
+      std::fprintf(stderr, "[kmfleet cuda] pass rows=%lld resident=%lld recheck=%llu (%.4f%%)\n",
+                   static_cast<long long>(rowsSeen_), static_cast<long long>(residentHeld_), flagged,
+                   rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0);
+    if (residentHeld_ == 0 && retainedThisPass_ == mp_.residentRows) residentHeld_ = mp_.residentRows;
+    return t;
+  }
+
+  void abortPass() noexcept override {
+    cudaSetDevice(cfg_.device);
+    cudaStreamSynchronize(copy_);
+    cudaStreamSynchronize(compute_);
+    cudaStreamSynchronize(d2h_);
+    cudaGetLastError();
+    for (Slot& s : slots_) s.pending = false;
+    far_.clear();
+    retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
+  }
+
+ private:
+  struct Slot {
+    void* raw = nullptr;
+    int* labels = nullptr;
+    float* dist32 = nullptr;
+    double* topDist = nullptr;
+    long long* topRow = nullptr;
+    float* topValues = nullptr;
+    int* hLabels = nullptr;
+    float* hDist = nullptr;
+    double* hTopDist = nullptr;
+    long long* hTopRow = nullptr;
+    float* hTopValues = nullptr;
+    cudaEvent_t copied = nullptr, rawFree = nullptr, outDone = nullptr, computed = nullptr;
+    bool pending = false;
+    std::int64_t firstRow = 0, rows = 0;
+    int far = 0;
+    bool dist = false;
+  };
+
+  void allocate() {
+    const std::size_t chunk = std::size_t(mp_.chunkRows);
+    const int terms = opTerms(mp_.op);
+    check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (int b = 0; b < mp_.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * rowBytes_, "host buffers"));
+    hostCentroids_ = hostAlloc<float>(std::size_t(k_) * d_, "centroids");
+    // centroids and totals
+    cf_ = devAlloc<float>(std::size_t(k_) * d_, "centroids");
+    bhi_ = devAlloc<unsigned short>(std::size_t(kp_) * dp_, "centroid operands");
+    blo_ = terms > 1 ? devAlloc<unsigned short>(std::size_t(kp_) * dp_, "centroid operands") : nullptr;
+    cnorm_ = devAlloc<float>(kp_, "centroid norms");
+    mu_ = devAlloc<float>(d_, "shift");
+    sums_ = devAlloc<double>(std::size_t(k_) * d_, "sums");
+    counts_ = devAlloc<long long>(k_, "counts");
+    inertia_ = devAlloc<double>(k_, "inertia");
+    bad_ = devAlloc<unsigned long long>(2, "flags");
+    flaggedTotal_ = devAlloc<unsigned long long>(1, "flags");
+    flaggedCount_ = devAlloc<unsigned>(1, "flags");
+    // streamed rows' scratch (one: only the compute stream uses it)
+    streamOps_ = allocOps(chunk, "chunk scratch");
+    flagged_ = devAlloc<int>(chunk, "chunk scratch");
+    dist_ = devAlloc<double>(chunk, "chunk scratch");
+    farScratch_ = devAlloc<char>(farRowsScratchBytes(mp_.chunkRows), "chunk scratch");
+    allocAccumulateScratch(acc_, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
+    // resident rows
+    if (mp_.residentRows > 0) resident_ = allocOps(std::size_t(mp_.residentRows), "resident rows");
+    for (Slot& s : slots_) {
+      s.raw = devAlloc<char>(chunk * rowBytes_, "chunk slots");
+      s.labels = devAlloc<int>(chunk, "chunk slots");
+      s.dist32 = devAlloc<float>(chunk, "chunk slots");
+      s.hLabels = hostAlloc<int>(chunk, "label staging");
+      s.hDist = hostAlloc<float>(chunk, "distance staging");
+      for (cudaEvent_t* e : {&s.copied, &s.rawFree, &s.outDone, &s.computed})
+        check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
+    }
+  }
+
+  RowOps allocOps(std::size_t rows, const char* what) {
+    RowOps o;
+    o.xf = devAlloc<float>(rows * d_, what);
+    o.ahi = devAlloc<unsigned short>(rows * dp_, what);
+    o.alo = opTerms(mp_.op) > 1 ? devAlloc<unsigned short>(rows * dp_, what) : nullptr;
+    o.rowScale = devAlloc<float>(rows, what);
+    o.rowNorm = devAlloc<float>(rows, what);
+    return o;
+  }
+  static void freeOps(RowOps& o) {
+    for (void* p : {static_cast<void*>(o.xf), o.ahi, o.alo, static_cast<void*>(o.rowScale),
+                    static_cast<void*>(o.rowNorm)})
+      if (p) cudaFree(p);
+    o = RowOps{};
+  }
+
+  void release() noexcept {
+    for (Slot& s : slots_) {
+      for (void* p : {s.raw, static_cast<void*>(s.labels), static_cast<void*>(s.dist32), static_cast<void*>(s.topDist),
+                      static_cast<void*>(s.topRow), static_cast<void*>(s.topValues)})
+        if (p) cudaFree(p);
+      for (void* p : {static_cast<void*>(s.hLabels), static_cast<void*>(s.hDist), static_cast<void*>(s.hTopDist),
+                      static_cast<void*>(s.hTopRow), static_cast<void*>(s.hTopValues)})
+        if (p) cudaFreeHost(p);
+      for (cudaEvent_t e : {s.copied, s.rawFree, s.outDone, s.computed})
+        if (e) cudaEventDestroy(e);
+      s = Slot{};
+    }
+    freeOps(streamOps_);
+    freeOps(resident_);
+    freeAccumulateScratch(acc_);
+    for (void* p : {static_cast<void*>(cf_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
+                    static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),
+                    static_cast<void*>(counts_), static_cast<void*>(inertia_), static_cast<void*>(bad_),
+                    static_cast<void*>(flaggedTotal_), static_cast<void*>(flaggedCount_), static_cast<void*>(flagged_),
+                    static_cast<void*>(dist_), static_cast<void*>(farScratch_)})
+      if (p) cudaFree(p);
+    for (void* p : host_) cudaFreeHost(p);
+    host_.clear();
+    if (hostCentroids_) cudaFreeHost(hostCentroids_);
+    hostCentroids_ = nullptr;
+    for (cudaStream_t s : {copy_, compute_, d2h_})
+      if (s) cudaStreamDestroy(s);
+    copy_ = compute_ = d2h_ = nullptr;
+    cudaGetLastError();
+  }
+
+  RowOps residentOps(std::int64_t firstRow) const {
+    RowOps o = resident_;
+    const std::size_t r = std::size_t(firstRow);
+    o.xf += r * d_;
+    o.ahi = static_cast<unsigned short*>(o.ahi) + r * dp_;
+    if (o.alo) o.alo = static_cast<unsigned short*>(o.alo) + r * dp_;
+    o.rowScale += r;
+    o.rowNorm += r;
+    return o;
+  }
+
+  // μ: the mean of the first rows of the first chunk ever fed (deterministic: the engine feeds in row order).
+  void establishMu(const void* raw, std::int64_t rows) {
+    prepareRows(raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, 0, nullptr, streamOps_, bad_, bad_ + 1, compute_);
+    rowMean(streamOps_.xf, rows, d_, mu_, compute_);
+    hostMu_.resize(d_);
+    check(cudaMemcpyAsync(hostMu_.data(), mu_, sizeof(float) * d_, cudaMemcpyDeviceToHost, compute_), "D2H");
+    check(cudaStreamSynchronize(compute_), "mean");
+    // a non-finite first chunk leaves μ non-finite: fall back to μ = 0 (the pass fails with NonFiniteInput anyway)
+    for (float& v : hostMu_)
+      if (!std::isfinite(v)) v = 0.f;
+    check(cudaMemcpyAsync(mu_, hostMu_.data(), sizeof(float) * d_, cudaMemcpyHostToDevice, compute_), "H2D");
+    check(cudaStreamSynchronize(compute_), "mean");
+    muReady_ = true;
+    prepareCentroidOps();
+  }
+
+  void prepareCentroidOps() {
+    const CentroidStats st = centroidStats(hostCentroids_, hostMu_.data(), k_, d_);
+    prepareCentroids(cf_, mu_, k_, d_, mp_.op, st.scale, bhi_, blo_, cnorm_, compute_);
+    check(cudaGetLastError(), "prepareCentroids");
+    cops_.bhi = bhi_;
+    cops_.blo = blo_;
+    cops_.cnorm = cnorm_;
+    cops_.cf = cf_;
+    cops_.scale = st.scale;
+    cops_.maxNorm = st.maxNorm;
+    cops_.shifted = true;
+    centroidsReady_ = true;
+  }
+
+  Slot& nextSlot() {
+    Slot& s = slots_[slotNext_];
+    slotNext_ ^= 1;
+    drain(s);
+    return s;
+  }
+
+  // Copy a slot's finished outputs into the engine's arrays.
+  void drain(Slot& s) {
+    if (!s.pending) return;
+    check(cudaEventSynchronize(s.outDone), "D2H");
+    std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
+    if (s.dist && spec_.distances) std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
+    for (int i = 0; i < s.far; ++i) {
+      FarRow f;
+      f.row = s.hTopRow[i];
+      f.distance = s.hTopDist[i];
+      f.label = spec_.labels[f.row];
+      f.values.assign(s.hTopValues + std::size_t(i) * d_, s.hTopValues + std::size_t(i + 1) * d_);
+      far_.push_back(std::move(f));
+    }
+    s.pending = false;
+  }
+
+  void ensureFarBuffers(Slot& s, int f) {
+    if (f <= farCapacity_ && s.topDist) return;
+    const int cap = std::max(f, farCapacity_);
+    for (Slot& t : slots_) drain(t);  // their staging is about to be replaced
+    for (Slot& t : slots_) {
+      if (t.topDist) { cudaFree(t.topDist); cudaFree(t.topRow); cudaFree(t.topValues); }
+      if (t.hTopDist) { cudaFreeHost(t.hTopDist); cudaFreeHost(t.hTopRow); cudaFreeHost(t.hTopValues); }
+      t.topDist = devAlloc<double>(cap, "farthest rows");
+      t.topRow = devAlloc<long long>(cap, "farthest rows");
+      t.topValues = devAlloc<float>(std::size_t(cap) * d_, "farthest rows");
+      t.hTopDist = hostAlloc<double>(cap, "farthest rows");
+      t.hTopRow = hostAlloc<long long>(cap, "farthest rows");
+      t.hTopValues = hostAlloc<float>(std::size_t(cap) * d_, "farthest rows");
+    }
+    farCapacity_ = cap;
+  }
+
+  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot& slot) {
+    if (!centroidsReady_) prepareCentroidOps();
+    const int far = fit_ && spec_.farthest > 0 ? static_cast<int>(std::min<std::int64_t>(spec_.farthest, rows)) : 0;
+    if (far > 0) ensureFarBuffers(slot, far);
+    // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
+    check(cudaMemsetAsync(flaggedCount_, 0, sizeof(unsigned), compute_), "memset");
+    assignRows(ops, rows, d_, cops_, k_, mp_.op, slot.labels, flagged_, flaggedCount_, compute_);
+    check(cudaGetLastError(), "assignRows");
+    if (mp_.op == OpKind::F16x3) {
+      recheckRows(ops.xf, d_, cf_, k_, flagged_, flaggedCount_, rows, slot.labels, compute_);
+      addFlagged(compute_);
+    }
+    const bool wantDist = spec_.distances != nullptr;
+    rowDistances(ops.xf, rows, d_, cf_, slot.labels, cosine_, dist_, wantDist ? slot.dist32 : nullptr, compute_);
+    accumulate(ops.xf, rows, d_, k_, slot.labels, dist_, fit_, acc_, sums_, counts_, inertia_, compute_);
+    if (far > 0)
+      farRows(dist_, ops.xf, rows, d_, firstRow, far, farScratch_, slot.topDist, slot.topRow, slot.topValues, compute_);
+    check(cudaGetLastError(), "chunk kernels");
+    check(cudaEventRecord(slot.computed, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(d2h_, slot.computed, 0), "cudaStreamWaitEvent");
+    check(cudaMemcpyAsync(slot.hLabels, slot.labels, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
+    if (wantDist)
+      check(cudaMemcpyAsync(slot.hDist, slot.dist32, sizeof(float) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
+    if (far > 0) {
+      check(cudaMemcpyAsync(slot.hTopDist, slot.topDist, sizeof(double) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
+      check(cudaMemcpyAsync(slot.hTopRow, slot.topRow, sizeof(long long) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
+      check(cudaMemcpyAsync(slot.hTopValues, slot.topValues, sizeof(float) * std::size_t(far) * d_,
+                            cudaMemcpyDeviceToHost, d2h_),
+            "D2H");
+    }
+    check(cudaEventRecord(slot.outDone, d2h_), "cudaEventRecord");
+    // The next compute into this slot's labels must wait for this D2H: compute waits outDone of the slot
+    // it is about to reuse (drain() on the host already waited for it).
+    slot.pending = true;
+    slot.firstRow = firstRow;
+    slot.rows = rows;
+    slot.far = far;
+    slot.dist = wantDist;
+    rowsSeen_ += rows;
+  }
+
+  void addFlagged(cudaStream_t s);
+
+  EngineConfig cfg_;
+  MemoryPlan mp_;
+  Plan plan_;
+  std::int64_t n_ = 0;
+  int d_ = 0, k_ = 0;
+  std::int64_t dp_ = 0, kp_ = 0;
+  std::size_t rowBytes_ = 0;
+  bool cosine_ = false;
+
+  cudaStream_t copy_ = nullptr, compute_ = nullptr, d2h_ = nullptr;
+  std::vector<void*> host_;
+  float* hostCentroids_ = nullptr;
+  Slot slots_[2];
+  int slotNext_ = 0;
+
+  float* cf_ = nullptr;
+  unsigned short* bhi_ = nullptr;
+  unsigned short* blo_ = nullptr;
+  float* cnorm_ = nullptr;
+  float* mu_ = nullptr;
+  std::vector<float> hostMu_;
+  bool muReady_ = false, centroidsReady_ = false;
+  CentroidOps cops_;
+  double* sums_ = nullptr;
+  long long* counts_ = nullptr;
+  double* inertia_ = nullptr;
+  unsigned long long* bad_ = nullptr;
+  unsigned long long* flaggedTotal_ = nullptr;
+  unsigned* flaggedCount_ = nullptr;
+
+  RowOps streamOps_;
+  int* flagged_ = nullptr;
+  double* dist_ = nullptr;
+  char* farScratch_ = nullptr;
+  int farCapacity_ = 0;
+  AccumulateScratch acc_;
+
+  RowOps resident_;
+  std::int64_t residentHeld_ = 0;
+  std::int64_t retainedThisPass_ = 0;
+
+  PassSpec spec_;
+  bool fit_ = true;
+  std::int64_t rowsSeen_ = 0;
+  std::vector<FarRow> far_;
+  std::int64_t lastRecheckRows_ = 0;
+};
+
+__global__ void addFlaggedKernel(unsigned long long* total, const unsigned* count) { *total += *count; }
+
+void CudaBackend::addFlagged(cudaStream_t s) { addFlaggedKernel<<<1, 1, 0, s>>>(flaggedTotal_, flaggedCount_); }
+
+}  // namespace
+
+std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config) {
+  try {
+    return std::make_unique<CudaBackend>(config);
+  } catch (const EngineError&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw EngineError(ErrorCode::OutOfMemory, "CUDA: out of memory while allocating the backend's buffers");
+  }
 }
 
 }  // namespace kmfleet

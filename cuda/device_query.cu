@@ -2,7 +2,7 @@
 // or without a device is an ordinary answer ("no CUDA driver" / "no device"), not an error.
 #include <cuda_runtime.h>
 
-#include "bridge.h"
+#include "cuda_bridge.h"
 
 namespace kmfleet {
 
@@ -11,7 +11,7 @@ GpuInfo queryCudaDevices() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    cudaGetLastError();  // clear the (non-sticky) error so later calls start clean
     info.available = false;
     if (err == cudaErrorInsufficientDriver)
       info.reason = "no CUDA driver";
@@ -33,12 +33,12 @@ GpuInfo queryCudaDevices() {
     d.ordinal = i;
     d.name = p.name;
     d.computeCapability = std::to_string(p.major) + "." + std::to_string(p.minor);
-    d.totalMemory = static_cast<double>(p.totalGlobalMem);
+    d.totalMemory = static_cast<std::uint64_t>(p.totalGlobalMem);
     size_t freeB = 0, totalB = 0;
     int prev = 0;
     cudaGetDevice(&prev);
     if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&freeB, &totalB) == cudaSuccess)
-      d.freeMemory = static_cast<double>(freeB);
+      d.freeMemory = static_cast<std::uint64_t>(freeB);
     else
       cudaGetLastError();
     cudaSetDevice(prev);

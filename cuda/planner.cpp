@@ -1,2 +1,114 @@
-// Memory planner for the CUDA backend (filled in with the streaming pipeline).
-#include "bridge.h"
+// Memory planner (see planner.h). Every device allocation of the backend is counted here; cuda_backend.cu
+// allocates exactly these pieces.
+#include "planner.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "far_rows.h"
+
+namespace kmfleet {
+namespace cuda {
+
+namespace {
+constexpr std::size_t kMiB = 1024 * 1024;
+constexpr std::int64_t kMaxChunkRows = 1 << 24;      // kernels index a chunk with int
+constexpr std::size_t kTargetChunkBytes = 64 * kMiB; // of input rows: long enough copies for full PCIe speed
+
+std::string mib(std::size_t b) {
+  char s[64];
+  std::snprintf(s, sizeof s, "%.1f MiB", b / double(kMiB));
+  return s;
+}
+}  // namespace
+
+Precision resolvePrecision(Precision p, DType t) {
+  if (p != Precision::Auto) return p;
+  switch (t) {
+    case DType::F32: return Precision::FP32;
+    case DType::F16: return Precision::FP16;
+    case DType::BF16: return Precision::BF16;
+  }
+  return Precision::FP32;
+}
+
+OpKind opFor(Precision p) {
+  switch (p) {
+    case Precision::BF16: return OpKind::BF16x1;
+    case Precision::FP16:
+    case Precision::TF32: return OpKind::F16x1;
+    default: return OpKind::F16x3;
+  }
+}
+
+std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op) {
+  const std::size_t dp = padDims(d), kp = padCentroids(k), K = k, D = d;
+  return K * D * 4                     // fp32 centroids
+         + kp * dp * 2 * 2             // operands hi (+ lo)
+         + kp * 4 + D * 4              // ‖c‖², μ
+         + K * D * 8 + K * 16          // fp64 sums, counts, inertia
+         + 8 * kMiB;                   // small buffers, allocator slack
+  (void)op;
+}
+
+std::size_t residentRowBytes(std::int64_t d, OpKind op) {
+  return std::size_t(d) * 4 + std::size_t(padDims(d)) * 2 * opTerms(op) + 8;
+}
+
+std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op) {
+  const std::size_t r = rows, rowBytes = std::size_t(d) * dtypeBytes(t);
+  const std::size_t slots = 2 * (r * rowBytes + r * 8);          // raw input + labels/distances out, ×2 slots
+  const std::size_t scratch = r * residentRowBytes(d, op)         // streamed rows' xf + operands
+                              + r * (4 + 8)                       // flagged list, fp64 distances
+                              + accumulateScratchBytes(rows, int(d), int(k)) + farRowsScratchBytes(rows);
+  return slots + scratch;
+}
+
+MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
+  MemoryPlan p;
+  p.precision = resolvePrecision(cfg.precision, cfg.dtype);
+  p.op = opFor(p.precision);
+  const std::int64_t n = cfg.rows, d = cfg.dims, k = cfg.k;
+  const std::size_t rowBytes = std::size_t(d) * dtypeBytes(cfg.dtype);
+  if (d > 65536) throw EngineError(ErrorCode::InvalidArgument, "dims " + std::to_string(d) + " > 65536 on CUDA");
+  if (k >= (1LL << 31) / 2) throw EngineError(ErrorCode::InvalidArgument, "k too large for CUDA");
+
+  p.buffers = cfg.buffers > 0 ? cfg.buffers : 3;
+  if (cfg.chunkRows > 0) {
+    if (cfg.chunkRows > kMaxChunkRows)
+      throw EngineError(ErrorCode::InvalidArgument, "chunkRows " + std::to_string(cfg.chunkRows) + " > " +
+                                                        std::to_string(kMaxChunkRows) + " (CUDA backend limit)");
+    p.chunkRows = std::min<std::int64_t>(cfg.chunkRows, n);
+  } else {
+    p.chunkRows = std::clamp<std::int64_t>(std::int64_t(kTargetChunkBytes / std::max<std::size_t>(rowBytes, 1)), 1024,
+                                           kMaxChunkRows);
+    p.chunkRows = std::min(p.chunkRows, n);
+  }
+
+  p.fixedBytes = fixedBytes(d, k, p.op);
+  const std::size_t headroom = std::max<std::size_t>(256 * kMiB, freeMemory / 20);
+  const std::size_t usable = freeMemory > headroom ? freeMemory - headroom : 0;
+  // Shrink an automatic chunk until the streaming part fits (a given chunkRows is kept and checked).
+  for (;;) {
+    p.streamBytes = chunkBytes(p.chunkRows, d, k, cfg.dtype, p.op);
+    if (p.fixedBytes + p.streamBytes <= usable || cfg.chunkRows > 0 || p.chunkRows <= 1024) break;
+    p.chunkRows = std::max<std::int64_t>(1024, p.chunkRows / 2);
+  }
+  if (p.fixedBytes + p.streamBytes > usable)
+    throw EngineError(ErrorCode::OutOfMemory,
+                      "CUDA: K×D = " + std::to_string(k) + "×" + std::to_string(d) + " needs " + mib(p.fixedBytes) +
+                          " for centroids and sums plus " + mib(p.streamBytes) + " to stream chunks of " +
+                          std::to_string(p.chunkRows) + " rows, but the device has " + mib(freeMemory) +
+                          " free (" + mib(headroom) + " kept as headroom)");
+
+  p.residentRowBytes = residentRowBytes(d, p.op);
+  const std::size_t left = usable - p.fixedBytes - p.streamBytes;
+  p.residentBudget = cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), left) : left;
+  const std::int64_t fit = std::int64_t(p.residentBudget / p.residentRowBytes);
+  if (fit >= n) p.residentRows = n;
+  else p.residentRows = fit / p.chunkRows * p.chunkRows;  // whole chunks: a chunk is resident or streamed
+  return p;
+}
+
+}  // namespace cuda
+}  // namespace kmfleet

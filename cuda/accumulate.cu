@@ -1,0 +1,202 @@
+// Deterministic per-cluster accumulation of one chunk (no float atomics):
+//   labels → per-cluster counts (integer atomics: exact) → stable radix sort of row indices by label →
+//   each cluster's rows cut into fixed segments of kSegmentRows sorted positions; every segment after the
+//   first is summed in fp64 by its own block (segmentKernel), then one block per cluster adds its first
+//   segment and the partials in segment order into the K×D fp64 totals (clusterKernel).
+// Given the chunking, every addition happens in one fixed order: bitwise-identical results run to run.
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <new>
+
+#include "kernels.h"
+
+namespace kmfleet {
+namespace cuda {
+namespace {
+
+constexpr int S = kSegmentRows;
+
+__global__ void iotaKernel(int* v, long long n) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = static_cast<int>(i);
+}
+
+__global__ void histKernel(const int* labels, long long n, int* counts) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) atomicAdd(counts + labels[i], 1);
+}
+
+__global__ void extrasKernel(const int* counts, int k, int* extras) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < k) extras[i] = counts[i] > S ? (counts[i] - 1) / S : 0;
+  if (i == k) extras[i] = 0;
+}
+
+// Sum sorted positions [p0, p1) of the cluster: columns over threads, rows in order, fp64.
+__device__ void segmentSum(const float* xf, int d, const int* sortedIndex, const double* dist, int p0, int p1,
+                           bool sums, double* out, double* inertia, int* idx) {
+  const int m = p1 - p0;
+  for (int i = threadIdx.x; i < m; i += blockDim.x) idx[i] = sortedIndex[p0 + i];
+  __syncthreads();
+  if (sums) {
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+      double s = 0;
+      int i = 0;
+      for (; i + 4 <= m; i += 4) {
+        const float a = xf[static_cast<size_t>(idx[i]) * d + j];
+        const float b = xf[static_cast<size_t>(idx[i + 1]) * d + j];
+        const float c = xf[static_cast<size_t>(idx[i + 2]) * d + j];
+        const float e = xf[static_cast<size_t>(idx[i + 3]) * d + j];
+        s += a; s += b; s += c; s += e;
+      }
+      for (; i < m; ++i) s += xf[static_cast<size_t>(idx[i]) * d + j];
+      out[j] = s;
+    }
+  }
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int i = 0; i < m; ++i) s += dist[idx[i]];
+    *inertia = s;
+  }
+}
+
+__global__ void segmentKernel(const float* xf, int d, int k, const int* sortedIndex, const double* dist,
+                              const int* counts, const int* starts, const int* extraOff, bool sums,
+                              double* partials, double* partialInertia) {
+  __shared__ int idx[S];
+  const int b = blockIdx.x;
+  if (b >= extraOff[k]) return;
+  int lo = 0, hi = k;  // largest c with extraOff[c] <= b
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (extraOff[mid] <= b) lo = mid; else hi = mid;
+  }
+  const int c = lo;
+  const int seg = b - extraOff[c] + 1;
+  const int p0 = starts[c] + seg * S;
+  const int p1 = min(p0 + S, starts[c] + counts[c]);
+  segmentSum(xf, d, sortedIndex, dist, p0, p1, sums, partials + static_cast<size_t>(b) * d, partialInertia + b, idx);
+}
+
+__global__ void clusterKernel(const float* xf, int d, const int* sortedIndex, const double* dist, const int* counts,
+                              const int* starts, const int* extraOff, bool sums, double* partials,
+                              const double* partialInertia, double* sumsOut, long long* countsOut,
+                              double* inertiaOut) {
+  __shared__ int idx[S];
+  const int c = blockIdx.x;
+  const int cnt = counts[c];
+  if (cnt == 0) return;
+  const int p0 = starts[c];
+  // First segment: sum straight into registers per column.
+  const int m = min(cnt, S);
+  for (int i = threadIdx.x; i < m; i += blockDim.x) idx[i] = sortedIndex[p0 + i];
+  __syncthreads();
+  const int e0 = extraOff[c], e1 = extraOff[c + 1];
+  if (sums) {
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+      double s = 0;
+      for (int i = 0; i < m; ++i) s += xf[static_cast<size_t>(idx[i]) * d + j];
+      for (int e = e0; e < e1; ++e) s += partials[static_cast<size_t>(e) * d + j];
+      sumsOut[static_cast<size_t>(c) * d + j] += s;
+    }
+  }
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int i = 0; i < m; ++i) s += dist[idx[i]];
+    for (int e = e0; e < e1; ++e) s += partialInertia[e];
+    inertiaOut[c] += s;
+    countsOut[c] += cnt;
+  }
+}
+
+int bitsFor(int k) {
+  int b = 1;
+  while ((1LL << b) < k) ++b;
+  return b;
+}
+
+template <typename T>
+T* carve(char*& p, std::size_t n) {
+  T* r = reinterpret_cast<T*>(p);
+  p += (n * sizeof(T) + 255) / 256 * 256;
+  return r;
+}
+
+std::size_t cubTempBytes(std::int64_t maxRows, int k) {
+  std::size_t a = 0, b = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, a, static_cast<const int*>(nullptr), static_cast<int*>(nullptr),
+                                  static_cast<const int*>(nullptr), static_cast<int*>(nullptr),
+                                  static_cast<int>(maxRows), 0, 32);
+  cub::DeviceScan::ExclusiveSum(nullptr, b, static_cast<const int*>(nullptr), static_cast<int*>(nullptr), k + 1);
+  return std::max(a, b);
+}
+
+std::size_t layoutBytes(std::int64_t maxRows, int d, int k, std::size_t temp) {
+  auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
+  const std::size_t segs = static_cast<std::size_t>(maxRows / S + 2);
+  return up(temp) + 3 * up(maxRows * 4) + 4 * up((k + 1) * 4ull) + up(segs * d * 8) + up(segs * 8);
+}
+
+}  // namespace
+
+std::size_t accumulateScratchBytes(std::int64_t maxRows, int d, int k) {
+  return layoutBytes(maxRows, d, k, cubTempBytes(maxRows, k));
+}
+
+void allocAccumulateScratch(AccumulateScratch& a, std::int64_t maxRows, int d, int k) {
+  const std::size_t temp = cubTempBytes(maxRows, k);
+  const std::size_t bytes = layoutBytes(maxRows, d, k, temp);
+  void* base = nullptr;
+  if (cudaMalloc(&base, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    throw std::bad_alloc();
+  }
+  char* p = static_cast<char*>(base);
+  const std::size_t segs = static_cast<std::size_t>(maxRows / S + 2);
+  a.sortTemp = carve<char>(p, temp);
+  a.sortTempBytes = temp;
+  a.sortedLabels = carve<int>(p, maxRows);
+  a.rowIndex = carve<int>(p, maxRows);
+  a.sortedIndex = carve<int>(p, maxRows);
+  a.chunkCounts = carve<int>(p, k + 1);
+  a.starts = carve<int>(p, k + 1);
+  a.extraOffsets = carve<int>(p, k + 1);
+  a.extras = carve<int>(p, k + 1);
+  a.partials = carve<double>(p, segs * d);
+  a.partialInertia = carve<double>(p, segs);
+  iotaKernel<<<static_cast<unsigned>((maxRows + 255) / 256), 256>>>(a.rowIndex, maxRows);
+}
+
+void freeAccumulateScratch(AccumulateScratch& a) {
+  if (a.sortTemp) cudaFree(a.sortTemp);
+  a = AccumulateScratch{};
+}
+
+void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_t* labels, const double* dist,
+                bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut, double* inertiaOut,
+                cudaStream_t s) {
+  if (n <= 0) return;
+  const int ni = static_cast<int>(n);
+  cudaMemsetAsync(a.chunkCounts, 0, (k + 1) * sizeof(int), s);
+  histKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(labels, n, a.chunkCounts);
+  std::size_t tb = a.sortTempBytes;
+  cub::DeviceRadixSort::SortPairs(a.sortTemp, tb, labels, a.sortedLabels, a.rowIndex, a.sortedIndex, ni, 0,
+                                  bitsFor(k), s);
+  tb = a.sortTempBytes;
+  cub::DeviceScan::ExclusiveSum(a.sortTemp, tb, a.chunkCounts, a.starts, k, s);
+  // extras → extraOffsets (exclusive scan over K+1 entries, the last is the total).
+  extrasKernel<<<static_cast<unsigned>((k + 1 + 255) / 256), 256, 0, s>>>(a.chunkCounts, k, a.extras);
+  tb = a.sortTempBytes;
+  cub::DeviceScan::ExclusiveSum(a.sortTemp, tb, a.extras, a.extraOffsets, k + 1, s);
+  const unsigned segBlocks = static_cast<unsigned>(n / S + 1);
+  const int threads = d >= 256 ? 256 : 128;
+  segmentKernel<<<segBlocks, threads, 0, s>>>(xf, d, k, a.sortedIndex, dist, a.chunkCounts, a.starts,
+                                              a.extraOffsets, sums, a.partials, a.partialInertia);
+  clusterKernel<<<static_cast<unsigned>(k), threads, 0, s>>>(xf, d, a.sortedIndex, dist, a.chunkCounts, a.starts,
+                                                             a.extraOffsets, sums, a.partials, a.partialInertia,
+                                                             sumsOut, countsOut, inertiaOut);
+}
+
+}  // namespace cuda
+}  // namespace kmfleet

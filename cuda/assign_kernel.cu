@@ -1,0 +1,354 @@
+// Fused distance + argmin on tensor cores (mma.sync m16n8k16, fp32 accumulate): the N×K matrix never
+// leaves registers.
+//
+// Block: 128 rows × 128-centroid tiles, 4 warps in 2×2, each warp 64 rows × 64 centroids (4×8 MMA tiles).
+// The rows' operands stay in shared memory for the whole block when they fit (Dp·terms ≤ 256 halves per row:
+// "A resident"), else they stream beside the centroid tiles. Centroid tiles stream through a 3-stage
+// cp.async pipeline, 32 dims at a time; shared tiles are XOR-swizzled so ldmatrix is conflict-free.
+// Each thread keeps, for its 8 rows, (best, second best, best index) across all centroid tiles in
+// registers; the quad/warp merge happens once at the end. Ties: strict '<' in increasing column order per
+// thread and (distance, index) order in merges → the lowest index wins.
+//
+// The compared quantity per row r and centroid c is d' = g_r·‖c‖² − x̂_r·ĉ with x̂ = s_r·x, ĉ = s_c·c and
+// g_r = s_r·s_c/2, i.e. (s_r·s_c/2)·(‖x−c‖² − ‖x‖²): a positive per-row multiple, so the argmin is unchanged.
+//
+// Exact mode (F16x3): x̂ = xh + xl, ĉ = ch + cl (fp16), acc = xh·ch + xh·cl + xl·ch. Error bound per row,
+// in d' units, for every c (u16 = 2^-11 for the splits, fp32 accumulate; see cuda/NOTES.md "Exactness"):
+//   |x̂ − xh − xl| ≤ 2^-22·|x̂| + 2^-25 per element (2^-25: fp16 subnormal half-step), likewise for ĉ;
+//   the dropped xl·cl ≤ 2^-22·|x̂||ĉ|; fp32 accumulation ≤ (3·Dp/16 + 1)·2^-22·Σ|terms| (2 ulp per MMA
+//   step, allowing truncation inside the tensor core: Fasi et al. 2021 measured round-toward-zero
+//   alignment inside NVIDIA's fp32-accumulating MMA); ‖c‖² rounded to fp32 (2^-24) and the final FMA.
+//   ε_r = 1.25·[ ĉmax·‖x̂_r‖·(3.2·2^-22 + (3Dp/16+1)·2^-22 + 2^-24) + 2^-25·√Dp·(‖x̂_r‖ + ĉmax)
+//              + g_r·2·2^-24·cmax² + g_r·2^-23·(‖x̃_r‖ + cmax)² ]
+//   (the last term: x − μ and c − μ are rounded to fp32 before the split, which moves each distance by at
+//   most 2^-23·(‖x̃‖ + ‖c̃‖)²; zero when μ is not used).
+// If d'₂ − d'₁ > 2ε_r the fp64 argmin is certainly the candidate; otherwise the row is flagged and
+// recheckRows recomputes it exactly (fp64 over all K).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels.h"
+
+namespace kmfleet {
+namespace cuda {
+namespace {
+
+constexpr int BM = kBlockRows, BN = kBlockCentroids, BK = kDimChunk;
+constexpr int STAGES = 3;
+constexpr int THREADS = 128;
+constexpr int TILE = BM * BK;  // 16-bit elements of one [128][32] tile (8 KB)
+static_assert(BM == BN, "A and B tiles share one layout");
+constexpr int kResidentTiles = 8;  // A resident when Dp/32 · terms ≤ 8 (64 KB)
+
+struct AssignArgs {
+  const unsigned short* ahi;
+  const unsigned short* alo;
+  const float* rowScale;
+  const float* rowNorm;
+  const unsigned short* bhi;
+  const unsigned short* blo;
+  const float* cnorm;
+  int n, dp, kp;
+  int aResident;
+  float halfScaleC;            // s_c / 2
+  float epsX, epsC, epsG;      // ε_r = epsX·‖x̂_r‖ + epsC + epsG·g_r + epsM·g_r·(‖x̂_r‖/s_r + cmax)²
+  float epsM, cmax;
+  int* labels;
+  int* flagged;
+  unsigned* flaggedCount;
+};
+
+__device__ __forceinline__ unsigned smemAddr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cpAsync16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cpCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cpWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Element offset of 16-byte chunk c (0..3) of row r in a swizzled [rows][32] tile.
+__device__ __forceinline__ int swz(int r, int c) { return r * BK + ((c ^ ((r >> 1) & 3)) << 3); }
+
+__device__ __forceinline__ void ldsm4(unsigned (&r)[4], const unsigned short* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smemAddr(p)));
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if constexpr (BF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Merge (o1, o2, oi) into (b1, b2, bi): union's best by (distance, index), second best = min of the rest.
+__device__ __forceinline__ void mergeBest(float& b1, float& b2, int& bi, float o1, float o2, int oi) {
+  bool other = o1 < b1 || (o1 == b1 && oi < bi);
+  float nb2 = other ? fminf(b1, o2) : fminf(b2, o1);
+  b1 = other ? o1 : b1;
+  bi = other ? oi : bi;
+  b2 = nb2;
+}
+
+template <bool BF16, bool THREE>
+__global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
+  extern __shared__ __align__(128) unsigned short smem[];
+  constexpr int TERMS = THREE ? 2 : 1;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int row0 = blockIdx.x * BM;
+  const int nK = p.dp / BK;
+  const int T = (p.kp / BN) * nK;
+
+  unsigned short* sA = smem;
+  unsigned short* sB = smem + (p.aResident ? nK : STAGES) * TERMS * TILE;
+
+  auto loadA = [&](int kc, int slot) {
+    unsigned short* base = sA + slot * TERMS * TILE;
+    for (int i = tid; i < BM * 4; i += THREADS) {
+      const int r = i >> 2, c = i & 3, gr = row0 + r;
+      const bool ok = gr < p.n;
+      const size_t off = static_cast<size_t>(ok ? gr : 0) * p.dp + kc * BK + c * 8;
+      cpAsync16(base + swz(r, c), p.ahi + off, ok);
+      if (THREE) cpAsync16(base + TILE + swz(r, c), p.alo + off, ok);
+    }
+  };
+  auto loadStage = [&](int t) {
+    const int ct = t / nK, kc = t - ct * nK, slot = t % STAGES;
+    unsigned short* base = sB + slot * TERMS * TILE;
+    for (int i = tid; i < BN * 4; i += THREADS) {
+      const int r = i >> 2, c = i & 3;
+      const size_t off = static_cast<size_t>(ct * BN + r) * p.dp + kc * BK + c * 8;
+      cpAsync16(base + swz(r, c), p.bhi + off, true);
+      if (THREE) cpAsync16(base + TILE + swz(r, c), p.blo + off, true);
+    }
+    if (!p.aResident) loadA(kc, slot);
+  };
+
+  if (p.aResident)
+    for (int kc = 0; kc < nK; ++kc) loadA(kc, kc);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < T) loadStage(s);
+    cpCommit();
+  }
+
+  // Per-thread rows: i = mi*2 + h → row wm*64 + mi*16 + h*8 + lane/4.
+  float g[8], b1[8], b2[8];
+  int bi[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int r = row0 + wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + (lane >> 2);
+    g[i] = r < p.n ? p.rowScale[r] * p.halfScaleC : 1.f;
+    b1[i] = INFINITY;
+    b2[i] = INFINITY;
+    bi[i] = 0;
+  }
+
+  float acc[4][8][4];
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+
+  for (int t = 0; t < T; ++t) {
+    cpWait<STAGES - 2>();
+    __syncthreads();
+    if (t + STAGES - 1 < T) loadStage(t + STAGES - 1);
+    cpCommit();
+
+    const int ct = t / nK, kc = t - ct * nK, slot = t % STAGES;
+    const unsigned short* a = sA + (p.aResident ? kc : slot) * TERMS * TILE;
+    const unsigned short* b = sB + slot * TERMS * TILE;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      unsigned ah[4][4], al[4][4];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+        const int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
+        ldsm4(ah[mi], a + swz(r, c));
+        if (THREE) ldsm4(al[mi], a + TILE + swz(r, c));
+      }
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        const int r = wn * 64 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+        unsigned bh[4], bl[4];
+        ldsm4(bh, b + swz(r, c));
+        if (THREE) ldsm4(bl, b + TILE + swz(r, c));
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi) {
+          mma<BF16>(acc[mi][2 * np], ah[mi], bh[0], bh[1]);
+          mma<BF16>(acc[mi][2 * np + 1], ah[mi], bh[2], bh[3]);
+          if (THREE) {
+            mma<BF16>(acc[mi][2 * np], ah[mi], bl[0], bl[1]);
+            mma<BF16>(acc[mi][2 * np + 1], ah[mi], bl[2], bl[3]);
+            mma<BF16>(acc[mi][2 * np], al[mi], bh[0], bh[1]);
+            mma<BF16>(acc[mi][2 * np + 1], al[mi], bh[2], bh[3]);
+          }
+        }
+      }
+    }
+
+    if (kc == nK - 1) {  // epilogue of centroid tile ct: fold into the running best, in increasing column order
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni) {
+        const int col = ct * BN + wn * 64 + ni * 8 + 2 * (lane & 3);
+        const float2 cn = *reinterpret_cast<const float2*>(p.cnorm + col);
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = mi * 2 + h;
+            const float d0 = fmaf(g[i], cn.x, -acc[mi][ni][2 * h]);
+            const float d1 = fmaf(g[i], cn.y, -acc[mi][ni][2 * h + 1]);
+            bool lt = d0 < b1[i];
+            b2[i] = lt ? b1[i] : fminf(b2[i], d0);
+            bi[i] = lt ? col : bi[i];
+            b1[i] = lt ? d0 : b1[i];
+            lt = d1 < b1[i];
+            b2[i] = lt ? b1[i] : fminf(b2[i], d1);
+            bi[i] = lt ? col + 1 : bi[i];
+            b1[i] = lt ? d1 : b1[i];
+            acc[mi][ni][2 * h] = 0.f;
+            acc[mi][ni][2 * h + 1] = 0.f;
+          }
+      }
+    }
+  }
+
+  // Quad merge (the 4 lanes of a quad share rows), then the two column-warps through shared memory.
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      const float o1 = __shfl_xor_sync(0xffffffffu, b1[i], off);
+      const float o2 = __shfl_xor_sync(0xffffffffu, b2[i], off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi[i], off);
+      mergeBest(b1[i], b2[i], bi[i], o1, o2, oi);
+    }
+  cpWait<0>();
+  __syncthreads();
+  float* s1 = reinterpret_cast<float*>(smem);
+  float* s2 = s1 + 2 * BM;
+  int* si = reinterpret_cast<int*>(s2 + 2 * BM);
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + (lane >> 2);
+      s1[wn * BM + r] = b1[i];
+      s2[wn * BM + r] = b2[i];
+      si[wn * BM + r] = bi[i];
+    }
+  }
+  __syncthreads();
+  if (tid < BM) {
+    const int gr = row0 + tid;
+    if (gr < p.n) {
+      float c1 = s1[tid], c2 = s2[tid];
+      int ci = si[tid];
+      mergeBest(c1, c2, ci, s1[BM + tid], s2[BM + tid], si[BM + tid]);
+      p.labels[gr] = ci;
+      if (THREE) {
+        const float sx = p.rowScale[gr], xn = p.rowNorm[gr], gr_ = sx * p.halfScaleC;
+        const float m = xn / sx + p.cmax;
+        const float eps = p.epsX * xn + p.epsC + gr_ * (p.epsG + p.epsM * m * m);
+        if (!(c2 - c1 > 2.f * eps)) {
+          const unsigned slot = atomicAdd(p.flaggedCount, 1u);
+          p.flagged[slot] = gr;
+        }
+      }
+    }
+  }
+}
+
+template <bool BF16, bool THREE>
+void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s) {
+  static std::size_t configured = 48 * 1024;  // per instantiation: raise the dynamic limit once per size
+  if (smemBytes > configured) {
+    cudaFuncSetAttribute(assignKernel<BF16, THREE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smemBytes));
+    configured = smemBytes;
+  }
+  const unsigned blocks = static_cast<unsigned>((a.n + BM - 1) / BM);
+  assignKernel<BF16, THREE><<<blocks, THREADS, smemBytes, s>>>(a);
+}
+
+}  // namespace
+
+std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident) {
+  static int optin = -1;  // per-block opt-in limit: 227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86/89
+  if (optin < 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaGetLastError();
+      optin = 99 * 1024;
+    }
+  }
+  const int terms = opTerms(op);
+  const int nK = dp / BK;
+  const bool res = nK * terms <= kResidentTiles &&
+                   static_cast<std::size_t>(nK * terms + STAGES * terms) * TILE * 2 <= static_cast<std::size_t>(optin);
+  if (aResident) *aResident = res;
+  const int tiles = (res ? nK : STAGES) * terms + STAGES * terms;
+  return static_cast<std::size_t>(tiles) * TILE * 2;
+}
+
+void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
+                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, cudaStream_t s) {
+  if (n <= 0) return;
+  const int dp = static_cast<int>(padDims(d));
+  AssignArgs a{};
+  a.ahi = static_cast<const unsigned short*>(rows.ahi);
+  a.alo = static_cast<const unsigned short*>(rows.alo);
+  a.rowScale = rows.rowScale;
+  a.rowNorm = rows.rowNorm;
+  a.bhi = static_cast<const unsigned short*>(c.bhi);
+  a.blo = static_cast<const unsigned short*>(c.blo);
+  a.cnorm = c.cnorm;
+  a.n = static_cast<int>(n);
+  a.dp = dp;
+  a.kp = static_cast<int>(padCentroids(k));
+  bool res = false;
+  const std::size_t smemBytes = assignSharedBytes(op, dp, &res);
+  a.aResident = res ? 1 : 0;
+  a.halfScaleC = c.scale * 0.5f;
+  const double cmaxS = static_cast<double>(c.scale) * c.maxNorm;  // ĉmax
+  const double u22 = std::ldexp(1.0, -22), u24 = std::ldexp(1.0, -24),
+               u25 = std::ldexp(1.0, -25);
+  const double sq = std::sqrt(static_cast<double>(dp));
+  a.epsX = static_cast<float>(1.25 * (cmaxS * (3.2 * u22 + (3.0 * dp / 16 + 1) * u22 + u24) + u25 * sq));
+  a.epsC = static_cast<float>(1.25 * u25 * sq * cmaxS);
+  a.epsG = static_cast<float>(1.25 * 2 * u24 * static_cast<double>(c.maxNorm) * c.maxNorm);
+  a.epsM = c.shifted ? static_cast<float>(1.25 * 2 * u24) : 0.f;
+  a.cmax = c.maxNorm;
+  a.labels = labels;
+  a.flagged = flagged;
+  a.flaggedCount = flaggedCount;
+  switch (op) {
+    case OpKind::F16x1: launch<false, false>(a, smemBytes, s); break;
+    case OpKind::BF16x1: launch<true, false>(a, smemBytes, s); break;
+    case OpKind::F16x3: launch<false, true>(a, smemBytes, s); break;
+  }
+}
+
+}  // namespace cuda
+}  // namespace kmfleet

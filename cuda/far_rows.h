@@ -1,0 +1,18 @@
+// Top-F rows of a chunk by (fp64 distance desc, row asc), with their values (see far_rows.cu).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace kmfleet {
+namespace cuda {
+
+std::size_t farRowsScratchBytes(std::int64_t maxRows);
+// Writes min(f, n) entries: topDist, topRow (global rows), topValues (min(f,n) × d fp32).
+void farRows(const double* dist, const float* xf, std::int64_t n, int d, std::int64_t firstRow, int f, void* scratch,
+             double* topDist, long long* topRow, float* topValues, cudaStream_t s);
+
+}  // namespace cuda
+}  // namespace kmfleet

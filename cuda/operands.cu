@@ -1,0 +1,207 @@
+// Operands for the tensor-core products: rows (per chunk, on the device) and centroids (per pass).
+//
+// Both are shifted by one fixed point μ (the mean of the first rows the backend saw): distances don't change,
+// but the magnitudes ‖x − μ‖·‖c − μ‖ that bound the products' rounding error shrink for data far from the
+// origin (embeddings), so fewer rows need the exact recheck and the low-precision modes lose less.
+//
+// Every row is scaled by its own power of two s_r so that max|x̂| ∈ [2^14, 2^15): fp16's range then always
+// fits (no overflow, subnormals only for elements 2^-24 below the row's largest), and the scaling is exact.
+// The argmin is invariant to the per-row factor (assign_kernel.cu). Centroids share one power of two s_c.
+// Exact mode splits x̂ = hi + lo with hi = fp16(x̂), lo = fp16(x̂ − hi) (x̂ − hi is exact in fp32).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "kernels.h"
+#include "operands.h"
+
+namespace kmfleet {
+namespace cuda {
+namespace {
+
+template <InType IN>
+__device__ __forceinline__ float loadIn(const void* raw, size_t i) {
+  if constexpr (IN == InType::F32) return static_cast<const float*>(raw)[i];
+  else if constexpr (IN == InType::F16) return __half2float(static_cast<const __half*>(raw)[i]);
+  else return __bfloat162float(static_cast<const __nv_bfloat16*>(raw)[i]);
+}
+
+__device__ __forceinline__ float scaleFor(float maxAbs) {
+  if (!(maxAbs > 0.f) || !isfinite(maxAbs)) return 1.f;
+  int e = 0;
+  frexpf(maxAbs, &e);  // maxAbs = m·2^e, m ∈ [0.5, 1)
+  const int sh = max(-126, min(127, 15 - e));
+  return ldexpf(1.f, sh);
+}
+
+__device__ __forceinline__ void storeOps(unsigned short* hi, unsigned short* lo, size_t i, float v, int op) {
+  if (op == static_cast<int>(OpKind::BF16x1)) {
+    hi[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  } else {
+    const __half h = __float2half_rn(v);
+    hi[i] = __half_as_ushort(h);
+    if (op == static_cast<int>(OpKind::F16x3)) lo[i] = __half_as_ushort(__float2half_rn(v - __half2float(h)));
+  }
+}
+
+__device__ __forceinline__ double warpSum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+__device__ __forceinline__ float warpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// One warp per row.
+template <InType IN>
+__global__ void prepareKernel(const void* raw, long long n, int d, int dp, int op, int cosine, long long firstRow,
+                              const float* mu, RowOps rows, unsigned long long* badRow, unsigned long long* zeroRow) {
+  const long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= n) return;
+  const size_t base = static_cast<size_t>(r) * d;
+  double ss = 0;
+  bool finite = true;
+  for (int j = lane; j < d; j += 32) {
+    const float v = loadIn<IN>(raw, base + j);
+    finite &= isfinite(v);
+    ss += static_cast<double>(v) * v;
+  }
+  finite = __all_sync(0xffffffffu, finite);
+  ss = warpSum(ss);
+  float inv = 1.f;
+  if (!finite) {
+    if (lane == 0) atomicMin(badRow, static_cast<unsigned long long>(firstRow + r));
+    inv = 0.f;  // the pass fails anyway; keep the arithmetic finite
+  } else if (cosine) {
+    if (ss == 0) {
+      if (lane == 0) atomicMin(zeroRow, static_cast<unsigned long long>(firstRow + r));
+      inv = 0.f;
+    } else {
+      inv = static_cast<float>(1.0 / sqrt(ss));
+    }
+  }
+  // xf (the row as every later kernel sees it) and the largest |x − μ| for the operand scale
+  float mx = 0.f;
+  for (int j = lane; j < d; j += 32) {
+    float v = finite ? loadIn<IN>(raw, base + j) : 0.f;
+    if (cosine) v *= inv;
+    rows.xf[base + j] = v;
+    mx = fmaxf(mx, fabsf(v - (mu ? mu[j] : 0.f)));
+  }
+  mx = warpMax(mx);
+  const float sx = scaleFor(mx);
+  double sn = 0;
+  unsigned short* hi = static_cast<unsigned short*>(rows.ahi);
+  unsigned short* lo = static_cast<unsigned short*>(rows.alo);
+  const size_t obase = static_cast<size_t>(r) * dp;
+  for (int j = lane; j < dp; j += 32) {
+    const float v = j < d ? rows.xf[base + j] - (mu ? mu[j] : 0.f) : 0.f;
+    const float vs = v * sx;
+    sn += static_cast<double>(vs) * vs;
+    if (hi) storeOps(hi, lo, obase + j, vs, op);
+  }
+  sn = warpSum(sn);
+  if (lane == 0) {
+    rows.rowScale[r] = sx;
+    rows.rowNorm[r] = static_cast<float>(sqrt(sn));
+  }
+}
+
+// One warp per (padded) centroid.
+__global__ void centroidKernel(const float* cf, const float* mu, int k, int kp, int d, int dp, int op, float sc,
+                               unsigned short* bhi, unsigned short* blo, float* cnorm) {
+  const int c = static_cast<int>((static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
+  const int lane = threadIdx.x & 31;
+  if (c >= kp) return;
+  double ss = 0;
+  const size_t obase = static_cast<size_t>(c) * dp;
+  for (int j = lane; j < dp; j += 32) {
+    const float v = (c < k && j < d) ? cf[static_cast<size_t>(c) * d + j] - (mu ? mu[j] : 0.f) : 0.f;
+    ss += static_cast<double>(v) * v;
+    storeOps(bhi, blo, obase + j, v * sc, op);
+  }
+  ss = warpSum(ss);
+  if (lane == 0) cnorm[c] = c < k ? static_cast<float>(ss) : INFINITY;
+}
+
+}  // namespace
+
+void prepareRows(const void* raw, InType in, std::int64_t n, int d, OpKind op, bool cosine, std::int64_t firstRow,
+                 const float* mu, const RowOps& rows, unsigned long long* badRow, unsigned long long* zeroRow, cudaStream_t s) {
+  if (n <= 0) return;
+  const int dp = static_cast<int>(padDims(d));
+  const unsigned blocks = static_cast<unsigned>((n * 32 + 255) / 256);
+  switch (in) {
+    case InType::F32:
+      prepareKernel<InType::F32><<<blocks, 256, 0, s>>>(raw, n, d, dp, static_cast<int>(op), cosine, firstRow, mu,
+                                                        rows, badRow, zeroRow);
+      break;
+    case InType::F16:
+      prepareKernel<InType::F16><<<blocks, 256, 0, s>>>(raw, n, d, dp, static_cast<int>(op), cosine, firstRow, mu,
+                                                        rows, badRow, zeroRow);
+      break;
+    case InType::BF16:
+      prepareKernel<InType::BF16><<<blocks, 256, 0, s>>>(raw, n, d, dp, static_cast<int>(op), cosine, firstRow,
+                                                         mu, rows, badRow, zeroRow);
+      break;
+  }
+}
+
+void prepareCentroids(const float* cfDevice, const float* mu, int k, int d, OpKind op, float scale, void* bhi, void* blo,
+                      float* cnorm, cudaStream_t s) {
+  const int kp = static_cast<int>(padCentroids(k)), dp = static_cast<int>(padDims(d));
+  const unsigned blocks = static_cast<unsigned>((static_cast<long long>(kp) * 32 + 255) / 256);
+  centroidKernel<<<blocks, 256, 0, s>>>(cfDevice, mu, k, kp, d, dp, static_cast<int>(op), scale,
+                                        static_cast<unsigned short*>(bhi), static_cast<unsigned short*>(blo), cnorm);
+}
+
+CentroidStats centroidStats(const float* c, const float* mu, std::int64_t k, std::int64_t d) {
+  CentroidStats st;
+  double maxN2 = 0;
+  float maxAbs = 0;
+  for (std::int64_t i = 0; i < k; ++i) {
+    double s = 0;
+    const float* row = c + i * d;
+    for (std::int64_t j = 0; j < d; ++j) {
+      const float v = row[j] - (mu ? mu[j] : 0.f);  // the same fp32 subtraction as centroidKernel
+      s += static_cast<double>(v) * v;
+      maxAbs = std::fmax(maxAbs, std::fabs(v));
+    }
+    maxN2 = std::fmax(maxN2, s);
+  }
+  st.maxNorm = static_cast<float>(std::sqrt(maxN2)) * (1 + 1e-6f);
+  if (maxAbs > 0) {
+    int e = 0;
+    std::frexp(maxAbs, &e);
+    st.scale = std::ldexp(1.f, std::max(-126, std::min(127, 15 - e)));
+  }
+  return st;
+}
+
+}  // namespace cuda
+}  // namespace kmfleet
+
+namespace kmfleet {
+namespace cuda {
+namespace {
+// One thread per column, rows in order: fp64, deterministic.
+__global__ void meanKernel(const float* xf, long long n, int d, float* mu) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= d) return;
+  double s = 0;
+  for (long long r = 0; r < n; ++r) s += xf[static_cast<size_t>(r) * d + j];
+  mu[j] = static_cast<float>(s / static_cast<double>(n));
+}
+}  // namespace
+
+void rowMean(const float* xf, std::int64_t n, int d, float* mu, cudaStream_t s) {
+  meanKernel<<<static_cast<unsigned>((d + 127) / 128), 128, 0, s>>>(xf, std::min<std::int64_t>(n, 4096), d, mu);
+}
+
+}  // namespace cuda
+}  // namespace kmfleet

@@ -1,0 +1,42 @@
+// Memory planner of the CUDA backend: from (N, D, K, dtype, precision, budget, free device memory) decide
+// the chunk size, the host buffers and how many rows stay resident on the device. Pure arithmetic (no CUDA
+// calls), so it is unit-testable on a machine without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend.h"
+#include "kernels.h"
+
+namespace kmfleet {
+namespace cuda {
+
+struct MemoryPlan {
+  std::int64_t chunkRows = 0;
+  int buffers = 0;
+  std::int64_t residentRows = 0;
+  OpKind op = OpKind::F16x3;
+  Precision precision = Precision::FP32;  // resolved (never Auto)
+  std::size_t fixedBytes = 0;             // centroids, operands, K×D sums
+  std::size_t streamBytes = 0;            // per-chunk scratch + 2 slots, for chunkRows rows
+  std::size_t residentRowBytes = 0;       // device bytes per resident row
+  std::size_t residentBudget = 0;         // bytes allowed for resident rows
+};
+
+// The operand format for a precision (FP32 → exact split fp16; TF32 → per-row-scaled fp16, whose 11-bit
+// significand is TF32's; BF16 → bf16; FP16 → fp16). Auto: fp32 for f32 data, else the data's own type.
+Precision resolvePrecision(Precision p, DType t);
+OpKind opFor(Precision resolved);
+
+std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op);
+std::size_t chunkBytes(std::int64_t chunkRows, std::int64_t d, std::int64_t k, DType t, OpKind op);
+std::size_t residentRowBytes(std::int64_t d, OpKind op);
+
+// freeMemory: the device's free bytes now. Throws EngineError OutOfMemory (with the numbers) when even
+// streaming with the smallest chunk can't fit, InvalidArgument for a chunkRows that can't work.
+MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory);
+
+}  // namespace cuda
+}  // namespace kmfleet

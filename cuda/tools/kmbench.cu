@@ -1,0 +1,386 @@
+// kmbench: standalone check + benchmark of the CUDA kernels (no Node, no engine).
+//   kmbench check            awkward shapes × every operand kind, against a float64 CPU reference
+//   kmbench bench [shape..]  ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
+// Build (here or on the GPU machine):  nvcc -O3 -std=c++17 -arch=sm_90 -Icuda -Inative/src \
+//   cuda/assign_kernel.cu cuda/operands.cu cuda/exact.cu cuda/accumulate.cu cuda/tools/kmbench.cu -o kmbench
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../kernels.h"
+#include "../operands.h"
+
+using namespace kmfleet::cuda;
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
+      std::exit(2);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+__device__ __forceinline__ unsigned long long mix(unsigned long long z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+__device__ __forceinline__ float normal(unsigned long long seed, unsigned long long i) {
+  const unsigned long long h = mix(seed * 0x100000001b3ULL + i);
+  const float u1 = ((h >> 40) + 1) * (1.0f / 16777217.0f);
+  const float u2 = ((h & 0xffffff) + 0.5f) * (1.0f / 16777216.0f);
+  return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+}
+// blobs > 0: x = center[(row hash) % blobs] (spread 8) + N(0,1); else N(0,1) (+ offset).
+__global__ void genKernel(float* x, long long n, int d, int blobs, unsigned long long seed, float offset) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * d) return;
+  const long long r = i / d;
+  const int j = static_cast<int>(i % d);
+  float v = normal(seed, i) + offset;
+  if (blobs > 0) {
+    const int b = static_cast<int>(mix(seed ^ (r * 7919ULL)) % blobs);
+    v += 8.f * normal(seed + 17, static_cast<unsigned long long>(b) * d + j);
+  }
+  x[i] = v;
+}
+__global__ void toHalf(const float* x, __half* y, long long m) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < m) y[i] = __float2half_rn(x[i]);
+}
+__global__ void toBf16(const float* x, __nv_bfloat16* y, long long m) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < m) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+static const char* opName(OpKind op) {
+  return op == OpKind::F16x1 ? "fp16" : op == OpKind::BF16x1 ? "bf16" : "fp32-exact";
+}
+
+// Device state of one problem.
+struct Problem {
+  long long n = 0;
+  int d = 0, k = 0;
+  OpKind op = OpKind::F16x3;
+  InType in = InType::F32;
+  void* raw = nullptr;
+  RowOps rows{};
+  float* cf = nullptr;
+  void* bhi = nullptr;
+  void* blo = nullptr;
+  float* cnorm = nullptr;
+  int* labels = nullptr;
+  int* flagged = nullptr;
+  unsigned* flaggedCount = nullptr;
+  double* dist = nullptr;
+  double* sums = nullptr;
+  long long* counts = nullptr;
+  double* inertia = nullptr;
+  unsigned long long* bad = nullptr;
+  float* mu = nullptr;
+  AccumulateScratch acc{};
+  CentroidOps cops{};
+  std::vector<float> hc;  // host centroids
+  std::vector<float> hmu;
+
+  void alloc(long long n_, int d_, int k_, OpKind op_, InType in_) {
+    n = n_; d = d_; k = k_; op = op_; in = in_;
+    const long long dp = padDims(d), kp = padCentroids(k);
+    CK(cudaMalloc(&rows.xf, n * d * 4));
+    raw = in == InType::F32 ? static_cast<void*>(rows.xf) : nullptr;  // f32 input: prepared in place
+    if (!raw) CK(cudaMalloc(&raw, n * d * 2));
+    CK(cudaMalloc(&rows.ahi, n * dp * 2));
+    if (op == OpKind::F16x3) CK(cudaMalloc(&rows.alo, n * dp * 2));
+    CK(cudaMalloc(&rows.rowScale, n * 4));
+    CK(cudaMalloc(&rows.rowNorm, n * 4));
+    CK(cudaMalloc(&cf, static_cast<size_t>(k) * d * 4));
+    CK(cudaMalloc(&bhi, kp * dp * 2));
+    CK(cudaMalloc(&blo, kp * dp * 2));
+    CK(cudaMalloc(&cnorm, kp * 4));
+    CK(cudaMalloc(&labels, n * 4));
+    CK(cudaMalloc(&flagged, n * 4));
+    CK(cudaMalloc(&flaggedCount, 4));
+    CK(cudaMalloc(&dist, n * 8));
+    CK(cudaMalloc(&sums, static_cast<size_t>(k) * d * 8));
+    CK(cudaMalloc(&counts, static_cast<size_t>(k) * 8));
+    CK(cudaMalloc(&inertia, static_cast<size_t>(k) * 8));
+    CK(cudaMalloc(&bad, 16));
+    CK(cudaMalloc(&mu, static_cast<size_t>(d) * 4));
+    allocAccumulateScratch(acc, n, d, k);
+  }
+  void release() {
+    if (raw != rows.xf) cudaFree(raw);
+    for (void* p : {(void*)rows.xf, rows.ahi, rows.alo, (void*)rows.rowScale, (void*)rows.rowNorm, (void*)cf, bhi, blo,
+                    (void*)cnorm, (void*)labels, (void*)flagged, (void*)flaggedCount, (void*)dist, (void*)sums,
+                    (void*)counts, (void*)inertia, (void*)bad, (void*)mu})
+      if (p) cudaFree(p);
+    freeAccumulateScratch(acc);
+    *this = Problem{};
+  }
+  void generate(int blobs, unsigned long long seed, float offset, bool cosine) {
+    float* tmp = rows.xf;
+    genKernel<<<static_cast<unsigned>((n * d + 255) / 256), 256>>>(tmp, n, d, blobs, seed, offset);
+    if (in == InType::F16) toHalf<<<static_cast<unsigned>((n * d + 255) / 256), 256>>>(tmp, static_cast<__half*>(raw), n * d);
+    if (in == InType::BF16)
+      toBf16<<<static_cast<unsigned>((n * d + 255) / 256), 256>>>(tmp, static_cast<__nv_bfloat16*>(raw), n * d);
+    CK(cudaMemset(bad, 0xff, 16));
+    // μ from the first rows (as the backend does with its first chunk): needs xf, so prepare twice
+    prepareRows(raw, in, n, d, op, cosine, 0, nullptr, rows, bad, bad + 1, 0);
+    rowMean(rows.xf, n, d, mu, 0);
+    hmu.resize(d);
+    CK(cudaMemcpy(hmu.data(), mu, d * 4, cudaMemcpyDeviceToHost));
+    if (in != InType::F32) prepareRows(raw, in, n, d, op, cosine, 0, mu, rows, bad, bad + 1, 0);
+    else prepareRows(rows.xf, InType::F32, n, d, op, false, 0, mu, rows, bad, bad + 1, 0);
+    CK(cudaGetLastError());
+    // initial centroids: rows spread over the data
+    hc.resize(static_cast<size_t>(k) * d);
+    for (int c = 0; c < k; ++c)
+      CK(cudaMemcpy(cf + static_cast<size_t>(c) * d, rows.xf + (static_cast<long long>(c) * n / k) * d, d * 4,
+                    cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy(hc.data(), cf, hc.size() * 4, cudaMemcpyDeviceToHost));
+  }
+  void setCentroids() {  // hc → device operands
+    CK(cudaMemcpy(cf, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
+    const CentroidStats st = centroidStats(hc.data(), hmu.data(), k, d);
+    prepareCentroids(cf, mu, k, d, op, st.scale, bhi, blo, cnorm, 0);
+    cops.bhi = bhi; cops.blo = blo; cops.cnorm = cnorm; cops.cf = cf; cops.scale = st.scale; cops.maxNorm = st.maxNorm;
+    cops.shifted = true;
+  }
+  void assign() {
+    CK(cudaMemsetAsync(flaggedCount, 0, 4, 0));
+    assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, 0);
+    if (op == OpKind::F16x3) recheckRows(rows.xf, d, cf, k, flagged, flaggedCount, n, labels, 0);
+  }
+  void update(bool cosine) {
+    rowDistances(rows.xf, n, d, cf, labels, cosine, dist, nullptr, 0);
+    CK(cudaMemsetAsync(sums, 0, static_cast<size_t>(k) * d * 8, 0));
+    CK(cudaMemsetAsync(counts, 0, static_cast<size_t>(k) * 8, 0));
+    CK(cudaMemsetAsync(inertia, 0, static_cast<size_t>(k) * 8, 0));
+    accumulate(rows.xf, n, d, k, labels, dist, true, acc, sums, counts, inertia, 0);
+  }
+  unsigned flaggedNow() {
+    unsigned f = 0;
+    CK(cudaMemcpy(&f, flaggedCount, 4, cudaMemcpyDeviceToHost));
+    return f;
+  }
+};
+
+// ---------------------------------------------------------------- check
+struct CheckResult { long long checked = 0, wrong = 0, ties = 0; double inertia = 0, best = 0; };
+
+static CheckResult reference(const std::vector<float>& x, const std::vector<float>& c, const std::vector<int>& lab,
+                             long long n, int d, int k, long long step) {
+  const int T = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<CheckResult> part(T);
+  std::vector<std::thread> th;
+  for (int t = 0; t < T; ++t)
+    th.emplace_back([&, t] {
+      CheckResult& R = part[t];
+      for (long long r = t * step; r < n; r += step * T) {
+        double b1 = INFINITY, b2 = INFINITY, dl = 0;
+        for (int q = 0; q < k; ++q) {
+          double s = 0;
+          for (int j = 0; j < d; ++j) {
+            const double u = static_cast<double>(x[r * d + j]) - c[static_cast<size_t>(q) * d + j];
+            s += u * u;
+          }
+          if (q == lab[r]) dl = s;
+          if (s < b1) { b2 = b1; b1 = s; } else if (s < b2) b2 = s;
+        }
+        R.checked++;
+        R.inertia += dl;
+        R.best += b1;
+        if (dl > b1) {
+          if (dl - b1 <= 1e-6 * std::max(b1, 1e-300)) R.ties++;
+          else R.wrong++;
+        }
+      }
+    });
+  for (auto& t : th) t.join();
+  CheckResult R;
+  for (auto& p : part) { R.checked += p.checked; R.wrong += p.wrong; R.ties += p.ties; R.inertia += p.inertia; R.best += p.best; }
+  return R;
+}
+
+static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, float offset, bool cosine) {
+  Problem P;
+  P.alloc(n, d, k, op, in);
+  P.generate(blobs, 1234 + d * 31 + k, offset, cosine);
+  // perturb centroids a little so they are not data rows
+  for (size_t i = 0; i < P.hc.size(); ++i) P.hc[i] += 0.01f * std::sin(static_cast<float>(i));
+  if (cosine)
+    for (int c = 0; c < k; ++c) {
+      double s = 0;
+      for (int j = 0; j < d; ++j) s += static_cast<double>(P.hc[c * d + j]) * P.hc[c * d + j];
+      for (int j = 0; j < d; ++j) P.hc[c * d + j] = static_cast<float>(P.hc[c * d + j] / std::sqrt(s));
+    }
+  P.setCentroids();
+  P.assign();
+  CK(cudaGetLastError());
+  P.update(cosine);
+  CK(cudaDeviceSynchronize());
+  const unsigned flagged = P.flaggedNow();
+  std::vector<float> x(n * d);
+  std::vector<int> lab(n);
+  CK(cudaMemcpy(x.data(), P.rows.xf, x.size() * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(lab.data(), P.labels, n * 4, cudaMemcpyDeviceToHost));
+  bool labelsInRange = true;
+  for (long long r = 0; r < n; ++r) labelsInRange &= lab[r] >= 0 && lab[r] < k;
+  const double work = static_cast<double>(n) * k * d;
+  const long long step = std::max<long long>(1, static_cast<long long>(work / 4e8));
+  CheckResult R = reference(x, P.hc, lab, n, d, k, step);
+  // sums/counts against the CPU, from the GPU's labels
+  std::vector<double> sums(static_cast<size_t>(k) * d), ref(static_cast<size_t>(k) * d, 0.0);
+  std::vector<long long> cnt(k), rc(k, 0);
+  CK(cudaMemcpy(sums.data(), P.sums, sums.size() * 8, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(cnt.data(), P.counts, k * 8, cudaMemcpyDeviceToHost));
+  for (long long r = 0; r < n; ++r) {
+    rc[lab[r]]++;
+    for (int j = 0; j < d; ++j) ref[static_cast<size_t>(lab[r]) * d + j] += x[r * d + j];
+  }
+  double sumErr = 0;
+  bool countsOk = true;
+  for (int c = 0; c < k; ++c) {
+    countsOk &= cnt[c] == rc[c];
+    for (int j = 0; j < d; ++j) {
+      const double a = sums[static_cast<size_t>(c) * d + j], b = ref[static_cast<size_t>(c) * d + j];
+      sumErr = std::max(sumErr, std::fabs(a - b) / std::max(1.0, std::fabs(b)));
+    }
+  }
+  // determinism: the same pass again gives the same bits
+  std::vector<double> sums2(sums.size());
+  P.assign();
+  P.update(cosine);
+  CK(cudaMemcpy(sums2.data(), P.sums, sums2.size() * 8, cudaMemcpyDeviceToHost));
+  const bool deterministic = std::memcmp(sums.data(), sums2.data(), sums.size() * 8) == 0;
+  const double rel = R.best > 0 ? R.inertia / R.best - 1 : 0;
+  bool ok = labelsInRange && countsOk && sumErr < 1e-9 && deterministic;
+  // Low-precision modes: labels may differ; their inertia is reported (the 0.1% criterion applies after
+  // Lloyd iterations, test/gpu), here only gross errors fail (centroids sitting on data rows make the
+  // relative inertia of a pass meaningless).
+  if (op == OpKind::F16x3) ok &= R.wrong == 0;
+  else ok &= rel <= 5e-2 || R.best < 1e-2 * R.checked;
+  std::printf("%-4s %-10s %-4s %s n=%-7lld d=%-5d k=%-6d checked=%-7lld wrong=%-5lld ties=%-4lld inertia+%.2e "
+              "flagged=%.4f%% sumErr=%.1e det=%d\n",
+              ok ? "ok" : "FAIL", opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16",
+              blobs ? (cosine ? "blobs-cos" : "blobs    ") : (cosine ? "rand-cos " : "random   "), n, d, k, R.checked,
+              R.wrong, R.ties, rel, 100.0 * flagged / n, sumErr, deterministic ? 1 : 0);
+  P.release();
+  return ok ? 0 : 1;
+}
+
+static int runCheck() {
+  int fails = 0;
+  const OpKind ops[] = {OpKind::F16x3, OpKind::F16x1, OpKind::BF16x1};
+  struct S { long long n; int d, k; };
+  const S shapes[] = {{3001, 1, 7},    {5003, 3, 7},     {4099, 17, 1},   {10007, 17, 1000}, {20011, 100, 7},
+                      {6007, 128, 1000}, {3001, 1000, 7}, {2003, 4096, 7}, {1031, 4096, 129}, {65537, 8, 65536},
+                      {50021, 128, 1024}};
+  for (OpKind op : ops)
+    for (const S& s : shapes) {
+      fails += checkOne(s.n, s.d, s.k, op, InType::F32, 0, 0.f, false);
+      fails += checkOne(s.n, s.d, s.k, op, InType::F32, 16, 0.f, false);
+    }
+  // data far from the origin (cancellation in ‖x‖² − 2x·c + ‖c‖²), cosine, half inputs
+  fails += checkOne(20011, 64, 256, OpKind::F16x3, InType::F32, 0, 100.f, false);
+  fails += checkOne(20011, 64, 256, OpKind::F16x3, InType::F32, 32, 1000.f, false);
+  fails += checkOne(20011, 96, 300, OpKind::F16x3, InType::F32, 0, 0.f, true);
+  fails += checkOne(20011, 96, 300, OpKind::F16x3, InType::F32, 32, 0.f, true);
+  fails += checkOne(20011, 128, 1000, OpKind::F16x1, InType::F16, 16, 0.f, false);
+  fails += checkOne(20011, 128, 1000, OpKind::F16x3, InType::F16, 16, 0.f, false);
+  fails += checkOne(20011, 128, 1000, OpKind::BF16x1, InType::BF16, 16, 0.f, false);
+  std::printf("check: %d failure(s)\n", fails);
+  return fails ? 1 : 0;
+}
+
+// ---------------------------------------------------------------- bench
+// One Lloyd iteration as the engine runs it with resident data: centroids up (+ operands), assign (+ recheck),
+// distances, deterministic sums, sums/counts down, new centroids on the host.
+static double iterate(Problem& P, int iters, std::vector<double>& hs, std::vector<long long>& hcnt, unsigned* flagged) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < iters; ++it) {
+    P.setCentroids();
+    P.assign();
+    P.update(false);
+    CK(cudaMemcpyAsync(hs.data(), P.sums, hs.size() * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaMemcpyAsync(hcnt.data(), P.counts, hcnt.size() * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaStreamSynchronize(0));
+    if (flagged) *flagged = P.flaggedNow();
+    for (int c = 0; c < P.k; ++c)
+      if (hcnt[c] > 0)
+        for (int j = 0; j < P.d; ++j) P.hc[static_cast<size_t>(c) * P.d + j] = static_cast<float>(hs[static_cast<size_t>(c) * P.d + j] / hcnt[c]);
+  }
+  CK(cudaGetLastError());
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs) {
+  Problem P;
+  P.alloc(n, d, k, op, in);
+  P.generate(blobs, 42, 0.f, false);
+  std::vector<double> hs(static_cast<size_t>(k) * d);
+  std::vector<long long> hcnt(k);
+  unsigned f0 = 0, f1 = 0;
+  iterate(P, 1, hs, hcnt, &f0);  // warm-up (module load, first-touch)
+  const int S = 3, L = 13;
+  const double ts = iterate(P, S, hs, hcnt, nullptr);
+  const double tl = iterate(P, L, hs, hcnt, &f1);
+  const double ms = (tl - ts) / (L - S);
+  // assignment alone, for the split
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaEventRecord(e0));
+  for (int i = 0; i < 5; ++i) P.assign();
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
+  float am = 0;
+  CK(cudaEventElapsedTime(&am, e0, e1));
+  am /= 5;
+  const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
+  std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f assign_ms=%.3f tflops=%.1f "
+              "recheck_first=%.5f%% recheck_last=%.5f%%\n",
+              opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16", blobs ? "blobs" : "random", n,
+              d, k, ms, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n);
+  std::fflush(stdout);
+  P.release();
+}
+
+static int runBench(int argc, char** argv) {
+  const bool quick = argc > 2 && std::string(argv[2]) == "quick";
+  if (quick) {
+    benchOne(1000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
+    benchOne(1000000, 128, 1024, OpKind::F16x3, InType::F32, 0);
+    return 0;
+  }
+  benchOne(10000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
+  benchOne(10000000, 128, 1024, OpKind::F16x3, InType::F32, 0);
+  benchOne(10000000, 128, 1024, OpKind::F16x3, InType::F32, 64);
+  benchOne(10000000, 128, 1024, OpKind::BF16x1, InType::F32, 0);
+  benchOne(8000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
+  benchOne(1000000, 256, 4096, OpKind::F16x1, InType::F16, 0);
+  benchOne(1000000, 256, 4096, OpKind::F16x3, InType::F32, 0);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  cudaDeviceProp p{};
+  CK(cudaGetDeviceProperties(&p, 0));
+  std::printf("device: %s (sm_%d%d, %d SMs)\n", p.name, p.major, p.minor, p.multiProcessorCount);
+  if (mode == "check") return runCheck();
+  if (mode == "bench") return runBench(argc, argv);
+  std::fprintf(stderr, "usage: kmbench check | bench [quick]\n");
+  return 2;
+}
