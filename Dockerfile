@@ -78,6 +78,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 # A fixed numeric uid/gid, so that Kubernetes' runAsNonRoot can verify it and volumes can be chowned to it.
+# /var/cache/kmfleet is created owned by it: a new Docker named volume mounted there inherits that ownership.
 RUN groupadd --system --gid 10001 kmfleet \
  && useradd --system --uid 10001 --gid kmfleet --home-dir /app --shell /usr/sbin/nologin kmfleet \
  && mkdir -p /var/cache/kmfleet \
@@ -93,11 +94,12 @@ COPY --from=build --chown=root:root /src/bin ./bin
 COPY --from=build --chown=root:root /src/build/Release/kmfleet_native.node ./build/Release/kmfleet_native.node
 
 # The NVIDIA container toolkit mounts the driver for these capabilities; nothing else from the host is needed.
+# The dataset cache stays off unless KMFLEET_CACHE_DIR is set (compose and the k8s ConfigMap set it to
+# /var/cache/kmfleet, on a volume): a cache in the container's writable layer would fill the node's disk.
 ENV NODE_ENV=production \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    KMFLEET_METRICS_PORT=9464 \
-    KMFLEET_CACHE_DIR=/var/cache/kmfleet
+    KMFLEET_METRICS_PORT=9464
 
 USER 10001:10001
 EXPOSE 9464

@@ -314,8 +314,10 @@ describe('the worker Deployment', () => {
     const vol = workerPod.volumes.find((v: Obj) => v.name === mount.name);
     expect(vol.emptyDir ?? vol.hostPath ?? vol.ephemeral).toBeDefined();
     expect(vol.emptyDir?.sizeLimit).toBeUndefined(); // over a sizeLimit the kubelet evicts the pod
-    // same directory as the image's default
-    expect(readFileSync(join(ROOT, 'Dockerfile'), 'utf8')).toContain(`KMFLEET_CACHE_DIR=${config.data.KMFLEET_CACHE_DIR}`);
+    // the image creates that directory for its user (a Docker named volume inherits the ownership)
+    const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
+    expect(dockerfile).toContain(`mkdir -p ${config.data.KMFLEET_CACHE_DIR}`);
+    expect(dockerfile).toContain(`chown kmfleet:kmfleet ${config.data.KMFLEET_CACHE_DIR}`);
   });
 
   it('takes settings from the ConfigMap and secrets from the Secret, names and keys that exist', () => {
