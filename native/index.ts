@@ -32,6 +32,21 @@
  *   engine.close()                    -> frees native memory (idempotent); the engine is unusable afterwards
  *
  *   Errors are instances of the classes below (never a crash, never a NaN centroid).
+ *
+ * IMPLEMENTATION NOTES (native helper; additions to the contract, nothing removed):
+ *   - The addon is build/Release/kmfleet_native.node under the package root (found by walking up from this file
+ *     to the package.json named "kmfleet": works from native/ and from dist/native/); env KMFLEET_ADDON (an
+ *     absolute path) overrides it, e.g. build-cpu/Release/kmfleet_native.node. Loaded on first use.
+ *   - `counts` in a fit PassResult are the rows ASSIGNED to each cluster in that pass (consistent with labels and
+ *     inertia), before the re-seeding of empty clusters moved a row into them.
+ *   - A CPU engine always computes exact fp32 (plan.precision 'fp32'), whatever precision was asked.
+ *   - initKmeansPlusPlus: a Buffer holds rows in the engine's dtype, a Float32Array rows in f32.
+ *   - Resident rows: on a pass after the first, a feed starting at row 0 is also accepted (the engine then ignores
+ *     its resident copy for that pass); a feed starting at plan.residentRows is the normal case.
+ *   - beginPass while a pass is open (cancelled, failed or abandoned) replaces it. After an error other than an
+ *     out-of-sequence feed, later feeds and finishPass of that pass reject with the same error.
+ *   - close(): pending Promises reject with CancelledError; Buffers from buffer(i) are detached (length 0).
+ *   - Extra export: loadAddon() (the raw addon, for diagnostics).
  */
 
 export type Metric = 'l2' | 'cosine';
@@ -119,22 +134,155 @@ export class CancelledError extends EngineError {
   constructor(message = 'cancelled') { super(message, 'CANCELLED'); }
 }
 
-/** Query GPUs without creating an engine (never throws when there is no GPU). */
-export declare function gpuInfo(): GpuInfo;
+// ---- implementation -----------------------------------------------------------------------------------------
 
-export declare class Engine {
-  static open(options: EngineOptions): Promise<Engine>;
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+interface NativePassResult extends Omit<PassResult, 'mode'> { mode: PassMode }
+
+interface NativeEngine {
   readonly plan: EnginePlan;
-  readonly options: Readonly<Required<Pick<EngineOptions, 'rows' | 'dims' | 'k' | 'metric' | 'dtype'>>>;
   buffer(index: number): Buffer;
   setCentroids(centroids: Float32Array): void;
   centroids(): Float32Array;
-  initKmeansPlusPlus(sample: Buffer | Float32Array, sampleRows: number, seed: number): Promise<void>;
+  initKmeansPlusPlus(sample: Uint8Array | Float32Array, sampleRows: number, seed: number): Promise<void>;
   beginPass(mode: PassMode, options?: { distances?: boolean }): void;
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void>;
-  finishPass(): Promise<PassResult>;
+  finishPass(): Promise<NativePassResult>;
   labels(firstRow?: number, count?: number): Int32Array;
   distances(firstRow?: number, count?: number): Float32Array;
   cancel(): void;
   close(): void;
+}
+
+interface NativeAddon {
+  gpuInfo(): GpuInfo;
+  open(options: EngineOptions): Promise<NativeEngine>;
+}
+
+function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const pkg = join(dir, 'package.json');
+    if (existsSync(pkg)) {
+      try {
+        if ((JSON.parse(readFileSync(pkg, 'utf8')) as { name?: string }).name === 'kmfleet') return dir;
+      } catch {
+        // not ours; keep walking
+      }
+    }
+    const up = dirname(dir);
+    if (up === dir) throw new Error('kmfleet: package root (package.json named "kmfleet") not found above ' + fileURLToPath(import.meta.url));
+    dir = up;
+  }
+}
+
+let addon: NativeAddon | undefined;
+
+/** The raw addon (loaded once): build/Release/kmfleet_native.node, or env KMFLEET_ADDON. */
+export function loadAddon(): NativeAddon {
+  if (addon) return addon;
+  const path = process.env.KMFLEET_ADDON || join(packageRoot(), 'build', 'Release', 'kmfleet_native.node');
+  if (!existsSync(path)) {
+    throw new Error(`kmfleet: native addon not found at ${path}: run \`npm run build:native\` (or set KMFLEET_ADDON)`);
+  }
+  addon = createRequire(import.meta.url)(path) as NativeAddon;
+  return addon;
+}
+
+/** Native errors carry a `code` (and `row`): turn them into the classes above. */
+function typed(e: unknown): unknown {
+  if (e instanceof EngineError || !(e instanceof Error)) return e;
+  const { code, row } = e as Error & { code?: unknown; row?: unknown };
+  switch (code) {
+    case 'INVALID_ARGUMENT': return new InvalidArgumentError(e.message);
+    case 'OUT_OF_MEMORY': return new OutOfMemoryError(e.message);
+    case 'NON_FINITE_INPUT': return new NonFiniteInputError(e.message, typeof row === 'number' ? row : -1);
+    case 'DEVICE_ERROR': return new DeviceError(e.message);
+    case 'CANCELLED': return new CancelledError(e.message);
+    default: return e;
+  }
+}
+
+function sync<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    throw typed(e);
+  }
+}
+
+async function later<T>(p: () => Promise<T>): Promise<T> {
+  try {
+    return await p();
+  } catch (e) {
+    throw typed(e);
+  }
+}
+
+/** Query GPUs without creating an engine (never throws when there is no GPU). */
+export function gpuInfo(): GpuInfo {
+  return loadAddon().gpuInfo();
+}
+
+export class Engine {
+  readonly plan: EnginePlan;
+  readonly options: Readonly<Required<Pick<EngineOptions, 'rows' | 'dims' | 'k' | 'metric' | 'dtype'>>>;
+
+  private constructor(private readonly native: NativeEngine, options: EngineOptions) {
+    this.plan = Object.freeze({ ...native.plan });
+    this.options = Object.freeze({ rows: options.rows, dims: options.dims, k: options.k, metric: options.metric, dtype: options.dtype });
+  }
+
+  static async open(options: EngineOptions): Promise<Engine> {
+    const native = await later(() => loadAddon().open(options));
+    return new Engine(native, options);
+  }
+
+  buffer(index: number): Buffer {
+    return sync(() => this.native.buffer(index));
+  }
+
+  setCentroids(centroids: Float32Array): void {
+    sync(() => this.native.setCentroids(centroids));
+  }
+
+  centroids(): Float32Array {
+    return sync(() => this.native.centroids());
+  }
+
+  initKmeansPlusPlus(sample: Buffer | Float32Array, sampleRows: number, seed: number): Promise<void> {
+    return later(() => this.native.initKmeansPlusPlus(sample, sampleRows, seed));
+  }
+
+  beginPass(mode: PassMode, options?: { distances?: boolean }): void {
+    sync(() => this.native.beginPass(mode, options));
+  }
+
+  feed(buffer: number, firstRow: number, rowCount: number): Promise<void> {
+    return later(() => this.native.feed(buffer, firstRow, rowCount));
+  }
+
+  finishPass(): Promise<PassResult> {
+    return later(() => this.native.finishPass());
+  }
+
+  labels(firstRow?: number, count?: number): Int32Array {
+    return sync(() => this.native.labels(firstRow, count));
+  }
+
+  distances(firstRow?: number, count?: number): Float32Array {
+    return sync(() => this.native.distances(firstRow, count));
+  }
+
+  cancel(): void {
+    this.native.cancel();
+  }
+
+  close(): void {
+    this.native.close();
+  }
 }

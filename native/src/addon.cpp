@@ -1,18 +1,491 @@
-// N-API module entry (placeholder until the engine binding lands): gpuInfo() only.
+// The N-API binding (node-addon-api, napi 8): gpuInfo(), open(options) → Promise<NativeEngine>, and the
+// NativeEngine methods that native/index.ts wraps. Heavy calls run on the engine thread (engine_runner.h);
+// errors carry a `code` (and `row`) that native/index.ts turns into its error classes.
 #include <napi.h>
 
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
 #include "backend.h"
+#include "engine.h"
+#include "engine_runner.h"
 #ifdef KMFLEET_WITH_CUDA
 #include "cuda_bridge.h"
 #endif
 
+namespace kmfleet {
 namespace {
+
+[[noreturn]] void throwJs(Napi::Env env, ErrorCode code, const std::string& msg) { throw makeJsError(env, code, msg); }
+[[noreturn]] void throwJs(Napi::Env env, const EngineError& e) { throw makeJsError(env, e.code(), e.what(), e.row()); }
+
+// ---- options ----------------------------------------------------------------------------------------------
+
+std::int64_t intOption(Napi::Env env, const Napi::Object& o, const char* name, std::int64_t dflt, bool required) {
+  Napi::Value v = o.Get(name);
+  if (v.IsUndefined() || v.IsNull()) {
+    if (required) throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " is required");
+    return dflt;
+  }
+  if (!v.IsNumber()) throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " must be a number");
+  const double d = v.As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9007199254740991.0)
+    throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " must be an integer, got " + std::to_string(d));
+  return static_cast<std::int64_t>(d);
+}
+
+std::string stringOption(Napi::Env env, const Napi::Object& o, const char* name, const char* dflt,
+                         std::initializer_list<const char*> allowed) {
+  Napi::Value v = o.Get(name);
+  std::string s = dflt ? dflt : "";
+  if (!v.IsUndefined() && !v.IsNull()) {
+    if (!v.IsString()) throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " must be a string");
+    s = v.As<Napi::String>().Utf8Value();
+  } else if (!dflt) {
+    throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " is required");
+  }
+  std::string list;
+  for (const char* a : allowed) {
+    if (s == a) return s;
+    list += std::string(list.empty() ? "" : ", ") + "'" + a + "'";
+  }
+  throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " must be one of " + list + ", got '" + s + "'");
+}
+
+EngineConfig parseConfig(Napi::Env env, const Napi::Value& value) {
+  if (!value.IsObject()) throwJs(env, ErrorCode::InvalidArgument, "Engine.open needs an options object");
+  const Napi::Object o = value.As<Napi::Object>();
+  EngineConfig c;
+  c.rows = intOption(env, o, "rows", 0, true);
+  c.dims = intOption(env, o, "dims", 0, true);
+  c.k = intOption(env, o, "k", 0, true);
+  c.metric = stringOption(env, o, "metric", nullptr, {"l2", "cosine"}) == "l2" ? Metric::L2 : Metric::Cosine;
+  const std::string dt = stringOption(env, o, "dtype", nullptr, {"f32", "f16", "bf16"});
+  c.dtype = dt == "f32" ? DType::F32 : dt == "f16" ? DType::F16 : DType::BF16;
+  const std::string be = stringOption(env, o, "backend", "auto", {"auto", "cpu", "cuda"});
+  c.backend = be == "auto" ? BackendKind::Auto : be == "cpu" ? BackendKind::Cpu : BackendKind::Cuda;
+  const std::string pr = stringOption(env, o, "precision", "auto", {"auto", "fp32", "tf32", "bf16", "fp16"});
+  c.precision = pr == "auto"   ? Precision::Auto
+                : pr == "fp32" ? Precision::FP32
+                : pr == "tf32" ? Precision::TF32
+                : pr == "bf16" ? Precision::BF16
+                               : Precision::FP16;
+  c.chunkRows = intOption(env, o, "chunkRows", 0, false);
+  if (!o.Get("chunkRows").IsUndefined() && c.chunkRows < 1)
+    throwJs(env, ErrorCode::InvalidArgument, "chunkRows must be >= 1, got " + std::to_string(c.chunkRows));
+  c.buffers = static_cast<int>(intOption(env, o, "buffers", 0, false));
+  if (!o.Get("buffers").IsUndefined() && c.buffers < 1)
+    throwJs(env, ErrorCode::InvalidArgument, "buffers must be >= 1, got " + std::to_string(c.buffers));
+  c.threads = static_cast<int>(intOption(env, o, "threads", 0, false));
+  if (!o.Get("threads").IsUndefined() && c.threads < 1)
+    throwJs(env, ErrorCode::InvalidArgument, "threads must be >= 1, got " + std::to_string(c.threads));
+  c.memoryBudget = intOption(env, o, "memoryBudget", -1, false);
+  if (!o.Get("memoryBudget").IsUndefined() && c.memoryBudget < 0)
+    throwJs(env, ErrorCode::InvalidArgument, "memoryBudget must be >= 0, got " + std::to_string(c.memoryBudget));
+  c.device = static_cast<int>(intOption(env, o, "device", 0, false));
+  return c;
+}
+
+const char* precisionName(Precision p) {
+  switch (p) {
+    case Precision::TF32: return "tf32";
+    case Precision::BF16: return "bf16";
+    case Precision::FP16: return "fp16";
+    default: return "fp32";
+  }
+}
+
+// ---- NativeEngine -----------------------------------------------------------------------------------------
+
+// Owned by the wrapper and by every external Buffer handed out, so buffer memory outlives a GC'd wrapper.
+struct EngineHolder {
+  std::unique_ptr<Engine> engine;
+};
+
+class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "NativeEngine",
+                       {InstanceAccessor<&NativeEngine::PlanJs>("plan"),
+                        InstanceMethod<&NativeEngine::Buffer>("buffer"),
+                        InstanceMethod<&NativeEngine::SetCentroids>("setCentroids"),
+                        InstanceMethod<&NativeEngine::Centroids>("centroids"),
+                        InstanceMethod<&NativeEngine::InitKmeansPlusPlus>("initKmeansPlusPlus"),
+                        InstanceMethod<&NativeEngine::BeginPass>("beginPass"),
+                        InstanceMethod<&NativeEngine::Feed>("feed"),
+                        InstanceMethod<&NativeEngine::FinishPass>("finishPass"),
+                        InstanceMethod<&NativeEngine::Labels>("labels"),
+                        InstanceMethod<&NativeEngine::Distances>("distances"),
+                        InstanceMethod<&NativeEngine::Cancel>("cancel"),
+                        InstanceMethod<&NativeEngine::Close>("close")});
+  }
+
+  explicit NativeEngine(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeEngine>(info) {
+    auto* holder = info[0].As<Napi::External<std::shared_ptr<EngineHolder>>>().Data();
+    holder_ = *holder;
+    runner_ = std::make_unique<EngineRunner>(info.Env());
+  }
+
+  ~NativeEngine() override {
+    // Collected without close(): stop the thread; the engine's memory goes when the last Buffer over it does.
+    if (runner_) {
+      if (holder_->engine) holder_->engine->cancel();
+      runner_->stop();
+    }
+  }
+
+ private:
+  Engine& engine(Napi::Env env) {
+    if (!holder_ || !holder_->engine) throwJs(env, ErrorCode::InvalidArgument, "the engine is closed");
+    return *holder_->engine;
+  }
+
+  Napi::Value rejected(Napi::Env env, const Napi::Error& e) {
+    auto d = Napi::Promise::Deferred::New(env);
+    d.Reject(e.Value());
+    return d.Promise();
+  }
+
+  Napi::Value PlanJs(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const Plan& p = engine(env).plan();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("backend", p.backend == BackendKind::Cuda ? "cuda" : "cpu");
+    o.Set("device", p.device);
+    o.Set("precision", precisionName(p.precision));
+    o.Set("chunkRows", static_cast<double>(p.chunkRows));
+    o.Set("buffers", p.buffers);
+    o.Set("residentRows", static_cast<double>(p.residentRows));
+    o.Set("rowBytes", static_cast<double>(p.rowBytes));
+    return o;
+  }
+
+  Napi::Value Buffer(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Engine& e = engine(env);
+    const int index = static_cast<int>(info[0].ToNumber().Int32Value());
+    try {
+      void* p = e.hostBuffer(index);
+      if (buffers_.size() < static_cast<std::size_t>(e.plan().buffers)) buffers_.resize(e.plan().buffers);
+      auto& ref = buffers_[static_cast<std::size_t>(index)];
+      if (ref.IsEmpty()) {
+        auto* keep = new std::shared_ptr<EngineHolder>(holder_);
+        Napi::Buffer<std::uint8_t> b = Napi::Buffer<std::uint8_t>::New(
+            env, static_cast<std::uint8_t*>(p), e.bufferBytes(),
+            [](Napi::Env, std::uint8_t*, std::shared_ptr<EngineHolder>* k) { delete k; }, keep);
+        ref = Napi::Persistent(b);
+      }
+      return ref.Value();
+    } catch (const EngineError& err) {
+      throwJs(env, err);
+    }
+  }
+
+  Napi::Value SetCentroids(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Engine& e = engine(env);
+    if (!info[0].IsTypedArray() || info[0].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+      throwJs(env, ErrorCode::InvalidArgument, "setCentroids needs a Float32Array of k*dims values");
+    Napi::Float32Array a = info[0].As<Napi::Float32Array>();
+    try {
+      e.setCentroids(a.Data(), a.ElementLength());
+    } catch (const EngineError& err) {
+      throwJs(env, err);
+    }
+    return env.Undefined();
+  }
+
+  Napi::Value Centroids(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      std::vector<float> c = engine(env).centroids();
+      Napi::Float32Array out = Napi::Float32Array::New(env, c.size());
+      if (!c.empty()) std::memcpy(out.Data(), c.data(), c.size() * 4);
+      return out;
+    } catch (const EngineError& err) {
+      throwJs(env, err);
+    }
+  }
+
+  Napi::Value InitKmeansPlusPlus(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      Engine& e = engine(env);
+      const EngineConfig& cfg = e.config();
+      if (!info[0].IsTypedArray())
+        throwJs(env, ErrorCode::InvalidArgument, "initKmeansPlusPlus needs a Buffer (rows in the engine dtype) or a Float32Array");
+      Napi::TypedArray ta = info[0].As<Napi::TypedArray>();
+      const bool f32 = ta.TypedArrayType() == napi_float32_array;
+      if (!f32 && ta.TypedArrayType() != napi_uint8_array)
+        throwJs(env, ErrorCode::InvalidArgument, "initKmeansPlusPlus needs a Buffer (rows in the engine dtype) or a Float32Array");
+      const DType dtype = f32 ? DType::F32 : cfg.dtype;
+      if (!info[1].IsNumber() || !info[2].IsNumber())
+        throwJs(env, ErrorCode::InvalidArgument, "initKmeansPlusPlus(sample, sampleRows, seed): sampleRows and seed must be numbers");
+      const double rowsD = info[1].As<Napi::Number>().DoubleValue(), seedD = info[2].As<Napi::Number>().DoubleValue();
+      if (!(rowsD >= 1) || rowsD != std::floor(rowsD))
+        throwJs(env, ErrorCode::InvalidArgument, "sampleRows must be a positive integer, got " + std::to_string(rowsD));
+      if (!(seedD >= 0) || seedD != std::floor(seedD) || seedD > 9007199254740991.0)
+        throwJs(env, ErrorCode::InvalidArgument, "seed must be a non-negative integer, got " + std::to_string(seedD));
+      const std::int64_t rows = static_cast<std::int64_t>(rowsD);
+      const std::size_t need = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cfg.dims) * dtypeBytes(dtype);
+      const std::size_t have = ta.ByteLength();
+      if (have < need)
+        throwJs(env, ErrorCode::InvalidArgument,
+                "the sample has " + std::to_string(have) + " bytes, sampleRows=" + std::to_string(rows) + " × dims=" +
+                    std::to_string(cfg.dims) + " × " + std::to_string(dtypeBytes(dtype)) + " bytes needs " +
+                    std::to_string(need));
+      const std::uint64_t gen = e.admitInit();
+      auto copy = std::make_shared<std::vector<std::uint8_t>>(
+          static_cast<const std::uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset(),
+          static_cast<const std::uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset() + need);
+      Engine* ep = &e;
+      const std::uint64_t seed = static_cast<std::uint64_t>(seedD);
+      return runner_->submit(
+          env, [ep, gen, copy, dtype, rows, seed](Outcome&) { ep->runInit(gen, copy->data(), dtype, rows, seed); },
+          nullptr);
+    } catch (const Napi::Error& err) {
+      return rejected(env, err);
+    } catch (const EngineError& err) {
+      return rejected(env, makeJsError(env, err.code(), err.what(), err.row()));
+    }
+  }
+
+  Napi::Value BeginPass(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Engine& e = engine(env);
+    const std::string mode = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+    if (mode != "fit" && mode != "assign")
+      throwJs(env, ErrorCode::InvalidArgument, "beginPass mode must be 'fit' or 'assign', got '" + mode + "'");
+    bool distances = false;
+    if (info[1].IsObject()) {
+      Napi::Value d = info[1].As<Napi::Object>().Get("distances");
+      distances = d.IsBoolean() && d.As<Napi::Boolean>().Value();
+    }
+    const PassMode pm = mode == "fit" ? PassMode::Fit : PassMode::Assign;
+    try {
+      const std::uint64_t gen = e.admitBegin(pm, distances);
+      Engine* ep = &e;
+      runner_->submit(env, [ep, gen, pm, distances](Outcome&) { ep->runBegin(gen, pm, distances); }, nullptr, false);
+    } catch (const EngineError& err) {
+      throwJs(env, err);
+    }
+    return env.Undefined();
+  }
+
+  Napi::Value Feed(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      Engine& e = engine(env);
+      for (int i = 0; i < 3; ++i)
+        if (!info[i].IsNumber()) throwJs(env, ErrorCode::InvalidArgument, "feed(buffer, firstRow, rowCount) needs three integers");
+      const double b = info[0].As<Napi::Number>().DoubleValue(), f = info[1].As<Napi::Number>().DoubleValue(),
+                   n = info[2].As<Napi::Number>().DoubleValue();
+      if (b != std::floor(b) || f != std::floor(f) || n != std::floor(n) || !std::isfinite(f) || !std::isfinite(n))
+        throwJs(env, ErrorCode::InvalidArgument, "feed(buffer, firstRow, rowCount) needs three integers");
+      const int buffer = static_cast<int>(b);
+      const std::int64_t first = static_cast<std::int64_t>(f), count = static_cast<std::int64_t>(n);
+      const std::uint64_t gen = e.admitFeed(buffer, first, count);
+      Engine* ep = &e;
+      auto holder = holder_;
+      return runner_->submit(
+          env, [ep, gen, buffer, first, count](Outcome&) { ep->runFeed(gen, buffer, first, count); },
+          [holder, buffer](Napi::Env env, const Outcome&) -> Napi::Value {
+            if (holder->engine) holder->engine->feedSettled(buffer);
+            return env.Undefined();
+          });
+    } catch (const Napi::Error& err) {
+      return rejected(env, err);
+    } catch (const EngineError& err) {
+      return rejected(env, makeJsError(env, err.code(), err.what(), err.row()));
+    }
+  }
+
+  Napi::Value FinishPass(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      Engine& e = engine(env);
+      const std::uint64_t gen = e.admitFinish();
+      Engine* ep = &e;
+      auto holder = holder_;
+      auto result = std::make_shared<PassResult>();
+      return runner_->submit(
+          env, [ep, gen, result](Outcome&) { *result = ep->runFinish(gen); },
+          [holder, result](Napi::Env env, const Outcome& out) -> Napi::Value {
+            if (holder->engine) holder->engine->finishSettled(out.ok);
+            if (!out.ok) return env.Undefined();
+            Napi::Object o = Napi::Object::New(env);
+            o.Set("mode", result->mode == PassMode::Fit ? "fit" : "assign");
+            o.Set("inertia", result->inertia);
+            o.Set("reassigned", static_cast<double>(result->reassigned));
+            o.Set("shift", result->shift);
+            o.Set("emptyReseeded", static_cast<double>(result->emptyReseeded));
+            Napi::Float64Array counts = Napi::Float64Array::New(env, result->counts.size());
+            if (!result->counts.empty()) std::memcpy(counts.Data(), result->counts.data(), result->counts.size() * 8);
+            o.Set("counts", counts);
+            o.Set("dataVariance", result->dataVariance);
+            o.Set("ms", result->ms);
+            return o;
+          });
+    } catch (const Napi::Error& err) {
+      return rejected(env, err);
+    } catch (const EngineError& err) {
+      return rejected(env, makeJsError(env, err.code(), err.what(), err.row()));
+    }
+  }
+
+  void range(const Napi::CallbackInfo& info, std::int64_t rows, std::int64_t& first, std::int64_t& count) {
+    Napi::Env env = info.Env();
+    first = 0;
+    count = -1;
+    if (!info[0].IsUndefined()) {
+      const double f = info[0].ToNumber().DoubleValue();
+      if (f != std::floor(f) || !std::isfinite(f)) throwJs(env, ErrorCode::InvalidArgument, "firstRow must be an integer");
+      first = static_cast<std::int64_t>(f);
+    }
+    if (!info[1].IsUndefined()) {
+      const double c = info[1].ToNumber().DoubleValue();
+      if (c != std::floor(c) || !std::isfinite(c)) throwJs(env, ErrorCode::InvalidArgument, "count must be an integer");
+      count = static_cast<std::int64_t>(c);
+    } else {
+      count = rows - first;
+    }
+  }
+
+  Napi::Value Labels(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Engine& e = engine(env);
+    std::int64_t first, count;
+    range(info, e.config().rows, first, count);
+    try {
+      std::vector<std::int32_t> v = e.labels(first, count);
+      Napi::Int32Array out = Napi::Int32Array::New(env, v.size());
+      if (!v.empty()) std::memcpy(out.Data(), v.data(), v.size() * 4);
+      return out;
+    } catch (const EngineError& err) {
+      throwJs(env, err);
+    }
+  }
+
+  Napi::Value Distances(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Engine& e = engine(env);
+    std::int64_t first, count;
+    range(info, e.config().rows, first, count);
+    try {
+      std::vector<float> v = e.distances(first, count);
+      Napi::Float32Array out = Napi::Float32Array::New(env, v.size());
+      if (!v.empty()) std::memcpy(out.Data(), v.data(), v.size() * 4);
+      return out;
+    } catch (const EngineError& err) {
+      throwJs(env, err);
+    }
+  }
+
+  Napi::Value Cancel(const Napi::CallbackInfo& info) {
+    if (holder_ && holder_->engine) holder_->engine->cancel();
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!runner_) return env.Undefined();
+    if (holder_->engine) holder_->engine->cancel();
+    runner_->stop();  // queued work is rejected as cancelled; its Promises settle later
+    runner_.reset();
+    // Detach the Buffers handed out: JS can no longer reach the memory, so it can be freed now.
+    bool allDetached = true;
+    for (auto& ref : buffers_) {
+      if (ref.IsEmpty()) continue;
+      try {
+        ref.Value().ArrayBuffer().Detach();
+      } catch (const Napi::Error&) {
+        allDetached = false;
+      }
+      ref.Reset();
+    }
+    if (allDetached) holder_->engine.reset();
+    return env.Undefined();
+  }
+
+  std::shared_ptr<EngineHolder> holder_;
+  std::unique_ptr<EngineRunner> runner_;
+  std::vector<Napi::Reference<Napi::Buffer<std::uint8_t>>> buffers_;
+};
+
+// ---- module functions -----------------------------------------------------------------------------------
+
+struct AddonData {
+  Napi::FunctionReference engineClass;
+};
+
+class OpenWorker : public Napi::AsyncWorker {
+ public:
+  OpenWorker(Napi::Env env, const EngineConfig& cfg)
+      : Napi::AsyncWorker(env, "kmfleet-open"), cfg_(cfg), deferred_(Napi::Promise::Deferred::New(env)) {}
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    try {
+      holder_ = std::make_shared<EngineHolder>();
+      holder_->engine = std::make_unique<Engine>(cfg_);
+    } catch (const EngineError& e) {
+      out_.fail(e.code(), e.what(), e.row());
+    } catch (const std::bad_alloc&) {
+      out_.fail(ErrorCode::OutOfMemory, "out of host memory while creating the engine");
+    } catch (const std::exception& e) {
+      out_.fail(ErrorCode::Device, std::string("internal error: ") + e.what());
+    }
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (!out_.ok) {
+      deferred_.Reject(makeJsError(env, out_.code, out_.message, out_.row).Value());
+      return;
+    }
+    try {
+      AddonData* data = env.GetInstanceData<AddonData>();
+      Napi::Object obj = data->engineClass.New({Napi::External<std::shared_ptr<EngineHolder>>::New(env, &holder_)});
+      deferred_.Resolve(obj);
+    } catch (const Napi::Error& e) {
+      deferred_.Reject(e.Value());
+    }
+  }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  EngineConfig cfg_;
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<EngineHolder> holder_;
+  Outcome out_;
+};
+
+Napi::Value Open(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    const EngineConfig cfg = parseConfig(env, info[0]);
+    auto* w = new OpenWorker(env, cfg);
+    Napi::Promise p = w->Promise();
+    w->Queue();
+    return p;
+  } catch (const Napi::Error& e) {
+    auto d = Napi::Promise::Deferred::New(env);
+    d.Reject(e.Value());
+    return d.Promise();
+  }
+}
 
 Napi::Value GpuInfoJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  kmfleet::GpuInfo gi;
+  GpuInfo gi;
 #ifdef KMFLEET_WITH_CUDA
-  gi = kmfleet::queryCudaDevices();
+  try {
+    gi = queryCudaDevices();
+  } catch (const std::exception& e) {
+    gi = GpuInfo{};
+    gi.reason = std::string("CUDA query failed: ") + e.what();
+  }
 #else
   gi.available = false;
   gi.reason = "built without CUDA";
@@ -21,7 +494,7 @@ Napi::Value GpuInfoJs(const Napi::CallbackInfo& info) {
   out.Set("available", gi.available);
   if (!gi.available) out.Set("reason", gi.reason);
   Napi::Array devices = Napi::Array::New(env, gi.devices.size());
-  for (size_t i = 0; i < gi.devices.size(); ++i) {
+  for (std::size_t i = 0; i < gi.devices.size(); ++i) {
     const auto& d = gi.devices[i];
     Napi::Object o = Napi::Object::New(env);
     o.Set("ordinal", d.ordinal);
@@ -29,17 +502,23 @@ Napi::Value GpuInfoJs(const Napi::CallbackInfo& info) {
     o.Set("computeCapability", d.computeCapability);
     o.Set("totalMemory", static_cast<double>(d.totalMemory));
     o.Set("freeMemory", static_cast<double>(d.freeMemory));
-    devices.Set(static_cast<uint32_t>(i), o);
+    devices.Set(static_cast<std::uint32_t>(i), o);
   }
   out.Set("devices", devices);
   return out;
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* data = new AddonData();
+  data->engineClass = Napi::Persistent(NativeEngine::Define(env));
+  env.SetInstanceData<AddonData>(data);
   exports.Set("gpuInfo", Napi::Function::New(env, GpuInfoJs, "gpuInfo"));
+  exports.Set("open", Napi::Function::New(env, Open, "open"));
   return exports;
 }
 
 }  // namespace
+}  // namespace kmfleet
 
-NODE_API_MODULE(kmfleet_native, Init)
+static Napi::Object InitKmfleet(Napi::Env env, Napi::Object exports) { return kmfleet::Init(env, exports); }
+NODE_API_MODULE(kmfleet_native, InitKmfleet)

@@ -102,7 +102,7 @@ struct FarRow {
 // global row order, whatever the chunking, the thread count or the resident/streamed split. This is what
 // makes centroids bitwise reproducible (DESIGN.md "Numerics").
 struct PassTotals {
-  std::vector<double> sums;         // K×D Σ rows per cluster (fit passes; empty on assign passes)
+  std::vector<double> sums;         // K×D Σ rows per cluster (both passes: the engine derives the data variance)
   std::vector<std::int64_t> counts; // K rows per cluster
   std::vector<double> inertia;      // K Σ distances per cluster (squared L2, or 1 − cos), fp64
   // Fit passes: the top `farthest` rows ordered by (distance descending, row ascending) — a total order, so the

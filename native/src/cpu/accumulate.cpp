@@ -1,0 +1,162 @@
+// Deterministic accumulation (DESIGN.md "Numerics"): every chunk is stably counting-sorted by label, then each
+// thread owns whole clusters and adds their rows in row order into fp64 sums. For any cluster the additions thus
+// happen in global row order — the same bits for one chunk or a thousand, one thread or sixteen.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "../row_math.h"
+#include "cpu_internal.h"
+
+namespace kmfleet {
+namespace cpu {
+
+namespace {
+// (dist desc, row asc): a total order, so "the top E" is one set whatever the order rows are offered in.
+inline bool better(double da, std::int64_t ra, double db, std::int64_t rb) { return da > db || (da == db && ra < rb); }
+}  // namespace
+
+void Accumulator::reset(std::int64_t K, std::int64_t D, Metric metric, int threads, int farthest,
+                        std::int64_t chunkRows) {
+  K_ = K;
+  D_ = D;
+  metric_ = metric;
+  threads_ = threads;
+  farthest_ = farthest;
+  rowsSeen_ = 0;
+  try {
+    sums_.assign(static_cast<std::size_t>(K * D), 0.0);
+    inertia_.assign(static_cast<std::size_t>(K), 0.0);
+    counts_.assign(static_cast<std::size_t>(K), 0);
+    heaps_.resize(static_cast<std::size_t>(threads));
+  } catch (const std::bad_alloc&) {
+    throw EngineError(ErrorCode::OutOfMemory, "cannot allocate " + std::to_string(K * D * 8) +
+                                                  " bytes for the per-cluster fp64 sums (k=" + std::to_string(K) +
+                                                  ", dims=" + std::to_string(D) + ")");
+  }
+  tcount_.allocate(static_cast<std::size_t>(threads * K), "the counting sort");
+  cstart_.allocate(static_cast<std::size_t>(K + 1), "the counting sort");
+  order_.allocate(static_cast<std::size_t>(chunkRows), "the counting sort");
+  for (auto& h : heaps_) {
+    h.h.clear();
+    h.h.reserve(static_cast<std::size_t>(farthest));
+    h.values.allocate(static_cast<std::size_t>(farthest) * static_cast<std::size_t>(D), "the re-seeding candidates");
+  }
+}
+
+void Accumulator::offer(Heap& heap, double dist, std::int64_t row, std::int32_t label, const float* x) {
+  // heap.h is a heap whose front is the WORST kept candidate.
+  auto cmp = [](const Entry& a, const Entry& b) { return better(a.dist, a.row, b.dist, b.row); };
+  std::int32_t slot;
+  if (static_cast<int>(heap.h.size()) < farthest_) {
+    slot = static_cast<std::int32_t>(heap.h.size());
+    heap.h.push_back({dist, row, label, slot});
+  } else {
+    const Entry& worst = heap.h.front();
+    if (!better(dist, row, worst.dist, worst.row)) return;
+    std::pop_heap(heap.h.begin(), heap.h.end(), cmp);
+    slot = heap.h.back().slot;
+    heap.h.back() = {dist, row, label, slot};
+  }
+  std::memcpy(heap.values.data() + static_cast<std::size_t>(slot) * D_, x, static_cast<std::size_t>(D_) * 4);
+  std::push_heap(heap.h.begin(), heap.h.end(), cmp);
+}
+
+void Accumulator::addChunk(ThreadPool& pool, const CentroidPack& pack, const float* x, const double* norm2,
+                           std::int64_t n, std::int64_t firstRow, const std::int32_t* labels, float* distances) {
+  const std::int64_t K = K_, D = D_;
+  std::int64_t* tcount = tcount_.data();
+  std::int64_t* cstart = cstart_.data();
+  std::int32_t* order = order_.data();
+  // 1. per-thread label counts over contiguous row ranges
+  pool.run([&](int tid, int nt) {
+    std::int64_t* cnt = tcount + tid * K;
+    std::fill(cnt, cnt + K, 0);
+    std::int64_t b, e;
+    ThreadPool::range(n, tid, nt, 1, b, e);
+    for (std::int64_t r = b; r < e; ++r) ++cnt[labels[r]];
+  });
+  // 2. offsets: cluster-major, then thread order (= row order): a stable sort
+  const int T = pool.size();
+  std::int64_t run = 0;
+  for (std::int64_t k = 0; k < K; ++k) {
+    cstart[k] = run;
+    for (int t = 0; t < T; ++t) {
+      const std::int64_t c = tcount[t * K + k];
+      tcount[t * K + k] = run;
+      run += c;
+    }
+  }
+  cstart[K] = run;
+  // 3. scatter row indices
+  pool.run([&](int tid, int nt) {
+    std::int64_t* pos = tcount + tid * K;
+    std::int64_t b, e;
+    ThreadPool::range(n, tid, nt, 1, b, e);
+    for (std::int64_t r = b; r < e; ++r) order[pos[labels[r]]++] = static_cast<std::int32_t>(r);
+  });
+  // 4. each thread owns a contiguous range of clusters holding about n/T rows
+  pool.run([&](int tid, int nt) {
+    const std::int64_t lo = n * tid / nt, hi = n * (tid + 1) / nt;
+    const std::int64_t k0 = tid == 0 ? 0 : std::lower_bound(cstart, cstart + K + 1, lo) - cstart;
+    const std::int64_t k1 = tid == nt - 1 ? K : std::lower_bound(cstart, cstart + K + 1, hi) - cstart;
+    Heap& heap = heaps_[static_cast<std::size_t>(tid)];
+    for (std::int64_t k = k0; k < k1; ++k) {
+      double* s = sums_.data() + k * D;
+      const float* c = pack.c + k * D;
+      double inertia = inertia_[static_cast<std::size_t>(k)];
+      for (std::int64_t j = cstart[k]; j < cstart[k + 1]; ++j) {
+        const std::int64_t r = order[j];
+        const float* xr = x + r * D;
+        for (std::int64_t d = 0; d < D; ++d) s[d] += static_cast<double>(xr[d]);
+        double dist;
+        if (metric_ == Metric::L2) {
+          dist = sqDist64(xr, c, D);
+        } else {
+          const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
+          dist = denom > 0 ? 1.0 - dot64(xr, c, D) / denom : 1.0;
+          dist = dist < 0 ? 0 : (dist > 2 ? 2 : dist);
+        }
+        inertia += dist;
+        if (distances) distances[r] = static_cast<float>(dist);
+        if (farthest_ > 0) offer(heap, dist, firstRow + r, static_cast<std::int32_t>(k), xr);
+      }
+      inertia_[static_cast<std::size_t>(k)] = inertia;
+      counts_[static_cast<std::size_t>(k)] += cstart[k + 1] - cstart[k];
+    }
+  });
+  rowsSeen_ += n;
+}
+
+PassTotals Accumulator::finish() {
+  PassTotals out;
+  out.sums = std::move(sums_);
+  out.counts = std::move(counts_);
+  out.inertia = std::move(inertia_);
+  out.rowsSeen = rowsSeen_;
+  std::vector<std::pair<const Entry*, const Heap*>> all;
+  for (const auto& h : heaps_)
+    for (const auto& e : h.h) all.push_back({&e, &h});
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return better(a.first->dist, a.first->row, b.first->dist, b.first->row);
+  });
+  if (static_cast<int>(all.size()) > farthest_) all.resize(static_cast<std::size_t>(farthest_));
+  for (const auto& [e, h] : all) {
+    FarRow f;
+    f.row = e->row;
+    f.distance = e->dist;
+    f.label = e->label;
+    const float* v = h->values.data() + static_cast<std::size_t>(e->slot) * D_;
+    f.values.assign(v, v + D_);
+    out.farthest.push_back(std::move(f));
+  }
+  sums_.clear();
+  inertia_.clear();
+  counts_.clear();
+  for (auto& h : heaps_) h.h.clear();
+  return out;
+}
+
+}  // namespace cpu
+}  // namespace kmfleet

@@ -1,0 +1,228 @@
+// The CPU backend: host buffers, resident rows (host memory, so `kmfleet fit` does not re-read the file on later
+// passes), input conversion and checks, then the exact assignment (assign.cpp) and the deterministic
+// accumulation (accumulate.cpp) on the engine's thread pool.
+#include "cpu_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "../row_math.h"
+#include "cpu_internal.h"
+
+namespace kmfleet {
+
+std::string cpuDeviceName(int threads) {
+#if defined(__x86_64__)
+  const char* arch = "x86_64";
+#elif defined(__aarch64__)
+  const char* arch = "aarch64";
+#else
+  const char* arch = "unknown";
+#endif
+  return std::string("cpu ") + arch + " " + cpu::selectKernels().isa + " (" + std::to_string(threads) + " threads)";
+}
+
+namespace cpu {
+namespace {
+
+std::int64_t physicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<std::int64_t>(pages) * size : (std::int64_t{4} << 30);
+}
+
+float bf16ToF32(std::uint16_t v) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const EngineConfig& cfg, ThreadPool& pool) : cfg_(cfg), pool_(pool), kt_(selectKernels()) {
+    const std::int64_t D = cfg.dims;
+    plan_.backend = BackendKind::Cpu;
+    plan_.device = cpuDeviceName(pool.size());
+    plan_.precision = Precision::FP32;  // the CPU always computes exact fp32, whatever was asked
+    plan_.rowBytes = static_cast<std::size_t>(D) * dtypeBytes(cfg.dtype);
+    const std::int64_t autoRows = std::max<std::int64_t>(1, (std::int64_t{16} << 20) / static_cast<std::int64_t>(plan_.rowBytes));
+    plan_.chunkRows = std::min(cfg.rows, cfg.chunkRows > 0 ? cfg.chunkRows : autoRows);
+    plan_.buffers = cfg.buffers > 0 ? cfg.buffers : 2;
+    const std::int64_t residentRowBytes = D * 4 + 8;  // fp32 row + its fp64 norm
+    const std::int64_t budget = cfg.memoryBudget >= 0 ? cfg.memoryBudget
+                                                      : std::min(cfg.rows * residentRowBytes, physicalMemory() / 4);
+    plan_.residentRows = std::min(cfg.rows, budget / residentRowBytes);
+
+    const std::size_t chunk = static_cast<std::size_t>(plan_.chunkRows);
+    buffers_.resize(static_cast<std::size_t>(plan_.buffers));
+    for (auto& b : buffers_) b.allocate(chunk * plan_.rowBytes, "a host buffer");
+    if (cfg.dtype != DType::F32 || cfg.metric == Metric::Cosine)
+      work_.allocate(chunk * static_cast<std::size_t>(D), "the fp32 working rows");
+    norm2_.allocate(chunk, "the row norms");
+    best_.allocate(chunk, "the assignment");
+    d1_.allocate(chunk, "the assignment");
+    d2_.allocate(chunk, "the assignment");
+    scratch_.resize(static_cast<std::size_t>(pool.size()));
+    debug_ = std::getenv("KMFLEET_DEBUG") != nullptr;
+  }
+
+  const Plan& plan() const override { return plan_; }
+  void* hostBuffer(int index) override { return buffers_.at(static_cast<std::size_t>(index)).data(); }
+  std::int64_t residentHeld() const override {
+    return plan_.residentRows > 0 && residentFilled_ == plan_.residentRows ? plan_.residentRows : 0;
+  }
+
+  void beginPass(const PassSpec& spec) override {
+    spec_ = spec;
+    pack_.build(spec.centroids, cfg_.k, cfg_.dims, kt_);
+    for (auto& s : scratch_) {
+      s.kernel.allocate(static_cast<std::size_t>(scratchFloats(cfg_.dims)), "kernel scratch");
+      s.row.allocate(static_cast<std::size_t>(pack_.kpad), "kernel scratch");
+    }
+    acc_.reset(cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
+    if (residentFilled_ != plan_.residentRows) residentFilled_ = 0;
+    rechecked_ = 0;
+  }
+
+  void processResident() override {
+    const std::int64_t D = cfg_.dims, R = residentHeld();
+    for (std::int64_t r0 = 0; r0 < R; r0 += plan_.chunkRows) {
+      if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+      const std::int64_t n = std::min(plan_.chunkRows, R - r0);
+      compute(resident_.data() + r0 * D, residentNorm2_.data() + r0, r0, n);
+    }
+  }
+
+  void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) override {
+    const float* x = prepare(buffers_.at(static_cast<std::size_t>(buffer)).data(), firstRow, rows);
+    retain(x, firstRow, rows);
+    compute(x, norm2_.data(), firstRow, rows);
+  }
+
+  PassTotals finishPass() override {
+    if (debug_)
+      std::fprintf(stderr, "kmfleet cpu: %s pass, %lld rows, %lld rechecked in fp64\n",
+                   spec_.mode == PassMode::Fit ? "fit" : "assign", static_cast<long long>(rowsSeen_),
+                   static_cast<long long>(rechecked_));
+    rowsSeen_ = 0;
+    return acc_.finish();
+  }
+
+  void abortPass() noexcept override {
+    if (residentFilled_ != plan_.residentRows) residentFilled_ = 0;
+    rowsSeen_ = 0;
+  }
+
+ private:
+  // Converts the buffer's rows to fp32 (normalized for cosine) and computes ‖x‖² in fp64; rejects non-finite
+  // values and (cosine) zero rows, naming the first bad global row, before anything is accumulated.
+  const float* prepare(const void* buf, std::int64_t firstRow, std::int64_t n) {
+    const std::int64_t D = cfg_.dims;
+    const bool direct = cfg_.dtype == DType::F32 && cfg_.metric == Metric::L2;
+    float* out = direct ? static_cast<float*>(const_cast<void*>(buf)) : work_.data();
+    double* norm2 = norm2_.data();
+    const std::int64_t none = std::numeric_limits<std::int64_t>::max();
+    std::vector<std::int64_t> badNonFinite(static_cast<std::size_t>(pool_.size()), none);
+    std::vector<std::int64_t> badZero(static_cast<std::size_t>(pool_.size()), none);
+    pool_.run([&](int tid, int nt) {
+      std::int64_t b, e;
+      ThreadPool::range(n, tid, nt, 1, b, e);
+      for (std::int64_t r = b; r < e; ++r) {
+        float* xr = out + r * D;
+        if (cfg_.dtype == DType::F16) {
+          kt_.f16ToF32(static_cast<const std::uint16_t*>(buf) + r * D, xr, D);
+        } else if (cfg_.dtype == DType::BF16) {
+          const std::uint16_t* in = static_cast<const std::uint16_t*>(buf) + r * D;
+          for (std::int64_t d = 0; d < D; ++d) xr[d] = bf16ToF32(in[d]);
+        } else if (!direct) {
+          std::memcpy(xr, static_cast<const float*>(buf) + r * D, static_cast<std::size_t>(D) * 4);
+        }
+        double n2 = sqNorm64(xr, D);
+        if (!std::isfinite(n2)) {
+          badNonFinite[static_cast<std::size_t>(tid)] = r;
+          return;
+        }
+        if (cfg_.metric == Metric::Cosine) {
+          if (n2 == 0) {
+            badZero[static_cast<std::size_t>(tid)] = r;
+            return;
+          }
+          const double inv = 1.0 / std::sqrt(n2);
+          for (std::int64_t d = 0; d < D; ++d) xr[d] = static_cast<float>(static_cast<double>(xr[d]) * inv);
+          n2 = sqNorm64(xr, D);
+        }
+        norm2[r] = n2;
+      }
+    });
+    const std::int64_t nf = *std::min_element(badNonFinite.begin(), badNonFinite.end());
+    const std::int64_t zr = *std::min_element(badZero.begin(), badZero.end());
+    if (nf != none && nf <= zr) {
+      const std::int64_t row = firstRow + nf;
+      throw EngineError(ErrorCode::NonFiniteInput,
+                        "row " + std::to_string(row) + " has a non-finite value (NaN or Inf)", row);
+    }
+    if (zr != none)
+      throw EngineError(ErrorCode::InvalidArgument, "row " + std::to_string(firstRow + zr) +
+                                                        " has zero norm: cosine distance is undefined for it");
+    return out;
+  }
+
+  // Keeps rows of [0, residentRows) the first time they arrive in sequence.
+  void retain(const float* x, std::int64_t firstRow, std::int64_t n) {
+    if (firstRow != residentFilled_ || firstRow >= plan_.residentRows) return;
+    const std::int64_t D = cfg_.dims, m = std::min(n, plan_.residentRows - firstRow);
+    if (!resident_.data()) {
+      resident_.allocate(static_cast<std::size_t>(plan_.residentRows * D), "resident rows");
+      residentNorm2_.allocate(static_cast<std::size_t>(plan_.residentRows), "resident rows");
+    }
+    pool_.run([&](int tid, int nt) {
+      std::int64_t b, e;
+      ThreadPool::range(m, tid, nt, 1, b, e);
+      if (b < e)
+        std::memcpy(resident_.data() + (firstRow + b) * D, x + b * D, static_cast<std::size_t>((e - b) * D) * 4);
+    });
+    std::memcpy(residentNorm2_.data() + firstRow, norm2_.data(), static_cast<std::size_t>(m) * 8);
+    residentFilled_ += m;
+  }
+
+  void compute(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n) {
+    std::int32_t* labels = spec_.labels + firstRow;
+    rechecked_ += assignRows(kt_, pool_, scratch_, pack_, x, norm2, n, best_.data(), d1_.data(), d2_.data(), labels);
+    acc_.addChunk(pool_, pack_, x, norm2, n, firstRow, labels, spec_.distances ? spec_.distances + firstRow : nullptr);
+    rowsSeen_ += n;
+  }
+
+  EngineConfig cfg_;
+  ThreadPool& pool_;
+  const KernelTable& kt_;
+  Plan plan_;
+  PassSpec spec_;
+  CentroidPack pack_;
+  Accumulator acc_;
+  std::vector<Array<std::uint8_t>> buffers_;
+  Array<float> work_;
+  Array<double> norm2_;
+  Array<std::int32_t> best_;
+  Array<float> d1_, d2_;
+  std::vector<AssignScratch> scratch_;
+  Array<float> resident_;
+  Array<double> residentNorm2_;
+  std::int64_t residentFilled_ = 0;
+  std::int64_t rowsSeen_ = 0, rechecked_ = 0;
+  bool debug_ = false;
+};
+
+}  // namespace
+}  // namespace cpu
+
+std::unique_ptr<Backend> makeCpuBackend(const EngineConfig& config, ThreadPool& pool) {
+  return std::make_unique<cpu::CpuBackend>(config, pool);
+}
+
+}  // namespace kmfleet

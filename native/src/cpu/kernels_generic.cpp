@@ -1,0 +1,121 @@
+// Portable kernels (any x86-64 or other CPU; products and sums rounded separately, which the same γ_D bound covers) and the run-time choice of the best table the CPU supports.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "kernels.h"
+
+namespace kmfleet {
+namespace cpu {
+namespace {
+
+constexpr int NR = 8;
+
+void assign(const AssignTask& t) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (std::int64_t r = 0; r < t.n; ++r) {
+    const float* x = t.x + r * t.ld;
+    float best = inf, second = inf;
+    std::int32_t bi = -1;
+    for (std::int64_t p = 0; p < t.kpad / NR; ++p) {
+      const float* panel = t.panels + p * t.D * NR;
+      float acc[NR] = {};
+      for (std::int64_t d = 0; d < t.D; ++d)
+        for (int j = 0; j < NR; ++j) acc[j] += x[d] * panel[d * NR + j];
+      for (int j = 0; j < NR; ++j) {
+        const float v = t.cnorm[p * NR + j] - 2.0f * acc[j];
+        if (v < best) {
+          second = best;
+          best = v;
+          bi = static_cast<std::int32_t>(p * NR + j);
+        } else if (v < second) {
+          second = v;
+        }
+      }
+    }
+    t.best[r] = bi;
+    t.d1[r] = best;
+    t.d2[r] = second;
+  }
+}
+
+void rowDistances(const float* x, std::int64_t D, const float* panels, const float* cnorm, std::int64_t kpad,
+                  float* out) {
+  for (std::int64_t p = 0; p < kpad / NR; ++p) {
+    const float* panel = panels + p * D * NR;
+    float acc[NR] = {};
+    for (std::int64_t d = 0; d < D; ++d)
+      for (int j = 0; j < NR; ++j) acc[j] += x[d] * panel[d * NR + j];
+    for (int j = 0; j < NR; ++j) out[p * NR + j] = cnorm[p * NR + j] - 2.0f * acc[j];
+  }
+}
+
+void dots(const float* x, const float* c, std::int64_t nc, std::int64_t D, float* dst) {
+  for (std::int64_t t = 0; t < nc; ++t) {
+    float s = 0;
+    for (std::int64_t d = 0; d < D; ++d) s += x[d] * c[t * D + d];
+    dst[t] = s;
+  }
+}
+
+// IEEE binary16 → binary32, exact (subnormals, inf and NaN included).
+float halfToFloat(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalize
+    int e = -1;
+    do {
+      ++e;
+      mant <<= 1;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | ((112u - static_cast<std::uint32_t>(e)) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]);
+}
+
+const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, dots, f16ToF32};
+
+}  // namespace
+
+const KernelTable* genericKernels() { return &kTable; }
+
+#if !defined(__x86_64__)
+const KernelTable* avx2Kernels() { return nullptr; }
+const KernelTable* avx512Kernels() { return nullptr; }
+#endif
+
+const KernelTable& selectKernels() {
+  // Read on every engine creation (cheap), so a test can pin KMFLEET_CPU_ISA per engine.
+  const KernelTable* chosen = [] {
+    const char* cap = std::getenv("KMFLEET_CPU_ISA");
+    const bool allow512 = !cap || std::strcmp(cap, "avx512") == 0 || *cap == 0;
+    const bool allow2 = allow512 || std::strcmp(cap, "avx2") == 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (allow512 && avx512Kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+      return avx512Kernels();
+    if (allow2 && avx2Kernels() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+      return avx2Kernels();
+#endif
+    return genericKernels();
+  }();
+  return *chosen;
+}
+
+}  // namespace cpu
+}  // namespace kmfleet

@@ -1,0 +1,431 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/kernels.h"
+#include "row_math.h"
+#ifdef KMFLEET_WITH_CUDA
+#include "cuda_bridge.h"
+#endif
+
+namespace kmfleet {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& msg) { throw EngineError(ErrorCode::InvalidArgument, msg); }
+
+double nowMs() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+void validate(const EngineConfig& c) {
+  if (c.rows < 1) invalid("rows must be >= 1, got " + str(c.rows));
+  if (c.dims < 1) invalid("dims must be >= 1, got " + str(c.dims));
+  if (c.k < 1) invalid("k must be >= 1, got " + str(c.k));
+  if (c.k > c.rows) invalid("k must be <= rows, got k=" + str(c.k) + " with rows=" + str(c.rows));
+  if (c.k > std::numeric_limits<std::int32_t>::max()) invalid("k must fit in int32, got " + str(c.k));
+  if (c.dims > (std::int64_t{1} << 24)) invalid("dims must be <= 16777216, got " + str(c.dims));
+  if (c.rows > (std::int64_t{1} << 40)) invalid("rows must be <= 2^40, got " + str(c.rows));
+  if (c.chunkRows < 0) invalid("chunkRows must be >= 1, got " + str(c.chunkRows));
+  if (c.chunkRows > std::numeric_limits<std::int32_t>::max())
+    invalid("chunkRows must be < 2^31, got " + str(c.chunkRows));
+  if (c.buffers < 0 || c.buffers > 64) invalid("buffers must be in 1..64, got " + str(c.buffers));
+  if (c.threads < 0 || c.threads > 1024) invalid("threads must be in 1..1024, got " + str(c.threads));
+  if (c.memoryBudget < -1) invalid("memoryBudget must be >= 0, got " + str(c.memoryBudget));
+  if (c.device < 0) invalid("device must be >= 0, got " + str(c.device));
+}
+
+std::unique_ptr<Backend> makeBackend(const EngineConfig& cfg, ThreadPool& pool) {
+  if (cfg.backend == BackendKind::Cpu) return makeCpuBackend(cfg, pool);
+#ifdef KMFLEET_WITH_CUDA
+  if (cfg.backend == BackendKind::Cuda) return makeCudaBackend(cfg);
+  if (queryCudaDevices().available) {
+    try {
+      return makeCudaBackend(cfg);
+    } catch (const EngineError& e) {
+      if (e.code() != ErrorCode::Device) throw;  // auto: a device that fails to start → the CPU
+    }
+  }
+  return makeCpuBackend(cfg, pool);
+#else
+  if (cfg.backend == BackendKind::Cuda)
+    throw EngineError(ErrorCode::Device, "backend 'cuda' requested but this addon was built without CUDA");
+  return makeCpuBackend(cfg, pool);
+#endif
+}
+
+}  // namespace
+
+Engine::Engine(const EngineConfig& config) : cfg_(config) {
+  validate(cfg_);
+  if (cfg_.threads == 0) cfg_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  pool_ = std::make_unique<ThreadPool>(cfg_.threads);
+  backend_ = makeBackend(cfg_, *pool_);
+  inFlight_.assign(static_cast<std::size_t>(plan().buffers), false);
+  labels_.allocate(static_cast<std::size_t>(cfg_.rows), "labels");
+  next_.allocate(static_cast<std::size_t>(cfg_.rows), "labels");
+  std::fill(labels_.data(), labels_.data() + cfg_.rows, -1);
+}
+
+Engine::~Engine() = default;
+
+void* Engine::hostBuffer(int index) {
+  if (index < 0 || index >= plan().buffers)
+    invalid("buffer index must be in 0.." + str(plan().buffers - 1) + ", got " + str(index));
+  return backend_->hostBuffer(index);
+}
+
+std::size_t Engine::bufferBytes() const { return static_cast<std::size_t>(plan().chunkRows) * plan().rowBytes; }
+
+void Engine::setCentroids(const float* c, std::size_t count) {
+  const std::int64_t K = cfg_.k, D = cfg_.dims;
+  if (passOpen_) invalid("cannot set centroids while a pass is running (call finishPass first)");
+  if (static_cast<std::int64_t>(count) != K * D)
+    invalid("centroids must have k*dims = " + str(K * D) + " values (k=" + str(K) + ", dims=" + str(D) + "), got " +
+            str(static_cast<std::int64_t>(count)));
+  std::vector<float> v(c, c + count);
+  for (std::int64_t k = 0; k < K; ++k) {
+    float* ck = v.data() + k * D;
+    for (std::int64_t d = 0; d < D; ++d)
+      if (!std::isfinite(ck[d]))
+        invalid("centroid " + str(k) + " has a non-finite value at feature " + str(d));
+    if (cfg_.metric == Metric::Cosine) {
+      const double n2 = sqNorm64(ck, D);
+      if (n2 == 0) invalid("centroid " + str(k) + " has zero norm: cosine distance is undefined for it");
+      const double inv = 1.0 / std::sqrt(n2);
+      for (std::int64_t d = 0; d < D; ++d) ck[d] = static_cast<float>(ck[d] * inv);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  centroids_ = std::move(v);
+}
+
+std::vector<float> Engine::centroids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (centroids_.empty()) invalid("no centroids yet: call setCentroids or initKmeansPlusPlus first");
+  return centroids_;
+}
+
+bool Engine::hasCentroids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !centroids_.empty();
+}
+
+std::uint64_t Engine::admitBegin(PassMode mode, bool distances) {
+  if (!hasCentroids()) invalid("beginPass needs centroids: call setCentroids or initKmeansPlusPlus first");
+  if (distances && mode != PassMode::Assign) invalid("distances are only available on assign passes");
+  // A pass left open (cancelled, failed or abandoned) is replaced: its queued work runs first and is discarded.
+  passOpen_ = true;
+  finishing_ = false;
+  jsMode_ = mode;
+  jsDistances_ = distances;
+  distancesReady_ = false;
+  return ++gen_;
+}
+
+std::uint64_t Engine::admitFeed(int buffer, std::int64_t firstRow, std::int64_t rowCount) {
+  if (!passOpen_ || finishing_) invalid("feed outside a pass: call beginPass first");
+  if (buffer < 0 || buffer >= plan().buffers)
+    invalid("buffer index must be in 0.." + str(plan().buffers - 1) + ", got " + str(buffer));
+  if (inFlight_[static_cast<std::size_t>(buffer)])
+    invalid("buffer " + str(buffer) + " is still being fed: await its feed before refilling it");
+  if (rowCount < 1 || rowCount > plan().chunkRows)
+    invalid("rowCount must be in 1.." + str(plan().chunkRows) + " (chunkRows), got " + str(rowCount));
+  if (firstRow < 0 || firstRow + rowCount > cfg_.rows)
+    invalid("rows [" + str(firstRow) + ", " + str(firstRow + rowCount) + ") are out of range: the dataset has " +
+            str(cfg_.rows) + " rows");
+  inFlight_[static_cast<std::size_t>(buffer)] = true;
+  return gen_;
+}
+
+std::uint64_t Engine::admitFinish() {
+  if (!passOpen_ || finishing_) invalid("finishPass without a pass: call beginPass first");
+  finishing_ = true;
+  return gen_;
+}
+
+std::uint64_t Engine::admitInit() {
+  if (passOpen_) invalid("cannot initialise centroids while a pass is running (call finishPass first)");
+  return ++gen_;
+}
+
+void Engine::feedSettled(int buffer) {
+  if (buffer >= 0 && buffer < static_cast<int>(inFlight_.size())) inFlight_[static_cast<std::size_t>(buffer)] = false;
+}
+
+void Engine::finishSettled(bool ok) {
+  distancesReady_ = ok && jsMode_ == PassMode::Assign && jsDistances_;
+  passOpen_ = false;
+  finishing_ = false;
+}
+
+void Engine::cancel() {
+  cancelGen_.store(gen_);
+  cancelFlag_.store(true);
+}
+
+void Engine::checkGen(std::uint64_t gen) {
+  if (gen <= cancelGen_.load()) {
+    if (passRunning_ && passGen_ == gen) abortPass();
+    throw EngineError(ErrorCode::Cancelled, "cancelled");
+  }
+  if (gen != passGen_) throw EngineError(ErrorCode::Cancelled, "cancelled: the pass was replaced by a newer one");
+  if (passError_) throw *passError_;
+  if (!passRunning_) throw EngineError(ErrorCode::InvalidArgument, "no pass is running");
+}
+
+void Engine::abortPass() {
+  if (passRunning_) backend_->abortPass();
+  passRunning_ = false;
+  residentPending_ = false;
+}
+
+void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
+  abortPass();  // a pass left open is abandoned
+  passGen_ = gen;
+  passError_.reset();
+  if (gen <= cancelGen_.load()) {
+    passError_ = std::make_unique<EngineError>(ErrorCode::Cancelled, "cancelled");
+    return;
+  }
+  cancelFlag_.store(false);
+  try {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      passCentroids_ = centroids_;
+      if (distances) distances_.allocate(static_cast<std::size_t>(cfg_.rows), "distances");
+    }
+    mode_ = mode;
+    wantDistances_ = distances;
+    const std::int64_t K = cfg_.k, D = cfg_.dims;
+    std::int64_t far = 0;
+    if (mode == PassMode::Fit) {
+      // Enough farthest rows to re-seed every empty cluster in the usual case, within ~64 MiB of copies.
+      const std::int64_t cap = std::max<std::int64_t>(64, (std::int64_t{64} << 20) / (D * 4 * pool_->size()));
+      far = std::min({K - 1, cfg_.rows, cap, std::int64_t{1} << 30});
+    }
+    PassSpec spec;
+    spec.mode = mode;
+    spec.centroids = passCentroids_.data();
+    spec.labels = next_.data();
+    spec.distances = distances ? distances_.data() : nullptr;
+    spec.farthest = static_cast<int>(far);
+    spec.cancel = &cancelFlag_;
+    backend_->beginPass(spec);
+    passRunning_ = true;
+    cursor_ = 0;
+    residentPending_ = backend_->residentHeld() > 0;
+    passStartMs_ = nowMs();
+  } catch (const EngineError& e) {
+    passError_ = std::make_unique<EngineError>(e);
+    abortPass();
+  }
+}
+
+void Engine::processResidentIfNeeded() {
+  if (!residentPending_) return;
+  residentPending_ = false;
+  backend_->processResident();
+  cursor_ = backend_->residentHeld();
+}
+
+void Engine::runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount) {
+  checkGen(gen);
+  try {
+    if (residentPending_) {
+      if (firstRow == 0) {
+        residentPending_ = false;  // the caller streams every row this pass: the resident copy is not needed
+      } else {
+        processResidentIfNeeded();
+      }
+    }
+    if (firstRow != cursor_)
+      invalid("feed out of sequence: expected firstRow " + str(cursor_) + ", got " + str(firstRow) +
+              (cursor_ > 0 && cursor_ == backend_->residentHeld()
+                   ? " (rows [0, " + str(cursor_) + ") are resident)"
+                   : std::string()));
+    if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+    backend_->processChunk(buffer, firstRow, rowCount);
+    cursor_ += rowCount;
+  } catch (const EngineError& e) {
+    // A misordered feed leaves the pass intact; anything else (bad data, cancel, memory, device) ends it.
+    if (e.code() == ErrorCode::InvalidArgument && std::string(e.what()).rfind("feed out of sequence", 0) == 0) throw;
+    passError_ = std::make_unique<EngineError>(e);
+    abortPass();
+    throw;
+  }
+}
+
+PassResult Engine::runFinish(std::uint64_t gen) {
+  checkGen(gen);
+  PassTotals totals;
+  try {
+    processResidentIfNeeded();
+    totals = backend_->finishPass();
+  } catch (const EngineError& e) {
+    passError_ = std::make_unique<EngineError>(e);
+    abortPass();
+    throw;
+  }
+  passRunning_ = false;
+  const std::int64_t N = cfg_.rows, seen = cursor_;
+  PassResult r;
+  r.mode = mode_;
+  // Labels: rows of this pass vs the previous one; unseen rows keep their previous label.
+  if (seen < N) std::memcpy(next_.data() + seen, labels_.data() + seen, static_cast<std::size_t>(N - seen) * 4);
+  std::vector<std::int64_t> changed(static_cast<std::size_t>(pool_->size()), 0);
+  pool_->run([&](int tid, int nt) {
+    std::int64_t b, e, c = 0;
+    ThreadPool::range(seen, tid, nt, 1, b, e);
+    for (std::int64_t i = b; i < e; ++i) c += next_[static_cast<std::size_t>(i)] != labels_[static_cast<std::size_t>(i)];
+    changed[static_cast<std::size_t>(tid)] = c;
+  });
+  for (auto c : changed) r.reassigned += c;
+  for (double v : totals.inertia) r.inertia += v;
+  r.dataVariance = seen == N ? dataVariance(totals) : std::numeric_limits<double>::quiet_NaN();
+  r.counts.assign(totals.counts.begin(), totals.counts.end());
+  if (mode_ == PassMode::Fit) applyFit(totals, r);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::swap(labels_, next_);
+  }
+  r.ms = nowMs() - passStartMs_;
+  return r;
+}
+
+// sklearn's tol is relative to mean(var(X, axis=0)). From the pass's totals, without another look at the data:
+// Σ_i ‖x_i − μ‖² = Σ_c [ Σ_{i∈c} ‖x_i − o_c‖² − n_c ‖μ_c − o_c‖² + n_c ‖μ_c − μ‖² ]  (o_c: the pass's centroid, a
+// shift that keeps the fp64 sums well conditioned; μ_c: the cluster's mean). For cosine the rows and centroids
+// are unit vectors, so Σ‖x − o‖² = 2·Σ(1 − cos).
+double Engine::dataVariance(const PassTotals& t) const {
+  const std::int64_t K = cfg_.k, D = cfg_.dims;
+  const double N = static_cast<double>(t.rowsSeen);
+  if (t.rowsSeen == 0 || t.sums.size() != static_cast<std::size_t>(K * D)) return std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> mu(static_cast<std::size_t>(D), 0.0);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t d = 0; d < D; ++d) mu[d] += t.sums[k * D + d];
+  for (auto& m : mu) m /= N;
+  double scatter = 0;
+  for (std::int64_t k = 0; k < K; ++k) {
+    const double n = static_cast<double>(t.counts[k]);
+    if (n == 0) continue;
+    const double s = cfg_.metric == Metric::Cosine ? 2.0 * t.inertia[k] : t.inertia[k];
+    double off = 0, spread = 0;
+    for (std::int64_t d = 0; d < D; ++d) {
+      const double mk = t.sums[k * D + d] / n;
+      const double a = mk - passCentroids_[k * D + d], b = mk - mu[d];
+      off += a * a;
+      spread += b * b;
+    }
+    scatter += s - n * off + n * spread;
+  }
+  return std::max(0.0, scatter) / (N * static_cast<double>(D));
+}
+
+void Engine::applyFit(const PassTotals& t, PassResult& r) {
+  const std::int64_t K = cfg_.k, D = cfg_.dims;
+  std::vector<double> sums = t.sums;
+  std::vector<std::int64_t> n = t.counts;
+  std::vector<float> next = passCentroids_;
+  // Empty clusters, in index order, take the farthest rows in (distance desc, row asc) order — scikit-learn's
+  // relocation — skipping a row whose cluster would become empty in turn.
+  std::size_t cand = 0;
+  for (std::int64_t k = 0; k < K; ++k) {
+    if (n[k] != 0) continue;
+    while (cand < t.farthest.size()) {
+      const FarRow& f = t.farthest[cand++];
+      if (n[f.label] <= 1) continue;
+      for (std::int64_t d = 0; d < D; ++d) {
+        sums[f.label * D + d] -= f.values[d];
+        sums[k * D + d] = f.values[d];
+      }
+      --n[f.label];
+      n[k] = 1;
+      ++r.emptyReseeded;
+      break;
+    }
+  }
+  for (std::int64_t k = 0; k < K; ++k) {
+    if (n[k] == 0) continue;  // still empty (no candidate left): keeps its centroid
+    const double inv = 1.0 / static_cast<double>(n[k]);
+    std::vector<double> m(static_cast<std::size_t>(D));
+    for (std::int64_t d = 0; d < D; ++d) m[d] = sums[k * D + d] * inv;
+    if (cfg_.metric == Metric::Cosine) {
+      double n2 = 0;
+      for (double v : m) n2 += v * v;
+      if (!(n2 > 0)) continue;  // rows that cancel out: no direction, keep the old centroid
+      const double s = 1.0 / std::sqrt(n2);
+      for (auto& v : m) v *= s;
+    }
+    for (std::int64_t d = 0; d < D; ++d) next[k * D + d] = static_cast<float>(m[d]);
+  }
+  for (std::int64_t k = 0; k < K; ++k) r.shift += sqDist64(next.data() + k * D, passCentroids_.data() + k * D, D);
+  std::lock_guard<std::mutex> lock(mu_);
+  centroids_ = std::move(next);
+}
+
+void Engine::runInit(std::uint64_t gen, const void* sample, DType dtype, std::int64_t sampleRows, std::uint64_t seed) {
+  if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+  cancelFlag_.store(false);
+  const std::int64_t D = cfg_.dims, K = cfg_.k;
+  if (sampleRows < K)
+    invalid("initKmeansPlusPlus needs at least k=" + str(K) + " sample rows, got " + str(sampleRows));
+  Array<float> x(static_cast<std::size_t>(sampleRows * D), "the k-means++ sample");
+  const cpu::KernelTable& kt = cpu::selectKernels();
+  for (std::int64_t r = 0; r < sampleRows; ++r) {
+    float* xr = x.data() + r * D;
+    if (dtype == DType::F32) {
+      std::memcpy(xr, static_cast<const float*>(sample) + r * D, static_cast<std::size_t>(D) * 4);
+    } else if (dtype == DType::F16) {
+      kt.f16ToF32(static_cast<const std::uint16_t*>(sample) + r * D, xr, D);
+    } else {
+      const std::uint16_t* in = static_cast<const std::uint16_t*>(sample) + r * D;
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::uint32_t bits = static_cast<std::uint32_t>(in[d]) << 16;
+        std::memcpy(xr + d, &bits, 4);
+      }
+    }
+    const double n2 = sqNorm64(xr, D);
+    if (!std::isfinite(n2))
+      throw EngineError(ErrorCode::NonFiniteInput,
+                        "sample row " + str(r) + " has a non-finite value (NaN or Inf)", r);
+    if (cfg_.metric == Metric::Cosine) {
+      if (n2 == 0) invalid("sample row " + str(r) + " has zero norm: cosine distance is undefined for it");
+      const double inv = 1.0 / std::sqrt(n2);
+      for (std::int64_t d = 0; d < D; ++d) xr[d] = static_cast<float>(xr[d] * inv);
+    }
+  }
+  std::vector<float> c = kmeansPlusPlus(x.data(), sampleRows, D, K, seed, *pool_, &cancelFlag_);
+  if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+  std::lock_guard<std::mutex> lock(mu_);
+  centroids_ = std::move(c);
+}
+
+std::vector<std::int32_t> Engine::labels(std::int64_t firstRow, std::int64_t count) const {
+  if (firstRow < 0 || count < 0 || firstRow + count > cfg_.rows)
+    invalid("labels(" + str(firstRow) + ", " + str(count) + ") is out of range: the dataset has " + str(cfg_.rows) +
+            " rows");
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::vector<std::int32_t>(labels_.data() + firstRow, labels_.data() + firstRow + count);
+}
+
+std::vector<float> Engine::distances(std::int64_t firstRow, std::int64_t count) const {
+  if (!distancesReady_)
+    invalid("distances are available only after an assign pass with { distances: true }");
+  if (firstRow < 0 || count < 0 || firstRow + count > cfg_.rows)
+    invalid("distances(" + str(firstRow) + ", " + str(count) + ") is out of range: the dataset has " +
+            str(cfg_.rows) + " rows");
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::vector<float>(distances_.data() + firstRow, distances_.data() + firstRow + count);
+}
+
+}  // namespace kmfleet

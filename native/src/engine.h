@@ -1,0 +1,109 @@
+// The Engine: what every backend shares (backend.h). It validates, keeps the pass state machine, owns labels
+// (double-buffered, for the reassigned count), distances and centroids, turns a backend's fp64 totals into new
+// centroids (empty clusters re-seeded with the farthest rows), and runs k-means++ on a sample.
+//
+// Threads: methods marked [js] are called on the JS thread; [engine] ones on the engine thread (one at a time,
+// in submission order). Shared state between the two is guarded (centroids, labels) or atomic (cancel).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "memory.h"
+#include "thread_pool.h"
+
+namespace kmfleet {
+
+struct PassResult {
+  PassMode mode = PassMode::Fit;
+  double inertia = 0;
+  std::int64_t reassigned = 0;
+  double shift = 0;
+  std::int64_t emptyReseeded = 0;
+  std::vector<double> counts;
+  double dataVariance = 0;  // NaN when the pass did not see every row
+  double ms = 0;
+};
+
+class Engine {
+ public:
+  // Validates the config (InvalidArgument naming the values) and creates the backend (Auto: CUDA when built with
+  // it and a device is present, else CPU). Heavy (allocates the host buffers): call it off the JS thread.
+  explicit Engine(const EngineConfig& config);
+  ~Engine();
+
+  const EngineConfig& config() const { return cfg_; }
+  const Plan& plan() const { return backend_->plan(); }
+  void* hostBuffer(int index);                   // [js] InvalidArgument when out of range
+  std::size_t bufferBytes() const;
+
+  void setCentroids(const float* c, std::size_t count);  // [js] not while a pass is running
+  std::vector<float> centroids() const;                  // [js]
+  bool hasCentroids() const;
+
+  // [js] The pass state machine. Each returns the generation the submitted work belongs to.
+  std::uint64_t admitBegin(PassMode mode, bool distances);
+  std::uint64_t admitFeed(int buffer, std::int64_t firstRow, std::int64_t rowCount);
+  std::uint64_t admitFinish();
+  std::uint64_t admitInit();
+  void feedSettled(int buffer);  // [js] the feed's promise settled: the buffer may be fed again
+  void finishSettled(bool ok);   // [js] the finishPass promise settled
+  void cancel();                 // [js] work of the current generation stops at the next chunk boundary
+
+  // [engine] Execution. Throw EngineError; a Cancelled/failed pass is aborted and later work of it rejected.
+  void runBegin(std::uint64_t gen, PassMode mode, bool distances);
+  void runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount);
+  PassResult runFinish(std::uint64_t gen);
+  void runInit(std::uint64_t gen, const void* sample, DType dtype, std::int64_t sampleRows, std::uint64_t seed);
+
+  std::vector<std::int32_t> labels(std::int64_t firstRow, std::int64_t count) const;  // [js]
+  std::vector<float> distances(std::int64_t firstRow, std::int64_t count) const;      // [js]
+
+ private:
+  void checkGen(std::uint64_t gen);
+  void abortPass();
+  void processResidentIfNeeded();
+  void applyFit(const PassTotals& t, PassResult& r);
+  double dataVariance(const PassTotals& t) const;
+
+  EngineConfig cfg_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Backend> backend_;
+
+  // JS-thread state
+  std::uint64_t gen_ = 0;
+  bool passOpen_ = false, finishing_ = false;
+  PassMode jsMode_ = PassMode::Fit;
+  std::vector<bool> inFlight_;
+  bool jsDistances_ = false, distancesReady_ = false;
+
+  // shared
+  std::atomic<std::uint64_t> cancelGen_{0};
+  std::atomic<bool> cancelFlag_{false};
+  mutable std::mutex mu_;        // centroids_, labels swap, distances
+  std::vector<float> centroids_; // K×D, empty until set
+  Array<std::int32_t> labels_, next_;
+  Array<float> distances_;
+
+  // engine-thread state
+  std::uint64_t passGen_ = 0;
+  bool passRunning_ = false;      // a pass of passGen_ is open on the backend
+  bool residentPending_ = false;  // resident rows still to be processed in this pass
+  std::unique_ptr<EngineError> passError_;
+  PassMode mode_ = PassMode::Fit;
+  bool wantDistances_ = false;
+  std::int64_t cursor_ = 0;       // next row expected
+  std::vector<float> passCentroids_;
+  double passStartMs_ = 0;
+};
+
+// Greedy k-means++ (scikit-learn's _kmeans_plusplus) over n fp32 rows (already normalized for cosine).
+std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D, std::int64_t K, std::uint64_t seed,
+                                  ThreadPool& pool, const std::atomic<bool>* cancel);
+
+}  // namespace kmfleet

@@ -1,0 +1,143 @@
+// Greedy k-means++ as scikit-learn's _kmeans_plusplus: the first center uniformly at random, then for every next
+// one 2 + floor(ln k) candidates drawn with probability ∝ D² (the squared distance to the nearest chosen center),
+// keeping the candidate that minimizes the potential Σ D². Seeded (splitmix64 → xoshiro256**), multithreaded,
+// and the same result for any thread count: potentials are summed per fixed block of rows, blocks in order.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "cpu/kernels.h"
+#include "engine.h"
+#include "row_math.h"
+
+namespace kmfleet {
+
+namespace {
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) {
+    for (auto& w : s_) {  // splitmix64
+      seed += 0x9e3779b97f4a7c15ULL;
+      std::uint64_t z = seed;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      w = z ^ (z >> 31);
+    }
+  }
+  std::uint64_t next() {  // xoshiro256**
+    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+
+ private:
+  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::uint64_t s_[4];
+};
+
+constexpr std::int64_t kBlock = 4096;
+
+}  // namespace
+
+std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D, std::int64_t K, std::uint64_t seed,
+                                  ThreadPool& pool, const std::atomic<bool>* cancel) {
+  const cpu::KernelTable& kt = cpu::selectKernels();
+  const int trials = 2 + static_cast<int>(std::floor(std::log(static_cast<double>(K))));
+  const std::int64_t nblocks = (n + kBlock - 1) / kBlock;
+  std::vector<float> centers(static_cast<std::size_t>(K * D));
+  Array<double> xx(static_cast<std::size_t>(n), "the k-means++ sample norms");
+  Array<double> closest(static_cast<std::size_t>(n), "the k-means++ distances");
+  Array<double> cand(static_cast<std::size_t>(n) * trials, "the k-means++ candidate distances");
+  std::vector<double> blockSum(static_cast<std::size_t>(nblocks)), candBlock(static_cast<std::size_t>(nblocks) * trials);
+  std::vector<float> candRows(static_cast<std::size_t>(trials * D));
+  std::vector<double> candNorm(static_cast<std::size_t>(trials));
+  Rng rng(seed);
+
+  auto blocksOf = [&](int tid, int nt, std::int64_t& b0, std::int64_t& b1) { ThreadPool::range(nblocks, tid, nt, 1, b0, b1); };
+  pool.run([&](int tid, int nt) {
+    std::int64_t b0, b1;
+    blocksOf(tid, nt, b0, b1);
+    for (std::int64_t i = b0 * kBlock; i < std::min(n, b1 * kBlock); ++i) xx[i] = sqNorm64(x + i * D, D);
+  });
+
+  // Distances of every row to `count` candidate rows (packed in candRows), folded with the current closest.
+  auto evaluate = [&](int count, double* out, double* blocks, bool fold) {
+    pool.run([&](int tid, int nt) {
+      std::int64_t b0, b1;
+      blocksOf(tid, nt, b0, b1);
+      float dots[64];
+      for (std::int64_t b = b0; b < b1; ++b) {
+        for (int t = 0; t < count; ++t) blocks[t * nblocks + b] = 0;
+        for (std::int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
+          kt.dots(x + i * D, candRows.data(), count, D, dots);
+          for (int t = 0; t < count; ++t) {
+            double d = xx[i] + candNorm[t] - 2.0 * static_cast<double>(dots[t]);
+            if (d < 0) d = 0;
+            if (fold && closest[i] < d) d = closest[i];
+            out[static_cast<std::size_t>(t) * n + i] = d;
+            blocks[t * nblocks + b] += d;
+          }
+        }
+      }
+    });
+  };
+  auto setCandidate = [&](int t, std::int64_t row) {
+    std::memcpy(candRows.data() + t * D, x + row * D, static_cast<std::size_t>(D) * 4);
+    candNorm[t] = xx[row];
+  };
+  // numpy.searchsorted(cumsum(closest), v) (side left) over the blocked cumulative sum, clipped to n − 1
+  auto search = [&](double v) -> std::int64_t {
+    double acc = 0;
+    for (std::int64_t b = 0; b < nblocks; ++b) {
+      if (acc + blockSum[b] >= v) {
+        double a = acc;
+        for (std::int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
+          a += closest[i];
+          if (a >= v) return i;
+        }
+      }
+      acc += blockSum[b];
+    }
+    return n - 1;
+  };
+
+  std::int64_t first = static_cast<std::int64_t>(rng.uniform() * static_cast<double>(n));
+  if (first >= n) first = n - 1;
+  std::memcpy(centers.data(), x + first * D, static_cast<std::size_t>(D) * 4);
+  setCandidate(0, first);
+  evaluate(1, closest.data(), blockSum.data(), false);
+  double pot = 0;
+  for (double s : blockSum) pot += s;
+
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(trials));
+  std::vector<double> candPot(static_cast<std::size_t>(trials));
+  for (std::int64_t c = 1; c < K; ++c) {
+    if (cancel && cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+    for (int t = 0; t < trials; ++t) {
+      ids[t] = search(rng.uniform() * pot);
+      setCandidate(t, ids[t]);
+    }
+    evaluate(trials, cand.data(), candBlock.data(), true);
+    int best = 0;
+    for (int t = 0; t < trials; ++t) {
+      double s = 0;
+      for (std::int64_t b = 0; b < nblocks; ++b) s += candBlock[t * nblocks + b];
+      candPot[t] = s;
+      if (s < candPot[best]) best = t;
+    }
+    pot = candPot[best];
+    std::memcpy(closest.data(), cand.data() + static_cast<std::size_t>(best) * n, static_cast<std::size_t>(n) * 8);
+    for (std::int64_t b = 0; b < nblocks; ++b) blockSum[b] = candBlock[best * nblocks + b];
+    std::memcpy(centers.data() + c * D, x + ids[best] * D, static_cast<std::size_t>(D) * 4);
+  }
+  return centers;
+}
+
+}  // namespace kmfleet

@@ -1,0 +1,44 @@
+// A small persistent thread pool: run(fn) calls fn(tid, nthreads) once on each of nthreads threads (the caller is
+// tid 0) and returns when all are done. Work splitting is the caller's, and every algorithm built on it gives the
+// same result for any thread count (DESIGN.md "Numerics": determinism).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kmfleet {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return size_; }
+  // Runs fn on every thread; the first exception thrown by any of them is rethrown here after all finished.
+  void run(const std::function<void(int tid, int nthreads)>& fn);
+
+  // Splits [0, n) into nthreads contiguous ranges, aligned to `align` where possible.
+  static void range(std::int64_t n, int tid, int nthreads, std::int64_t align, std::int64_t& begin, std::int64_t& end);
+
+ private:
+  void loop(int tid);
+
+  int size_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace kmfleet
