@@ -391,7 +391,7 @@ export class KmfleetClient {
     if (q) await q.close().catch(() => undefined);
     if (this.ownsRedis) {
       if (this.redis.status === 'ready') await this.redis.quit().catch(() => this.redis.disconnect());
-      else this.redis.disconnect();
+      else if (this.redis.status !== 'end' && this.redis.status !== 'wait') this.redis.disconnect();
     }
   }
 }

@@ -97,6 +97,9 @@ export function producerRedisOptions(base: RedisOptions, connectTimeoutMs = 5000
     enableOfflineQueue: false,
     maxRetriesPerRequest: 1,
     connectTimeout: connectTimeoutMs,
+    // disconnect() after a failed connect arms a timer of this length on the dead socket; ioredis' 2 s default
+    // would keep a failing CLI alive for 2 s after it has reported the error.
+    disconnectTimeout: 100,
     retryStrategy: (times: number) => Math.min(times * 200, 2000),
   };
 }

@@ -37,10 +37,10 @@ export function formatDuration(ms: number): string {
 const sci = (x: number | null) => (x === null ? '?' : Math.abs(x) >= 1e5 || (x !== 0 && Math.abs(x) < 1e-3) ? x.toExponential(3) : x.toPrecision(6));
 const iso = (ms: number | null) => (ms ? new Date(ms).toISOString() : '-');
 
-/** "iteration 12/300 · inertia 1.234e+5 · reassigned 3.21% · shift 0.0012 · ETA 1m20s" */
-export function formatProgress(p: JobProgress | null): string {
+/** "iterating · iteration 12/300 · inertia 1.234e+5 · reassigned 3.21% · ETA 1m20s" (short: "12/300 · inertia ...") */
+export function formatProgress(p: JobProgress | null, short = false): string {
   if (!p) return 'no progress reported yet';
-  const parts = [`${p.phase}`, `iteration ${p.iteration}/${p.maxIter}`];
+  const parts = short ? [`${p.iteration}/${p.maxIter}`] : [`${p.phase}`, `iteration ${p.iteration}/${p.maxIter}`];
   if (p.inertia !== null) parts.push(`inertia ${sci(p.inertia)}`);
   if (p.reassignedFraction !== null) parts.push(`reassigned ${(p.reassignedFraction * 100).toFixed(2)}%`);
   else if (p.reassigned !== null) parts.push(`reassigned ${p.reassigned}`);

@@ -48,12 +48,15 @@ function bar(p: JobProgress, width = 20): string {
 export async function followJob(c: KmfleetClient, jobId: string, flags: WaitFlags): Promise<JobResult> {
   const line = new ProgressLine({ json: flags.json, plainEveryMs: 1000 });
   const started = Date.now();
+  if (!flags.json) process.stderr.write(`waiting for job ${jobId}\n`);
   try {
     return await c.wait(jobId, {
       timeoutMs: flags.timeout,
       onProgress: (p, state) => {
+        if (state === 'completed' || state === 'failed') return; // the caller reports the end
+        // Short enough for an 80-column terminal: the job id was printed when the wait began.
         const text = p && state === 'active'
-          ? `${jobId} ${bar(p)} ${formatProgress(p)}`
+          ? `${bar(p)} ${formatProgress(p, true)}`
           : `${jobId} ${state}${p ? ` · ${formatProgress(p)}` : ''} · ${formatDuration(Date.now() - started)}`;
         line.update(text, { event: 'progress', jobId, state, ...(p ?? {}) });
       },
