@@ -166,9 +166,12 @@ export class KmfleetClient {
     try {
       if (this.redis.status === 'wait') await this.redis.connect();
       else if (this.redis.status !== 'ready') {
+        // A caller-owned connection that is (re)connecting: wait for it, unless it gives up.
         await new Promise<void>((resolve, reject) => {
-          this.redis.once('ready', resolve);
-          this.redis.once('end', () => reject(this.lastError ?? new Error('Connection is closed.')));
+          const onReady = () => (this.redis.off('end', onEnd), resolve());
+          const onEnd = () => (this.redis.off('ready', onReady), reject(this.lastError ?? new Error('Connection is closed.')));
+          this.redis.once('ready', onReady);
+          this.redis.once('end', onEnd);
         });
       }
     } catch (rejection) {
@@ -176,10 +179,7 @@ export class KmfleetClient {
       const err = this.lastError ?? rejection;
       this.ready = undefined;
       if (this.ownsRedis) this.redis.disconnect(); // stop background reconnects: this process fails fast
-      const e = toRedisUnavailable(err, this.where);
-      throw e instanceof RedisUnavailableError
-        ? e
-        : new RedisUnavailableError(`cannot connect to Redis at ${this.where}: ${(err as Error).message}`, { cause: err });
+      throw toRedisUnavailable(err, this.where, true);
     }
   }
 

@@ -12,11 +12,18 @@ export function isConnectionFailure(err: unknown): boolean {
   return err instanceof Error && CONNECTION_FAILURE.test(err.message);
 }
 
-export function toRedisUnavailable(err: unknown, where: string): unknown {
-  if (err instanceof KmfleetError || !isConnectionFailure(err)) return err;
-  const msg = (err as Error).message;
-  const hint = /NOAUTH|WRONGPASS|invalid password/i.test(msg)
-    ? 'check the password in REDIS_URL'
-    : 'is it running? check REDIS_URL';
-  return new RedisUnavailableError(`cannot use Redis at ${where}: ${msg} (${hint})`, { cause: err });
+const TLS_FAILURE = /certificate|self-signed|SSL|TLS|CERT_|ERR_TLS|wrong version number/i;
+
+function hintFor(msg: string): string {
+  if (/NOAUTH|WRONGPASS|invalid password/i.test(msg)) return 'check the password in REDIS_URL';
+  if (TLS_FAILURE.test(msg)) return 'TLS: trust the server\'s CA with NODE_EXTRA_CA_CERTS, or check rediss:// vs redis://';
+  return 'is it running? check REDIS_URL';
+}
+
+/** Connection-level failures become RedisUnavailableError; anything else is returned unchanged. */
+export function toRedisUnavailable(err: unknown, where: string, always = false): unknown {
+  if (err instanceof KmfleetError) return err;
+  if (!always && !isConnectionFailure(err) && !(err instanceof Error && TLS_FAILURE.test(err.message))) return err;
+  const msg = err instanceof Error ? err.message : String(err);
+  return new RedisUnavailableError(`cannot use Redis at ${where}: ${msg} (${hintFor(msg)})`, { cause: err });
 }

@@ -280,4 +280,22 @@ describe('connection errors', () => {
       await pw.stop();
     }
   });
+
+  it('rediss:// from REDIS_URL: TLS with the CA from NODE_EXTRA_CA_CERTS, password never printed', async () => {
+    const t = await startRedisServer({ tls: true, password: 'hunter2' });
+    try {
+      const env = { REDIS_URL: t.url, NODE_EXTRA_CA_CERTS: join(t.dir, 'tls.crt') };
+      const [ok, untrusted] = await Promise.all([
+        kmfleet(['enqueue', ...specFlags, '--job-id', 'tls-1', '--json'], env),
+        kmfleet(['status', 'tls-1'], { REDIS_URL: t.url }),
+      ]);
+      expect(ok.code).toBe(0);
+      expect(JSON.parse(ok.stdout)).toMatchObject({ id: 'tls-1', created: true });
+      expect(untrusted.code).toBe(1);
+      expect(untrusted.stderr).toMatch(/^kmfleet: error: cannot use Redis at rediss:\/\/127\.0\.0\.1:\d+: .*(self-signed|certificate)/);
+      expect(untrusted.stderr).not.toContain('hunter2');
+    } finally {
+      await t.stop();
+    }
+  });
 });
