@@ -102,7 +102,8 @@ async function runJob(
   let spec: JobSpec | undefined;
   let hash = '';
   let etag = '';
-  const timings = { openMs: 0, checkpointMs: 0, checkpoints: 0, uploadMs: 0 };
+  /** checkpointMs: saves in total (they overlap the next iteration); checkpointWaitMs: time the run waited for them */
+  const timings = { openMs: 0, checkpointMs: 0, checkpointWaitMs: 0, checkpoints: 0, uploadMs: 0 };
 
   const progress = async (phase: JobPhase, iteration: number, history: IterationReport[] = []) => {
     const recent = history.slice(-5);
@@ -117,6 +118,19 @@ async function runJob(
         msPerIteration: recent.length ? recent.reduce((s, h) => s + h.ms, 0) / recent.length : undefined,
       }),
     );
+  };
+  // Checkpoints are written while the next iteration computes (at most one in flight): a save's latency is hidden,
+  // and its failure (FencedError above all) still stops the run at the next iteration boundary.
+  let pendingSave: Promise<void> | undefined;
+  const saveInBackground = async (cp: KmeansCheckpoint) => {
+    if (pendingSave) {
+      const tw = performance.now();
+      await pendingSave;
+      timings.checkpointWaitMs += performance.now() - tw;
+    }
+    const p = saveCheckpoint(cp);
+    p.catch(() => {}); // awaited later; never an unhandled rejection meanwhile
+    pendingSave = p;
   };
   const saveCheckpoint = async (cp: KmeansCheckpoint) => {
     const tc = performance.now();
@@ -232,11 +246,16 @@ async function runJob(
           shift: report.shift,
           ms: report.ms,
         });
-        if (spec!.checkpointEvery > 0 && report.iteration % spec!.checkpointEvery === 0) await saveCheckpoint(cp);
+        if (spec!.checkpointEvery > 0 && report.iteration % spec!.checkpointEvery === 0) await saveInBackground(cp);
         await progress('iterating', report.iteration, cp.history);
         log.info({ iteration: report.iteration, inertia: report.inertia, reassigned: report.reassigned, ms: Math.round(report.ms) }, 'iteration');
       },
     });
+    if (pendingSave) {
+      const tw = performance.now();
+      await pendingSave;
+      timings.checkpointWaitMs += performance.now() - tw;
+    }
     if (s3Source.stats.bytes) deps.metrics?.s3BytesRead(s3Source.stats.bytes);
 
     // ---- 5. outputs, summary.json last ----
@@ -287,6 +306,8 @@ async function runJob(
         assignMs: Math.round(result.timings.assignMs),
         readMs: Math.round(result.timings.readMs),
         checkpointMs: Math.round(timings.checkpointMs),
+        checkpointWaitMs: Math.round(timings.checkpointWaitMs),
+        checkpoints: timings.checkpoints,
         uploadMs: Math.round(timings.uploadMs),
         s3BytesRead: s3Source.stats.bytes,
         s3Requests: s3Source.stats.requests,
@@ -313,6 +334,7 @@ async function runJob(
     log.info({ iterations: result.iterations, inertia: result.inertia, stopReason: result.stopReason, ms: jobResult.timings.totalMs }, 'job completed');
     return jobResult;
   } catch (err) {
+    await pendingSave?.catch(() => {});
     await outputs?.discard();
     if (err instanceof KmeansAbortedError || (stop.aborted && !(err instanceof FencedError))) {
       if (cancelled()) {

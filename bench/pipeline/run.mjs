@@ -1,0 +1,163 @@
+#!/usr/bin/env node
+/**
+ * Pipeline overhead: the same dataset and spec through `kmfleet fit` (local file, no Redis, no S3) and through the
+ * queue (SDK enqueue → worker in its own process → S3 reads, checkpoints every iteration, S3 outputs). Prints both wall
+ * times, the overhead ratio, and the pipeline's split (download / compute / checkpoints / upload).
+ *
+ *   npm run build:ts && node bench/pipeline/run.mjs [--rows 1000000] [--dims 32] [--k 100] [--iters 20] [--runs 2]
+ *
+ * What is timed: fit = its own totalMs (open → summary.json written; no node start-up); pipeline = enqueue → the client
+ * sees the job completed (queue pickup, S3 download, checkpoints, upload, summary.json, result record included).
+ * Redis and s3rver run locally in their own processes (s3rver shares the CPU with the engine: a remote S3 would not).
+ * Both runs use the same chunk size and threads, so they compute the same centroids bit for bit (checked).
+ */
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+const dist = (p) => join(ROOT, 'dist', p);
+const { values: a } = parseArgs({
+  options: {
+    rows: { type: 'string', default: '1000000' },
+    dims: { type: 'string', default: '32' },
+    k: { type: 'string', default: '100' },
+    iters: { type: 'string', default: '20' },
+    runs: { type: 'string', default: '2' },
+    'chunk-rows': { type: 'string', default: '65536' },
+    threads: { type: 'string', default: String(cpus().length) },
+    'cache-dir': { type: 'string' },
+  },
+});
+const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs);
+const chunkRows = Number(a['chunk-rows']), threads = Number(a.threads);
+
+const { generateDataset } = await import(dist('worker/dataset/synthetic.js'));
+const { KmfleetClient } = await import(dist('producer/client.js'));
+const { startLocalRedis } = await import(dist('cli/commands/demo-stack.js'));
+const { createS3 } = await import(dist('worker/s3/client.js'));
+const { S3MultipartSink } = await import(dist('worker/outputs/multipart-sink.js'));
+const { getObjectBuffer } = await import(dist('worker/s3/objects.js'));
+
+function child(args, env = {}) {
+  const p = spawn(process.execPath, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  p.stdout.on('data', (d) => (out += d));
+  p.stderr.on('data', (d) => (out += d));
+  const exited = new Promise((r) => p.once('exit', (code) => r(code)));
+  process.once('exit', () => p.kill('SIGKILL'));
+  return { p, out: () => out, exited };
+}
+
+/** s3rver in its own process (a remote S3 would not share the worker's event loop). */
+async function startS3rverProcess(dir) {
+  const code = `
+    const S3rver = require('s3rver');
+    const s = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: ${JSON.stringify(dir)}, configureBuckets: [{ name: 'bench' }] });
+    s.run().then((addr) => process.stdout.write('PORT ' + addr.port + '\\n'));
+    process.on('SIGTERM', () => { s.httpServer && s.httpServer.closeAllConnections(); s.close().then(() => process.exit(0)); });`;
+  const c = child(['-e', code]);
+  for (let i = 0; i < 200 && !/PORT \d+/.test(c.out()); i++) await new Promise((r) => setTimeout(r, 25));
+  const port = Number(/PORT (\d+)/.exec(c.out())?.[1]);
+  if (!port) throw new Error(`s3rver did not start: ${c.out()}`);
+  return { url: `http://127.0.0.1:${port}`, stop: async () => { c.p.kill('SIGTERM'); await c.exited; } };
+}
+
+const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor((xs.length - 1) / 2)];
+const dir = mkdtempSync(join(tmpdir(), 'kmfleet-bench-'));
+const stops = [];
+try {
+  // ---- data ----
+  const path = join(dir, 'blobs.npy');
+  const tg = performance.now();
+  await generateDataset(path, { kind: 'blobs', rows, dims, centers: k, seed: 1, clusterStd: 4 });
+  console.error(`generated ${rows}×${dims} in ${((performance.now() - tg) / 1000).toFixed(1)} s`);
+
+  // ---- services ----
+  const redis = await startLocalRedis();
+  stops.push(() => redis.stop());
+  const s3srv = await startS3rverProcess(join(dir, 's3'));
+  stops.push(() => s3srv.stop());
+  const env = {
+    REDIS_URL: redis.url, KMFLEET_S3_ENDPOINT: s3srv.url, KMFLEET_S3_COMPAT: 's3rver', AWS_ACCESS_KEY_ID: 'S3RVER',
+    AWS_SECRET_ACCESS_KEY: 'S3RVER', AWS_REGION: 'us-east-1', KMFLEET_METRICS_PORT: '0', KMFLEET_LOG_LEVEL: 'warn',
+    KMFLEET_CHUNK_ROWS: String(chunkRows), KMFLEET_THREADS: String(threads),
+    ...(a['cache-dir'] ? { KMFLEET_CACHE_DIR: a['cache-dir'] } : {}),
+  };
+  const s3 = createS3({ endpoint: s3srv.url, compat: 's3rver', credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
+  stops.push(async () => s3.destroy());
+  const sink = new S3MultipartSink(s3, { bucket: 'bench', key: 'blobs.npy' });
+  const data = readFileSync(path);
+  for (let off = 0; off < data.length; off += 8 << 20) await sink.write(data.subarray(off, off + (8 << 20)));
+  await sink.end();
+
+  // ---- a warm worker in its own process ----
+  const worker = child([join(ROOT, 'bin', 'kmfleet.js'), 'worker'], env);
+  stops.push(async () => { worker.p.kill('SIGTERM'); await worker.exited; });
+  const client = new KmfleetClient({ connection: redis.url });
+  stops.push(() => client.close());
+
+  const fitRuns = [], pipeRuns = [];
+  let fitCentroidsSha, device;
+  for (let run = 0; run < runs; run++) {
+    // fit
+    const out = join(dir, `fit-${run}`);
+    const f = child([join(ROOT, 'bin', 'kmfleet.js'), 'fit', '--input', path, '--k', String(k), '--max-iter', String(iters), '--tol', '0',
+      '--seed', '1', '--backend', 'cpu', '--chunk-rows', String(chunkRows), '--threads', String(threads), '--out', out, '--json']);
+    if ((await f.exited) !== 0) throw new Error(`kmfleet fit failed:\n${f.out()}`);
+    const summary = JSON.parse(f.out().trim().split('\n').filter((l) => l.startsWith('{"kmfleet"')).pop());
+    fitRuns.push({ totalMs: summary.timings.totalMs, iterations: summary.iterations, timings: summary.timings });
+    fitCentroidsSha = createHash('sha256').update(readFileSync(join(out, 'centroids.npy'))).digest('hex');
+    device = summary.device;
+
+    // pipeline
+    const jobId = `bench-${run}-${Date.now()}`;
+    const t0 = performance.now();
+    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: 'cpu', output: 's3://bench/runs' }, { jobId });
+    const result = await client.wait(jobId, { pollMs: 20 });
+    const wall = performance.now() - t0;
+    const info = await client.get(jobId);
+    const ts = info.timestamps;
+    const sha = createHash('sha256').update(await getObjectBuffer(s3, { bucket: 'bench', key: `runs/${jobId}/centroids.npy` })).digest('hex');
+    if (sha !== fitCentroidsSha) throw new Error(`pipeline centroids differ from kmfleet fit (run ${run})`);
+    pipeRuns.push({ wallMs: wall, iterations: result.iterations, timings: result.timings, pickupMs: ts.startedAt - ts.createdAt, activeMs: ts.finishedAt - ts.startedAt });
+    console.error(`run ${run}: fit ${summary.timings.totalMs} ms, pipeline ${Math.round(wall)} ms (worker total ${result.timings.totalMs} ms)`);
+  }
+
+  const fitMs = median(fitRuns.map((r) => r.totalMs));
+  const pipeMs = median(pipeRuns.map((r) => r.wallMs));
+  const best = pipeRuns.find((r) => r.wallMs === pipeMs);
+  const t = best.timings;
+  // iterateMs includes the waits for checkpoints (they otherwise overlap the next iteration)
+  const compute = t.initMs + t.iterateMs + t.assignMs + t.resumeMs - (t.checkpointWaitMs ?? t.checkpointMs);
+  const report = {
+    dataset: `${rows}×${dims} f32 blobs (${(rows * dims * 4 / 1e6).toFixed(0)} MB)`, k, iterations: best.iterations, chunkRows, threads, device,
+    fitMs: Math.round(fitMs),
+    pipelineMs: Math.round(pipeMs),
+    overhead: `${(((pipeMs - fitMs) / fitMs) * 100).toFixed(1)}%`,
+    pipelineSplit: {
+      queueAndBookkeepingMs: Math.round(pipeMs - t.totalMs),
+      pickupMs: best.pickupMs,
+      activeMs: best.activeMs,
+      openMs: t.openMs,
+      downloadMs: t.readMs,
+      computeMs: Math.round(compute),
+      checkpointsMs: t.checkpointMs,
+      checkpointWaitMs: t.checkpointWaitMs,
+      uploadMs: t.uploadMs,
+      workerTotalMs: t.totalMs,
+      s3BytesRead: t.s3BytesRead,
+      s3Requests: t.s3Requests,
+    },
+    fitSplit: fitRuns.find((r) => r.totalMs === fitMs).timings,
+    runs: { fitMs: fitRuns.map((r) => r.totalMs), pipelineMs: pipeRuns.map((r) => Math.round(r.wallMs)) },
+    bitwiseEqualCentroids: true,
+  };
+  console.log(JSON.stringify(report, null, 2));
+} finally {
+  for (const s of stops.reverse()) await s().catch(() => {});
+  rmSync(dir, { recursive: true, force: true });
+}
