@@ -310,6 +310,8 @@ export class KmfleetClient {
    * Cancels a job from any process. The cancel flag is set and published first (producer/cancel.ts);
    * then a job that is not running yet is removed from the queue ('removed'), a running one is left to
    * its worker, which stops at the next chunk boundary and fails it with reason "cancelled" ('signalled').
+   * A schedule's upcoming job is 'signalled' too (removing it would stop the schedule): the worker that
+   * takes it fails it as cancelled at once.
    */
   async cancel(jobId: string, reason = CANCEL_REASON): Promise<CancelResult> {
     return this.guard(async () => {
@@ -320,8 +322,16 @@ export class KmfleetClient {
       if (state === 'completed' || state === 'failed') return { id: jobId, outcome: 'already-finished', state };
       await requestCancel(this.redis, this.keys, jobId, reason);
       if (state === 'active') return { id: jobId, outcome: 'signalled', state };
+      // A job scheduler's next job can't be removed (BullMQ refuses: the schedule would stop); its worker sees
+      // the flag when it starts the job and fails it as cancelled at once, and the schedule goes on.
+      if (job.repeatJobKey) return { id: jobId, outcome: 'signalled', state };
       // Not locked → removed. Locked (a worker took it meanwhile) → that worker sees the flag when it starts.
-      const removed = await queue.remove(jobId);
+      let removed = 0;
+      try {
+        removed = await queue.remove(jobId);
+      } catch (err) {
+        if (!/job scheduler|locked/i.test((err as Error).message)) throw err;
+      }
       return { id: jobId, outcome: removed === 1 ? 'removed' : 'signalled', state };
     });
   }

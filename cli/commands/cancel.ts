@@ -55,8 +55,11 @@ export function registerCancel(program: Command): void {
               const info = await c.get(jobId);
               const how = info?.state === 'failed' && isCancelledReason(info.failedReason) ? 'stopped' : `ended ${finalState}`;
               process.stdout.write(`job ${jobId} cancelled (${how})\n`);
-            } else {
+            } else if (res.state === 'active') {
               process.stdout.write(`job ${jobId} cancel requested; its worker stops at the next chunk boundary\n`);
+            } else {
+              // a schedule's upcoming run (BullMQ won't remove it), or a job a worker took a moment ago
+              process.stdout.write(`job ${jobId} cancel requested; it ends as cancelled as soon as a worker takes it\n`);
             }
         }
       });

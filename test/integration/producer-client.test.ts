@@ -220,6 +220,22 @@ describe('schedules', () => {
     expect(newest.initFrom).toBe(older.outputs.centroids);
   });
 
+  it("cancelling a schedule's upcoming job cancels that run only; the schedule goes on", async () => {
+    const c = client();
+    await c.schedule('sch', { every: 400 }, spec({ maxIter: 1 }));
+    const [next] = await (await c.queue()).getJobs(['waiting', 'delayed', 'prioritized']);
+    // BullMQ refuses to remove a scheduler's job (the schedule would stop): the run is flagged instead.
+    expect(await c.cancel(next.id!)).toMatchObject({ id: next.id, outcome: 'signalled' });
+    await worker(c, { iterationMs: 5 });
+    await expect(c.wait(next.id!, { pollMs: 20, timeoutMs: 10_000 })).rejects.toBeInstanceOf(JobCancelledError);
+    const deadline = Date.now() + 10_000;
+    while ((await c.history('sch')).length < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const [later] = await c.history('sch');
+    expect(later.jobId).not.toBe(next.id);
+    expect(later.jobId).toMatch(/^repeat:sch:/);
+    await c.unschedule('sch');
+  });
+
   it('cron schedules keep their time zone; bad schedules are refused before Redis', async () => {
     const c = client();
     const s = await c.schedule('weekly', { cron: '0 3 * * 1', tz: 'Europe/Berlin' }, spec({ init: 'kmeans++' }));
