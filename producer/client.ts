@@ -24,6 +24,7 @@ import {
   WaitTimeoutError,
 } from './errors/index.js';
 import { JOB_ID_RE, JOB_ID_RULE, JOB_NAME, type JobData } from './job-data.js';
+import { clearJobState } from './job-state.js';
 import { keyspace, type Keys } from './keys.js';
 import { resolveLimits, type Limits } from './limits.js';
 import { asJobProgress, type JobProgress } from './progress.js';
@@ -222,6 +223,9 @@ export class KmfleetClient {
     const data: JobData = { spec, specHash: hash, enqueuedAt: Date.now(), enqueueId };
     return this.guard(async () => {
       const queue = await this.queue();
+      // An id that is free again (its job was cancelled while waiting, or expired) may still have per-job
+      // state: a stale cancel flag would cancel the new job at once, old iterations would mix with new ones.
+      if (!(await queue.getJob(jobId))) await clearJobState(this.redis, this.keys, jobId);
       // BullMQ's add is a no-op for an existing jobId; reading the job back tells which add won.
       await queue.add(JOB_NAME, data, { jobId, ...(priority ? { priority } : {}), ...(opts.delayMs ? { delay: opts.delayMs } : {}) });
       const stored = await queue.getJob(jobId);

@@ -3,6 +3,8 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
+  CancelListener,
+  requestCancel,
   InvalidArgumentError,
   JobCancelledError,
   JobFailedError,
@@ -155,6 +157,9 @@ describe('cancel', () => {
     const w = await worker(c);
     await new Promise((r) => setTimeout(r, 200));
     expect(w.started).toHaveLength(0);
+    // The id is free again: enqueueing it anew makes a job that runs (the old cancel flag does not stick to it).
+    expect(await c.enqueue(spec({ maxIter: 2 }), { jobId: id })).toMatchObject({ created: true });
+    expect((await c.wait(id, { pollMs: 20, timeoutMs: 10_000 })).iterations).toBe(2);
   });
 
   it('stops an active job from another process: failed "cancelled", no retry, no result', async () => {
@@ -177,11 +182,38 @@ describe('cancel', () => {
     const c = client();
     const { id } = await c.enqueue(spec({ maxIter: 10_000 }));
     // Simulate the race "a worker takes the job between our state check and the remove": set the flag only.
-    const { requestCancel } = await import('../../producer/index.js');
     await requestCancel(await c.connection(), c.keys, id);
     const w = await worker(c, { iterationMs: 10 });
     await expect(c.wait(id, { timeoutMs: 10_000, pollMs: 20 })).rejects.toBeInstanceOf(JobCancelledError);
     expect(w.reached.get(id) ?? 0).toBeLessThanOrEqual(1);
+  });
+
+  it('CancelListener: the message aborts at once; a lost message is caught by the poll; dispose stops watching', async () => {
+    const c = client();
+    const r = await c.connection();
+    const own = new Redis(server.url);
+    const listener = new CancelListener(own, c.keys, { pollMs: 100 });
+    await listener.start();
+    try {
+      const a = listener.watch('a');
+      const b = listener.watch('b');
+      const gone = listener.watch('gone');
+      gone.dispose();
+      const abortedA = new Promise((res) => a.signal.addEventListener('abort', res));
+      await requestCancel(r, c.keys, 'a', 'operator said stop');
+      await abortedA;
+      expect(a.signal.reason).toBe('operator said stop');
+      expect(b.signal.aborted).toBe(false);
+      // No PUBLISH (as if the message was lost in a reconnect): only the flag.
+      await r.set(c.keys.cancel('b'), 'cancelled');
+      await r.set(c.keys.cancel('gone'), 'cancelled');
+      await new Promise((res) => b.signal.addEventListener('abort', res));
+      expect(b.signal.reason).toBe('cancelled');
+      expect(gone.signal.aborted).toBe(false);
+    } finally {
+      await listener.close();
+      own.disconnect();
+    }
   });
 
   it('leaves finished jobs alone and says when there is no such job', async () => {
