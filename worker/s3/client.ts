@@ -73,6 +73,9 @@ export interface S3Handle {
 }
 
 export function createS3(settings: S3Settings = s3SettingsFromEnv()): S3Handle {
+  // The SDK warns on Node < 22 that its FUTURE releases will need Node 22; ours is pinned in the lockfile, so the notice
+  // only clutters every worker log and CLI run. Its documented switch, unless the operator set it either way.
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
   const compat = settings.compat ?? 'none';
   const maxSockets = settings.maxSockets ?? 64;
   const config: S3ClientConfig = {
