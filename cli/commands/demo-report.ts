@@ -20,7 +20,9 @@ function esc(s: string): string {
 function fmt(v: number): string {
   if (v === 0) return '0';
   const e = Math.floor(Math.log10(Math.abs(v)));
-  return e >= 5 || e <= -3 ? v.toExponential(2) : v.toPrecision(4).replace(/\.?0+$/, '');
+  if (e >= 5 || e <= -3) return v.toExponential(2);
+  const t = v.toPrecision(4);
+  return t.includes('.') ? t.replace(/0+$/, '').replace(/\.$/, '') : t;
 }
 
 function panel(x0: number, width: number, title: string, body: string, yLabels: string): string {
