@@ -10,10 +10,11 @@
  *   const tls = await startRedisServer({ tls: true });    // TLS only: rediss://127.0.0.1:port, trust tls.tlsCa
  *
  * Readiness is a real PING answered with PONG (after AUTH when a password is set), not a log line.
- * Children are SIGKILLed when the test process exits, so a failed test never leaves a server behind.
+ * Children are SIGKILLed when the test process exits — also when it is killed: where util-linux `setpriv` exists,
+ * the server runs with a parent-death signal — so a failed or forgotten stop() never leaves a server behind.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, connect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { tmpdir } from 'node:os';
@@ -130,6 +131,17 @@ function ping(port: number, password: string | undefined, ca?: string): Promise<
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+let setprivUsable: boolean | undefined;
+/** `setpriv --pdeathsig SIGKILL` (util-linux): the server dies with the process that started it. */
+function pdeathsigPrefix(bin: string): string[] {
+  if (setprivUsable === undefined) {
+    setprivUsable =
+      existsSync('/usr/bin/setpriv') &&
+      spawnSync('/usr/bin/setpriv', ['--pdeathsig', 'SIGKILL', '--', bin, '--version'], { stdio: 'ignore' }).status === 0;
+  }
+  return setprivUsable ? ['--pdeathsig', 'SIGKILL', '--', bin] : [];
+}
+
 export async function startRedisServer(opts: RedisServerOptions = {}): Promise<RedisServerHandle> {
   installExitHook();
   const bin = opts.bin ?? process.env.REDIS_SERVER_BIN ?? 'redis-server';
@@ -168,7 +180,10 @@ export async function startRedisServer(opts: RedisServerOptions = {}): Promise<R
 
   /** Spawn and wait for PONG; false if the process died first (e.g. the port was taken meanwhile). */
   const launch = async (p: number): Promise<boolean> => {
-    const c = spawn(bin, args(p), { stdio: ['ignore', 'pipe', 'pipe'] });
+    const wrap = pdeathsigPrefix(bin);
+    const c = wrap.length
+      ? spawn('/usr/bin/setpriv', [...wrap, ...args(p)], { stdio: ['ignore', 'pipe', 'pipe'] })
+      : spawn(bin, args(p), { stdio: ['ignore', 'pipe', 'pipe'] });
     child = c;
     live.add(c);
     let exited = false;
