@@ -107,7 +107,7 @@ const MODELS: Record<string, new (data: Obj) => { validate(): void }> = {
   'apps/v1/StatefulSet': StatefulSet,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
 };
-const CRDS = new Set(['keda.sh/v1alpha1/ScaledObject', 'monitoring.coreos.com/v1/ServiceMonitor']);
+const CRDS = new Set(['keda.sh/v1alpha1/ScaledObject', 'monitoring.coreos.com/v1/ServiceMonitor', 'monitoring.coreos.com/v1/PrometheusRule']);
 
 /** Every property name the bundled Kubernetes schemas know (read from the compiled validators). */
 function knownFieldNames(): Set<string> {
@@ -187,6 +187,14 @@ describe('infra/k8s manifests', () => {
       if (CRDS.has(`${obj.apiVersion}/${obj.kind}`)) continue;
       expect(unknownFields(obj, known), `${file}: ${JSON.stringify(unknownFields(obj, known))}`).toEqual([]);
     }
+  });
+
+  it('the PrometheusRule carries exactly the alert groups of infra/prometheus/rules.yml', () => {
+    const rule = get('PrometheusRule', 'kmfleet');
+    expect(Object.keys(rule.spec)).toEqual(['groups']);
+    const fromFile = loadYaml(join(ROOT, 'infra', 'prometheus', 'rules.yml'))[0];
+    expect(rule.spec).toEqual(fromFile);
+    expect(rule.metadata.labels.release).toBe(get('ServiceMonitor', 'kmfleet').metadata.labels.release);
   });
 
   it('every image is pinned to a tag (never latest) or a digest', () => {
