@@ -56,6 +56,24 @@ export interface ProcessorDeps {
   preempt: AbortSignal;
   metrics?: FleetMetrics;
   openEngine?: OpenEngine;
+  /** aborted for a job whose BullMQ lock could not be renewed (worker.ts wires 'lockRenewalFailed') */
+  lockLoss?: LockLossRegistry;
+}
+
+/**
+ * Per-job signals for "this worker lost the job's lock": BullMQ only emits 'lockRenewalFailed'; a job that keeps
+ * computing after that wastes the device until its next (fenced) write fails, so it stops at the next chunk instead.
+ */
+export class LockLossRegistry {
+  private readonly jobs = new Map<string, AbortController>();
+  watch(jobId: string): { signal: AbortSignal; dispose: () => void } {
+    const ctl = new AbortController();
+    this.jobs.set(jobId, ctl);
+    return { signal: ctl.signal, dispose: () => this.jobs.get(jobId) === ctl && this.jobs.delete(jobId) };
+  }
+  lost(jobIds: string[]): void {
+    for (const id of jobIds) this.jobs.get(id)?.abort(new Error(`lost the lock of job ${id}`));
+  }
 }
 
 /** summary.json: the JobResult plus what a reader of the outputs wants next to them. */
@@ -91,7 +109,9 @@ async function runJob(
   let outcome: JobOutcome = 'failed';
   const cancelWatch = deps.cancels.watch(jobId);
   const cancelSignals = [cancelWatch.signal, ...(bullSignal ? [bullSignal] : [])];
-  const stop = AbortSignal.any([...cancelSignals, deps.preempt]);
+  const lockWatch = deps.lockLoss?.watch(jobId);
+  const lockLost = () => lockWatch?.signal.aborted === true;
+  const stop = AbortSignal.any([...cancelSignals, deps.preempt, ...(lockWatch ? [lockWatch.signal] : [])]);
   const cancelled = () => cancelSignals.some((s) => s.aborted);
 
   let source: RowSource | undefined;
@@ -336,6 +356,11 @@ async function runJob(
   } catch (err) {
     await pendingSave?.catch(() => {});
     await outputs?.discard();
+    if (lockLost() && !(err instanceof FencedError)) {
+      outcome = 'released';
+      log.warn('lost the job\'s lock (another worker may have it now); stopped without writing');
+      throw new FencedError(jobId, 'lock-lost');
+    }
     if (err instanceof KmeansAbortedError || (stop.aborted && !(err instanceof FencedError))) {
       if (cancelled()) {
         outcome = 'cancelled';
@@ -367,6 +392,7 @@ async function runJob(
     throw mapped;
   } finally {
     cancelWatch.dispose();
+    lockWatch?.dispose();
     engine?.close();
     await source?.close().catch(() => {});
     running?.end(outcome === 'retried' && attempt >= (job.opts.attempts ?? 1) ? 'failed' : outcome);

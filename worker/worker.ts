@@ -15,7 +15,7 @@ import { keyspace, type Keys } from '../producer/keys.js';
 import type { WorkerConfig } from './config.js';
 import { createLogger, type Logger } from './logger.js';
 import { createFleetMetrics, startMetricsServer, type FleetMetrics, type MetricsServer } from './metrics/index.js';
-import { createProcessor, type OpenEngine } from './processor.js';
+import { createProcessor, LockLossRegistry, type OpenEngine } from './processor.js';
 import { createS3, type S3Handle } from './s3/client.js';
 
 export class RedisPolicyError extends Error {
@@ -84,7 +84,8 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
   const preempt = new AbortController();
   const metrics = createFleetMetrics();
   const concurrency = config.concurrency ?? defaultConcurrency();
-  const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine });
+  const lockLoss = new LockLossRegistry();
+  const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss });
   const worker = new Worker(keys.queueName, processor, {
     connection,
     prefix: keys.bullPrefix,
@@ -95,6 +96,10 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
     autorun: true,
   });
   worker.on('error', (err) => logger.error({ err: err.message }, 'worker error'));
+  worker.on('lockRenewalFailed', (jobIds: string[]) => {
+    logger.warn({ jobIds }, 'could not renew job locks: stopping those jobs');
+    lockLoss.lost(jobIds);
+  });
 
   let draining = false;
   const metricsPort = opts.metricsPort ?? config.metricsPort;

@@ -105,4 +105,29 @@ describe('worker faults (child processes)', () => {
     expect((await stack.client.get('term-1'))?.attemptsMade).toBe(1);
     await next.shutdown();
   });
+
+  it('a worker frozen past its lock (SIGSTOP) is fenced when it wakes: it writes nothing, the successor\'s outputs stand', async () => {
+    const frozen = spawnWorker({ ...workerEnv(), KMFLEET_LOG_LEVEL: 'info' });
+    try {
+      await enqueue('freeze-1');
+      await until(async () => (await iteration('freeze-1')) >= 2, 30_000, 'iteration 2');
+      frozen.kill('SIGSTOP');
+      const redis = await stack.client.connection();
+      const next = await stack.startWorker({ KMFLEET_CHUNK_ROWS: String(ENGINE.chunkRows), KMFLEET_THREADS: String(ENGINE.threads), ...FAST_LOCKS });
+      // the lock expires, the stalled check hands the job to `next`, which claims it (claim 2)
+      await until(async () => (await redis.hget(stack.client.keys.checkpoint('freeze-1'), 'claimed')) === '2', 30_000, 'the second claim');
+      frozen.kill('SIGCONT');
+      const result = await stack.client.wait('freeze-1', { timeoutMs: 60_000 });
+      expect(result.iterations).toBe(SPEC.maxIter);
+      await until(async () => /lost the job|could not renew job locks/.test(frozen.output()), 20_000, 'the frozen worker to notice');
+      if (process.env.KMFLEET_TEST_DEBUG) console.log(frozen.output().split('\n').filter((l) => /lost|renew|fenced|writing/.test(l)).join('\n'));
+      await expectReference('freeze-1');
+      expect(stack.s3.keys('out', 'runs/freeze-1/')).toEqual(['runs/freeze-1/assignments.npy', 'runs/freeze-1/centroids.npy', 'runs/freeze-1/summary.json']);
+      expect(JSON.parse((await stack.s3.get('out', 'runs/freeze-1/summary.json')).toString()).resumedFrom).toBeDefined();
+      await next.shutdown();
+    } finally {
+      frozen.kill('SIGKILL');
+      await frozen.exited;
+    }
+  });
 });

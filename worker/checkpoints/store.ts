@@ -152,8 +152,16 @@ export class CheckpointStore {
     return { generation: claim, iteration, uri, specHash, datasetEtag, sha256, bytes: bytes.length, updatedAt };
   }
 
-  /** Remove the job's checkpoint objects named in the record (after the outputs are committed). Best effort. */
+  /**
+   * Remove the job's checkpoint objects named in the record (after the outputs are committed, or when the job ends for
+   * good). Best effort, and only while this worker owns the job: the record may already point at a successor's.
+   */
   async cleanup(): Promise<void> {
+    try {
+      await this.assertOwner();
+    } catch {
+      return;
+    }
     const h = await this.o.redis.hmget(this.o.recordKey, 'uri', 'prevUri');
     const locs = h.filter((u): u is string => !!u).map(parseS3Uri);
     for (const l of locs) await deleteKeys(this.o.s3, l.bucket, [l.key]).catch(() => {});
