@@ -14,6 +14,20 @@ import { randomUUID } from 'node:crypto';
 import { Queue, type JobsOptions } from 'bullmq';
 import { Redis, type RedisOptions } from 'ioredis';
 import { cancelRequested, CANCEL_REASON, isCancelledReason, requestCancel } from './cancel.js';
+import {
+  checkJobId,
+  checkPriority,
+  checkScheduleName,
+  DEFAULT_JOB_OPTIONS,
+  templateOptions,
+  type CancelResult,
+  type EnqueueOptions,
+  type JobHandle,
+  type JobInfo,
+  type JobState,
+  type KmfleetClientOptions,
+  type WaitOptions,
+} from './client-options.js';
 import { connectionFromEnv, describeConnection, parseRedisUrl, producerRedisOptions } from './connection.js';
 import {
   InvalidArgumentError,
@@ -23,99 +37,17 @@ import {
   RedisUnavailableError,
   WaitTimeoutError,
 } from './errors/index.js';
-import { JOB_ID_RE, JOB_ID_RULE, JOB_NAME, type JobData } from './job-data.js';
+import { JOB_NAME, type JobData } from './job-data.js';
 import { clearJobState } from './job-state.js';
 import { keyspace, type Keys } from './keys.js';
 import { resolveLimits, type Limits } from './limits.js';
-import { asJobProgress, type JobProgress } from './progress.js';
+import { asJobProgress } from './progress.js';
 import { toRedisUnavailable } from './redis-errors.js';
 import { readHistory, readLatest, readModels, type JobResult } from './results.js';
 import { normalizeScheduleSpec, parseRepeat, toScheduleInfo, type RepeatInput, type ScheduleInfo } from './schedule.js';
-import { MODEL_NAME_RE, parseJobSpec, specHash, type JobSpecInput } from './spec.js';
+import { parseJobSpec, specHash, type JobSpecInput } from './spec.js';
 
-export interface KmfleetClientOptions {
-  /** A redis:// or rediss:// URL, ioredis options, or an ioredis instance (not closed by close()). Default: REDIS_URL. */
-  connection?: string | RedisOptions | Redis;
-  /** BullMQ queue name (default `jobs`). */
-  queue?: string;
-  /** Key prefix (default `kmfleet`). */
-  prefix?: string;
-  /** Overrides of the spec limits (else defaults + KMFLEET_MAX_* env). */
-  limits?: Partial<Limits>;
-  /** Connect timeout in ms (default 5000). */
-  connectTimeoutMs?: number;
-  /** Merged over DEFAULT_JOB_OPTIONS for every job this client adds. */
-  jobOptions?: JobsOptions;
-}
-
-/**
- * Retries with backoff for transient failures (a failed S3 read, an OOM on a busy GPU); bad specs and
- * cancels are UnrecoverableError on the worker and never retry. Finished jobs stay visible to get()/wait()
- * for 7 days (completed) / 30 days (failed); model results stay in the history beyond that.
- */
-export const DEFAULT_JOB_OPTIONS: JobsOptions = {
-  attempts: 3,
-  backoff: { type: 'exponential', delay: 10_000 },
-  removeOnComplete: { age: 7 * 24 * 3600 },
-  removeOnFail: { age: 30 * 24 * 3600 },
-};
-
-export const MAX_PRIORITY = 2_097_152;
-
-export interface EnqueueOptions {
-  /** Idempotency key: enqueueing the same id again returns the existing job. Default: a random UUID. */
-  jobId?: string;
-  /** 1 (highest) .. 2,097,152; 0 or absent = no priority (FIFO, ahead of all prioritized jobs). */
-  priority?: number;
-  /** Start no earlier than this many ms from now. */
-  delayMs?: number;
-}
-
-export interface JobHandle {
-  id: string;
-  /** False when a job with this id already existed (nothing new was enqueued). */
-  created: boolean;
-  /** Whether the existing job's spec hash equals this call's (always true when created). */
-  sameSpec: boolean;
-  specHash: string;
-}
-
-export type JobState =
-  | 'waiting' | 'prioritized' | 'delayed' | 'active' | 'completed' | 'failed' | 'waiting-children' | 'unknown';
-
-export interface JobInfo {
-  id: string;
-  state: JobState;
-  progress: JobProgress | null;
-  result: JobResult | null;
-  failedReason: string | null;
-  attemptsMade: number;
-  /** The cancel reason when a cancel was requested (the job may still be stopping). */
-  cancelRequested: string | null;
-  spec: JobData['spec'] | null;
-  scheduler: string | null;
-  timestamps: { createdAt: number; startedAt: number | null; finishedAt: number | null };
-}
-
-export interface WaitOptions {
-  /** Called whenever the progress (or state) changes. */
-  onProgress?: (progress: JobProgress | null, state: JobState) => void;
-  /** Give up after this many ms (WaitTimeoutError; the job goes on). Default: no limit. */
-  timeoutMs?: number;
-  /** Poll period (default 200 ms). */
-  pollMs?: number;
-  /** Aborts the wait (not the job). */
-  signal?: AbortSignal;
-}
-
-export type CancelOutcome = 'removed' | 'signalled' | 'already-finished' | 'not-found';
-
-export interface CancelResult {
-  id: string;
-  outcome: CancelOutcome;
-  /** The state seen before cancelling. */
-  state: JobState | null;
-}
+export * from './client-options.js';
 
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
@@ -265,7 +197,8 @@ export class KmfleetClient {
    * JobNotFoundError or WaitTimeoutError. Polls the job's state, so nothing is missed however late it
    * starts listening (a job already finished resolves at once).
    */
-  async wait(jobId: string, opts: WaitOptions = {}): Promise<JobResult> {
+  async wait(jobId: string, options: WaitOptions = {}): Promise<JobResult> {
+    const opts = { ...options, timeoutMs: options.timeoutMs ?? options.timeout };
     const started = Date.now();
     const pollMs = opts.pollMs ?? 200;
     let lastSeen = '';
@@ -408,30 +341,4 @@ export class KmfleetClient {
       else if (this.redis.status !== 'end' && this.redis.status !== 'wait') this.redis.disconnect();
     }
   }
-}
-
-function checkJobId(jobId: string): void {
-  if (typeof jobId !== 'string' || !JOB_ID_RE.test(jobId)) {
-    throw new InvalidArgumentError(`job id ${JSON.stringify(jobId)} must be ${JOB_ID_RULE}`);
-  }
-}
-
-function checkPriority(priority: number | undefined): number | undefined {
-  if (priority === undefined || priority === 0) return undefined;
-  if (!Number.isSafeInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
-    throw new InvalidArgumentError(`priority must be an integer from 0 to ${MAX_PRIORITY} (1 = highest; got ${priority})`);
-  }
-  return priority;
-}
-
-function checkScheduleName(name: string, what = 'schedule name'): void {
-  if (typeof name !== 'string' || !MODEL_NAME_RE.test(name)) {
-    throw new InvalidArgumentError(`${what} ${JSON.stringify(name)} must be 1-128 characters [a-zA-Z0-9._-]`);
-  }
-}
-
-/** A scheduler's template accepts only some job options (no jobId, no delay). */
-function templateOptions(o: JobsOptions): JobsOptions {
-  const { attempts, backoff, removeOnComplete, removeOnFail } = o;
-  return { attempts, backoff, removeOnComplete, removeOnFail };
 }
