@@ -77,6 +77,32 @@ describe('pipeline: SDK → queue → worker → S3', () => {
     await worker.shutdown();
   });
 
+
+  it('init "previous" warm-starts from the model\'s latest centroids; distances.npy when configured', async () => {
+    const worker = await stack.startWorker({ ...WORKER_ENV, KMFLEET_WRITE_DISTANCES: 'true' });
+    try {
+      const first = await stack.client.latest('blobs-model');
+      await stack.client.enqueue(
+        { dataset: { uri: 's3://data/blobs.npy' }, k: 12, maxIter: 50, seed: 99, init: 'previous', name: 'blobs-model', backend: 'cpu', output: 's3://out/warm' },
+        { jobId: 'warm-1' },
+      );
+      const result = await stack.client.wait('warm-1', { timeoutMs: 60_000 });
+      expect(result.initFrom).toBe(first!.outputs.centroids);
+      // started from converged centroids: it stops after one iteration
+      expect(result.iterations).toBe(1);
+      expect(result.converged).toBe(true);
+      const distances = decodeNpy(await stack.s3.get('out', 'warm/warm-1/distances.npy'));
+      expect(distances.descr).toBe('<f4');
+      expect(distances.shape).toEqual([30_000]);
+      const sum = Array.from(distances.data as Float32Array).reduce((a, b) => a + b, 0);
+      expect(sum / result.inertia).toBeCloseTo(1, 3);
+      expect(result.checksums?.['distances.npy']).toMatch(/^sha256:/);
+      expect((await stack.client.latest('blobs-model'))?.jobId).toBe('warm-1');
+    } finally {
+      await worker.shutdown();
+    }
+  });
+
   it('with a local cache and a small memory budget: S3 is read once, later passes read the cache, same result', async () => {
     const cacheDir = join(dir, 'cache');
     await stack.startWorker({ ...WORKER_ENV, KMFLEET_CACHE_DIR: cacheDir, KMFLEET_MEMORY_BUDGET_MB: '1' });
