@@ -274,6 +274,10 @@ describe('schedules', () => {
     expect(s).toMatchObject({ name: 'weekly', cron: '0 3 * * 1', tz: 'Europe/Berlin', every: null });
     expect(s.spec!.init).toBe('kmeans++');
     expect(s.next).toBeGreaterThan(Date.now());
+    // Scheduling the same name again replaces it (new pattern and spec), never adds a second schedule.
+    const again = await c.schedule('weekly', { cron: '30 4 * * 2', tz: 'UTC' }, spec({ init: 'kmeans++', k: 9 }));
+    expect(again).toMatchObject({ name: 'weekly', cron: '30 4 * * 2', tz: 'UTC' });
+    expect((await c.schedules()).map((x) => [x.name, x.spec!.k])).toEqual([['weekly', 9]]);
     await expect(c.schedule('x', { cron: '0 3 * * 1', every: 5 }, spec())).rejects.toThrow(/exactly one of cron or every/);
     await expect(c.schedule('x', { cron: '0 3 * *' }, spec())).rejects.toThrow(/5 fields/);
     await expect(c.schedule('x', { cron: '0 3 * * 1', tz: 'Mars/Olympus' }, spec())).rejects.toThrow(/time zone/);
