@@ -77,7 +77,6 @@ describe('pipeline: SDK → queue → worker → S3', () => {
     await worker.shutdown();
   });
 
-
   it('init "previous" warm-starts from the model\'s latest centroids; distances.npy when configured', async () => {
     const worker = await stack.startWorker({ ...WORKER_ENV, KMFLEET_WRITE_DISTANCES: 'true' });
     try {
