@@ -119,11 +119,16 @@ export class KmfleetClient {
   /** The BullMQ queue (shares this client's connection). */
   async queue(): Promise<Queue> {
     await this.connect();
-    this.queueInstance ??= new Queue(this.keys.queueName, {
-      connection: this.redis,
-      prefix: this.keys.bullPrefix,
-      defaultJobOptions: this.jobOptions,
-    });
+    if (!this.queueInstance) {
+      this.queueInstance = new Queue(this.keys.queueName, {
+        connection: this.redis,
+        prefix: this.keys.bullPrefix,
+        defaultJobOptions: this.jobOptions,
+      });
+      // BullMQ re-emits connection errors (and prints them when nobody listens); callers get them as
+      // RedisUnavailableError from the failing call instead.
+      this.queueInstance.on('error', (err: Error) => (this.lastError = err));
+    }
     return this.queueInstance;
   }
 

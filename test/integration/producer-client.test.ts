@@ -314,6 +314,30 @@ describe('connection failures', () => {
     }
   });
 
+  it('wait() rides out a Redis restart (AOF keeps the job) and still gets the result', async () => {
+    const s = await startRedisServer({ appendonly: true });
+    const c = new KmfleetClient({ connection: s.url, prefix: 'restart' });
+    try {
+      const { id } = await c.enqueue(spec({ maxIter: 3 }), { jobId: 'survivor' });
+      const seen: string[] = [];
+      const waiting = c.wait(id, { pollMs: 50, timeoutMs: 20_000, onProgress: (_p, state) => seen.push(state) });
+      await new Promise((r) => setTimeout(r, 150));
+      await s.kill('SIGKILL');
+      await new Promise((r) => setTimeout(r, 500)); // a few polls fail while it is down
+      await s.restart();
+      const w = await startSimWorker(s.connection, c.keys, { iterationMs: 5 });
+      try {
+        expect((await waiting).iterations).toBe(3);
+      } finally {
+        await w.close();
+      }
+      expect(seen[0]).toBe('waiting');
+    } finally {
+      await c.close();
+      await s.stop();
+    }
+  });
+
   it('works against a password-protected Redis and refuses a wrong password without echoing it', async () => {
     const s = await startRedisServer({ password: 's3cr3t/pw' });
     try {
