@@ -120,3 +120,19 @@ describe('per-job state', () => {
     expect(await currentGeneration(redis, keys, 'j')).toBe(0);
   });
 });
+
+describe('connection checks', () => {
+  it('assertNoEviction accepts noeviction and refuses an evicting Redis with a clear message', async () => {
+    const { assertNoEviction, maxmemoryPolicy } = await import('../../producer/index.js');
+    expect(await maxmemoryPolicy(redis)).toBe('noeviction');
+    await expect(assertNoEviction(redis)).resolves.toBeUndefined();
+    const lru = await startRedisServer({ maxmemoryPolicy: 'allkeys-lru', maxmemory: '64mb' });
+    const r = new Redis(lru.url);
+    try {
+      await expect(assertNoEviction(r)).rejects.toThrow(/maxmemory-policy is allkeys-lru; kmfleet needs noeviction/);
+    } finally {
+      r.disconnect();
+      await lru.stop();
+    }
+  });
+});
