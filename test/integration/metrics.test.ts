@@ -182,6 +182,9 @@ describe('worker metrics with a real Redis and BullMQ queue', () => {
       const m = await scrape(exporter.server);
       expect(m.get('kmfleet_queue_pending{queue="exported"}')).toBe(2);
       expect(m.get('kmfleet_queue_prioritized{queue="exported"}')).toBe(1);
+      // queue gauges and process metrics only: the exporter must not look like a worker on a dashboard
+      expect([...m.keys()].filter((k) => k.startsWith('kmfleet_') && !k.startsWith('kmfleet_queue_'))).toEqual([]);
+      expect(m.has('process_cpu_user_seconds_total')).toBe(true);
 
       await q.close();
       await own.kill('SIGKILL');

@@ -16,7 +16,8 @@ import { pathToFileURL } from 'node:url';
 import { parseRedisUrl, producerRedisOptions, type RedisConnectionOptions } from '../../producer/connection.js';
 import { keyspace } from '../../producer/keys.js';
 import { loadWorkerConfig } from '../config.js';
-import { createFleetMetrics } from './fleet-metrics.js';
+import { Registry, collectDefaultMetrics } from 'prom-client';
+import { registerQueueDepthGauges } from './queue-depth.js';
 import { DEFAULT_METRICS_PORT, startMetricsServer, type MetricsServer } from './metrics-server.js';
 
 export interface QueueExporterOptions {
@@ -47,11 +48,15 @@ export async function startQueueExporter(opts: QueueExporterOptions): Promise<Qu
   queue.on('error', () => {
     /* same: visible in the metrics, never fatal */
   });
-  const metrics = createFleetMetrics({ queue });
+  // Only the queue gauges and the process metrics: no worker metrics, so that dashboards counting worker series
+  // (count(kmfleet_jobs_in_progress)) never count the exporter as a worker.
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  registerQueueDepthGauges(registry, queue);
   const server = await startMetricsServer({
     port: opts.port ?? DEFAULT_METRICS_PORT,
     host: opts.host,
-    registry: metrics.registry,
+    registry,
     ready: () => connection.status === 'ready',
     healthy: () => true,
   });
