@@ -1,6 +1,6 @@
-// Deterministic accumulation (DESIGN.md "Numerics"): every chunk is stably counting-sorted by label, then each
-// thread owns whole clusters and adds their rows in row order into fp64 sums. For any cluster the additions thus
-// happen in global row order — the same bits for one chunk or a thousand, one thread or sixteen.
+// Deterministic accumulation (DESIGN.md "Numerics"): each thread owns whole clusters (about n/T rows of the chunk)
+// and walks the chunk in row order adding its rows into fp64 sums. For any cluster the additions thus happen in
+// global row order — the same bits for one chunk or a thousand, one thread or sixteen.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -35,9 +35,9 @@ void Accumulator::reset(std::int64_t K, std::int64_t D, Metric metric, int threa
                                                   " bytes for the per-cluster fp64 sums (k=" + std::to_string(K) +
                                                   ", dims=" + std::to_string(D) + ")");
   }
-  tcount_.allocate(static_cast<std::size_t>(threads * K), "the counting sort");
-  cstart_.allocate(static_cast<std::size_t>(K + 1), "the counting sort");
-  order_.allocate(static_cast<std::size_t>(chunkRows), "the counting sort");
+  tcount_.allocate(static_cast<std::size_t>(threads * K), "the cluster split");
+  cstart_.allocate(static_cast<std::size_t>(K + 1), "the cluster split");
+  order_.allocate(static_cast<std::size_t>(chunkRows + threads), "the per-thread row lists");
   for (auto& h : heaps_) {
     h.h.clear();
     h.h.reserve(static_cast<std::size_t>(farthest));
@@ -63,13 +63,63 @@ void Accumulator::offer(Heap& heap, double dist, std::int64_t row, std::int32_t 
   std::push_heap(heap.h.begin(), heap.h.end(), cmp);
 }
 
+namespace {
+
+// One row into its cluster: s += x (fp64) and the row's distance. Elementwise fp64 work plus 8 interleaved partial
+// sums combined in a fixed tree (row_math.h): vectorizing it (the clones below) changes no bit, because nothing is
+// reassociated and -ffp-contract=off keeps products and sums apart.
+__attribute__((target_clones("avx512f", "avx2", "default"))) double addRowL2(double* __restrict s,
+                                                                              const float* __restrict x,
+                                                                              const float* __restrict c,
+                                                                              std::int64_t D) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t d = 0;
+  for (; d + 8 <= D; d += 8)
+    for (int j = 0; j < 8; ++j) {
+      const double v = static_cast<double>(x[d + j]);
+      const double t = v - static_cast<double>(c[d + j]);
+      s[d + j] += v;
+      acc[j] += t * t;
+    }
+  for (int j = 0; d + j < D; ++j) {
+    const double v = static_cast<double>(x[d + j]);
+    const double t = v - static_cast<double>(c[d + j]);
+    s[d + j] += v;
+    acc[j] += t * t;
+  }
+  return combine8(acc);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) double addRowDot(double* __restrict s,
+                                                                               const float* __restrict x,
+                                                                               const float* __restrict c,
+                                                                               std::int64_t D) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t d = 0;
+  for (; d + 8 <= D; d += 8)
+    for (int j = 0; j < 8; ++j) {
+      const double v = static_cast<double>(x[d + j]);
+      s[d + j] += v;
+      acc[j] += v * static_cast<double>(c[d + j]);
+    }
+  for (int j = 0; d + j < D; ++j) {
+    const double v = static_cast<double>(x[d + j]);
+    s[d + j] += v;
+    acc[j] += v * static_cast<double>(c[d + j]);
+  }
+  return combine8(acc);
+}
+
+}  // namespace
+
 void Accumulator::addChunk(ThreadPool& pool, const CentroidPack& pack, const float* x, const double* norm2,
                            std::int64_t n, std::int64_t firstRow, const std::int32_t* labels, float* distances) {
   const std::int64_t K = K_, D = D_;
   std::int64_t* tcount = tcount_.data();
   std::int64_t* cstart = cstart_.data();
   std::int32_t* order = order_.data();
-  // 1. per-thread label counts over contiguous row ranges
+  // 1. label counts (per thread over contiguous rows, then summed): the clusters are split between threads so
+  //    that each gets about n/T rows
   pool.run([&](int tid, int nt) {
     std::int64_t* cnt = tcount + tid * K;
     std::fill(cnt, cnt + K, 0);
@@ -77,53 +127,49 @@ void Accumulator::addChunk(ThreadPool& pool, const CentroidPack& pack, const flo
     ThreadPool::range(n, tid, nt, 1, b, e);
     for (std::int64_t r = b; r < e; ++r) ++cnt[labels[r]];
   });
-  // 2. offsets: cluster-major, then thread order (= row order): a stable sort
   const int T = pool.size();
   std::int64_t run = 0;
   for (std::int64_t k = 0; k < K; ++k) {
     cstart[k] = run;
-    for (int t = 0; t < T; ++t) {
-      const std::int64_t c = tcount[t * K + k];
-      tcount[t * K + k] = run;
-      run += c;
-    }
+    for (int t = 0; t < T; ++t) run += tcount[t * K + k];
   }
   cstart[K] = run;
-  // 3. scatter row indices
-  pool.run([&](int tid, int nt) {
-    std::int64_t* pos = tcount + tid * K;
-    std::int64_t b, e;
-    ThreadPool::range(n, tid, nt, 1, b, e);
-    for (std::int64_t r = b; r < e; ++r) order[pos[labels[r]]++] = static_cast<std::int32_t>(r);
-  });
-  // 4. each thread owns a contiguous range of clusters holding about n/T rows
+  // 2. each thread owns a contiguous range of clusters and walks the chunk in row order, taking its rows: for
+  //    every cluster the additions happen in global row order, whatever the chunking and the thread count
   pool.run([&](int tid, int nt) {
     const std::int64_t lo = n * tid / nt, hi = n * (tid + 1) / nt;
     const std::int64_t k0 = tid == 0 ? 0 : std::lower_bound(cstart, cstart + K + 1, lo) - cstart;
     const std::int64_t k1 = tid == nt - 1 ? K : std::lower_bound(cstart, cstart + K + 1, hi) - cstart;
+    if (k0 >= k1) return;
+    // this thread's rows, in order (a branch-free compaction into its slice of `order`)
+    std::int32_t* mine = order + cstart[k0] + tid;  // + tid: room for the compaction's one spare write
+    std::int64_t m = 0;
+    const std::uint32_t span = static_cast<std::uint32_t>(k1 - k0);
+    for (std::int64_t r = 0; r < n; ++r) {
+      mine[m] = static_cast<std::int32_t>(r);
+      m += static_cast<std::uint32_t>(labels[r] - k0) < span;
+    }
     Heap& heap = heaps_[static_cast<std::size_t>(tid)];
-    for (std::int64_t k = k0; k < k1; ++k) {
-      double* s = sums_.data() + k * D;
+    for (std::int64_t j = 0; j < m; ++j) {
+      const std::int64_t r = mine[j];
+      if (j + 4 < m) __builtin_prefetch(x + static_cast<std::int64_t>(mine[j + 4]) * D);
+      const std::int64_t k = labels[r];
+      const float* xr = x + r * D;
       const float* c = pack.c + k * D;
-      double inertia = inertia_[static_cast<std::size_t>(k)];
-      for (std::int64_t j = cstart[k]; j < cstart[k + 1]; ++j) {
-        const std::int64_t r = order[j];
-        const float* xr = x + r * D;
-        for (std::int64_t d = 0; d < D; ++d) s[d] += static_cast<double>(xr[d]);
-        double dist;
-        if (metric_ == Metric::L2) {
-          dist = sqDist64(xr, c, D);
-        } else {
-          const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
-          dist = denom > 0 ? 1.0 - dot64(xr, c, D) / denom : 1.0;
-          dist = dist < 0 ? 0 : (dist > 2 ? 2 : dist);
-        }
-        inertia += dist;
-        if (distances) distances[r] = static_cast<float>(dist);
-        if (farthest_ > 0) offer(heap, dist, firstRow + r, static_cast<std::int32_t>(k), xr);
+      double* s = sums_.data() + k * D;
+      double dist;
+      if (metric_ == Metric::L2) {
+        dist = addRowL2(s, xr, c, D);
+      } else {
+        const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
+        const double dot = addRowDot(s, xr, c, D);
+        dist = denom > 0 ? 1.0 - dot / denom : 1.0;
+        dist = dist < 0 ? 0 : (dist > 2 ? 2 : dist);
       }
-      inertia_[static_cast<std::size_t>(k)] = inertia;
-      counts_[static_cast<std::size_t>(k)] += cstart[k + 1] - cstart[k];
+      inertia_[static_cast<std::size_t>(k)] += dist;
+      ++counts_[static_cast<std::size_t>(k)];
+      if (distances) distances[r] = static_cast<float>(dist);
+      if (farthest_ > 0) offer(heap, dist, firstRow + r, static_cast<std::int32_t>(k), xr);
     }
   });
   rowsSeen_ += n;

@@ -37,8 +37,8 @@ std::int64_t assignRows(const KernelTable& kt, ThreadPool& pool, std::vector<Ass
                         const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n,
                         std::int32_t* best, float* d1, float* d2, std::int32_t* labels);
 
-// Per-cluster fp64 sums, counts and inertia, each cluster's rows added in global row order (stable counting sort
-// of every chunk by label, then each thread owns whole clusters), and the farthest rows for re-seeding.
+// Per-cluster fp64 sums, counts and inertia, each cluster's rows added in global row order (each thread owns whole
+// clusters and walks the chunk in row order), and the farthest rows for re-seeding.
 class Accumulator {
  public:
   void reset(std::int64_t K, std::int64_t D, Metric metric, int threads, int farthest, std::int64_t chunkRows);
@@ -68,7 +68,7 @@ class Accumulator {
   std::vector<std::int64_t> counts_;
   Array<std::int64_t> tcount_;  // threads × K
   Array<std::int64_t> cstart_;  // K + 1
-  Array<std::int32_t> order_;   // chunkRows
+  Array<std::int32_t> order_;   // chunkRows + threads: each thread's rows, in order
   std::vector<Heap> heaps_;     // one per thread
 };
 

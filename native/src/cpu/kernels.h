@@ -42,7 +42,7 @@ struct KernelTable {
 };
 
 // Floats of per-thread scratch the assign kernel needs for dimension D (any table).
-inline std::int64_t scratchFloats(std::int64_t D) { return 16 * (D + 64) + 3 * 16 * 32 + 64; }
+inline std::int64_t scratchFloats(std::int64_t D) { return 32 * (D + 16) + 64; }
 
 const KernelTable* genericKernels();
 const KernelTable* avx2Kernels();    // nullptr when this build has no AVX2 unit

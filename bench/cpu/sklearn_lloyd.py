@@ -1,0 +1,30 @@
+"""scikit-learn's Lloyd on the benchmark's data, timed as ANCHORS.md does: (long run − short run) / extra iterations.
+
+usage: /usr/bin/python3 bench/cpu/sklearn_lloyd.py DATA.f32 N D INIT.f32 K SHORT LONG
+prints one JSON line: {"msPerIter": ..., "inertia": ..., "nIterLong": ...}
+"""
+import json
+import sys
+import time
+
+import numpy as np
+from sklearn.cluster import KMeans
+
+path, n, d, init_path, k, short, long_ = sys.argv[1:8]
+n, d, k, short, long_ = int(n), int(d), int(k), int(short), int(long_)
+X = np.fromfile(path, dtype=np.float32).reshape(n, d)
+C = np.fromfile(init_path, dtype=np.float32).reshape(k, d)
+
+
+def run(iters):
+    km = KMeans(n_clusters=k, init=C, n_init=1, max_iter=iters, tol=0.0, algorithm="lloyd")
+    t = time.perf_counter()
+    km.fit(X)
+    return time.perf_counter() - t, km
+
+
+run(1)  # warm-up: imports, thread pools
+t_short, _ = run(short)
+t_long, km = run(long_)
+print(json.dumps({"msPerIter": (t_long - t_short) * 1000 / (long_ - short), "inertia": float(km.inertia_),
+                  "nIterLong": int(km.n_iter_)}))
