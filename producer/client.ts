@@ -38,7 +38,6 @@ import {
   WaitTimeoutError,
 } from './errors/index.js';
 import { JOB_NAME, type JobData } from './job-data.js';
-import { clearJobState } from './job-state.js';
 import { keyspace, type Keys } from './keys.js';
 import { resolveLimits, type Limits } from './limits.js';
 import { asJobProgress } from './progress.js';
@@ -48,6 +47,12 @@ import { normalizeScheduleSpec, parseRepeat, toScheduleInfo, type RepeatInput, t
 import { parseJobSpec, specHash, type JobSpecInput } from './spec.js';
 
 export * from './client-options.js';
+
+/** KEYS: BullMQ job hash, then the per-job state keys → deletes them if the job does not exist. */
+const CLEAR_IF_NO_JOB = `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+`;
 
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
@@ -162,7 +167,11 @@ export class KmfleetClient {
       const queue = await this.queue();
       // An id that is free again (its job was cancelled while waiting, or expired) may still have per-job
       // state: a stale cancel flag would cancel the new job at once, old iterations would mix with new ones.
-      if (!(await queue.getJob(jobId))) await clearJobState(this.redis, this.keys, jobId);
+      // Atomic with the existence check, so a concurrent enqueue that already created the job is never touched.
+      await this.redis.eval(
+        CLEAR_IF_NO_JOB, 4, queue.toKey(jobId),
+        this.keys.iterations(jobId), this.keys.checkpoint(jobId), this.keys.cancel(jobId),
+      );
       // BullMQ's add is a no-op for an existing jobId; reading the job back tells which add won.
       await queue.add(JOB_NAME, data, { jobId, ...(priority ? { priority } : {}), ...(opts.delayMs ? { delay: opts.delayMs } : {}) });
       const stored = await queue.getJob(jobId);

@@ -71,8 +71,11 @@ describe('enqueue', () => {
     const c = client();
     const first = await c.enqueue(spec(), { jobId: 'nightly-1' });
     expect(first).toMatchObject({ id: 'nightly-1', created: true, sameSpec: true });
+    // Per-job state of an EXISTING job survives a repeated enqueue (only a free id starts clean).
+    await requestCancel(await c.connection(), c.keys, 'nightly-1', 'keep me');
     const again = await c.enqueue(spec(), { jobId: 'nightly-1' });
     expect(again).toMatchObject({ id: 'nightly-1', created: false, sameSpec: true });
+    expect(await cancelRequested(await c.connection(), c.keys, 'nightly-1')).toBe('keep me');
     // From another process at the same time: still one job.
     const p = peer(c);
     const racers = await Promise.all([p.enqueue(spec({ k: 9 }), { jobId: 'nightly-2' }), c.enqueue(spec({ k: 9 }), { jobId: 'nightly-2' })]);
