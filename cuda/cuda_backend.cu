@@ -142,9 +142,12 @@ class CudaBackend final : public Backend {
     for (std::int64_t first = 0; first < residentHeld_; first += mp_.chunkRows) {
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
       const std::int64_t rows = std::min(mp_.chunkRows, residentHeld_ - first);
-      Slot& slot = nextSlot();
-      computeChunk(residentOps(first), first, rows, slot);
+      // Outputs of resident rows go to their own arrays (no host wait): the copies of streamed chunks
+      // can start while these are computed. Farthest rows need per-chunk staging: the slot path.
+      if (fit_ && spec_.farthest > 0) computeChunk(residentOps(first), first, rows, &nextSlot());
+      else computeChunk(residentOps(first), first, rows, nullptr);
     }
+    residentPending_ = residentHeld_ > 0;
   }
 
   void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) override {
@@ -165,7 +168,7 @@ class CudaBackend final : public Backend {
     prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, bad_, bad_ + 1, compute_);
     check(cudaGetLastError(), "prepareRows");
     check(cudaEventRecord(slot.rawFree, compute_), "cudaEventRecord");
-    computeChunk(ops, firstRow, rows, slot);
+    computeChunk(ops, firstRow, rows, &slot);
     if (retain) retainedThisPass_ += rows;
     // The engine may refill the host buffer once its copy is done.
     check(cudaEventSynchronize(slot.copied), "H2D");
@@ -176,6 +179,12 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(compute_), "compute");
     check(cudaStreamSynchronize(d2h_), "D2H");
     for (Slot& s : slots_) drain(s);
+    if (residentPending_) {
+      const std::size_t r = std::size_t(residentHeld_);
+      std::memcpy(spec_.labels, hResLabels_, sizeof(int) * r);
+      if (spec_.distances) std::memcpy(spec_.distances, hResDist_, sizeof(float) * r);
+      residentPending_ = false;
+    }
     unsigned long long bad[2];
     check(cudaMemcpy(bad, bad_, sizeof bad, cudaMemcpyDeviceToHost), "D2H");
     if (bad[0] != ~0ULL)
@@ -222,6 +231,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(d2h_);
     cudaGetLastError();
     for (Slot& s : slots_) s.pending = false;
+    residentPending_ = false;
     far_.clear();
     retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
   }
@@ -273,7 +283,16 @@ class CudaBackend final : public Backend {
     farScratch_ = devAlloc<char>(farRowsScratchBytes(mp_.chunkRows), "chunk scratch");
     allocAccumulateScratch(acc_, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
     // resident rows
-    if (mp_.residentRows > 0) resident_ = allocOps(std::size_t(mp_.residentRows), "resident rows");
+    if (mp_.residentRows > 0) {
+      const std::size_t r = std::size_t(mp_.residentRows);
+      resident_ = allocOps(r, "resident rows");
+      resLabels_ = devAlloc<int>(r, "resident rows");
+      resDist_ = devAlloc<float>(r, "resident rows");
+      hResLabels_ = hostAlloc<int>(r, "resident label staging");
+      hResDist_ = hostAlloc<float>(r, "resident distance staging");
+    }
+    check(cudaEventCreateWithFlags(&resComputed_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&resOutDone_, cudaEventDisableTiming), "cudaEventCreate");
     for (Slot& s : slots_) {
       s.raw = devAlloc<char>(chunk * rowBytes_, "chunk slots");
       s.labels = devAlloc<int>(chunk, "chunk slots");
@@ -315,6 +334,14 @@ class CudaBackend final : public Backend {
     }
     freeOps(streamOps_);
     freeOps(resident_);
+    if (resLabels_) cudaFree(resLabels_);
+    if (resDist_) cudaFree(resDist_);
+    if (hResLabels_) cudaFreeHost(hResLabels_);
+    if (hResDist_) cudaFreeHost(hResDist_);
+    resLabels_ = nullptr; resDist_ = nullptr; hResLabels_ = nullptr; hResDist_ = nullptr;
+    for (cudaEvent_t e : {resComputed_, resOutDone_})
+      if (e) cudaEventDestroy(e);
+    resComputed_ = resOutDone_ = nullptr;
     freeAccumulateScratch(acc_);
     for (void* p : {static_cast<void*>(cf_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                     static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),
@@ -414,9 +441,20 @@ class CudaBackend final : public Backend {
     farCapacity_ = cap;
   }
 
-  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot& slot) {
+  // slot == nullptr: a resident chunk whose outputs go to the resident arrays (no farthest rows).
+  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp) {
     if (!centroidsReady_) prepareCentroidOps();
-    const int far = fit_ && spec_.farthest > 0 ? static_cast<int>(std::min<std::int64_t>(spec_.farthest, rows)) : 0;
+    const int far = slotp && fit_ && spec_.farthest > 0 ? static_cast<int>(std::min<std::int64_t>(spec_.farthest, rows)) : 0;
+    Slot dummy;
+    Slot& slot = slotp ? *slotp : dummy;
+    if (!slotp) {
+      slot.labels = resLabels_ + firstRow;
+      slot.dist32 = resDist_ + firstRow;
+      slot.hLabels = hResLabels_ + firstRow;
+      slot.hDist = hResDist_ + firstRow;
+      slot.computed = resComputed_;
+      slot.outDone = resOutDone_;
+    }
     if (far > 0) ensureFarBuffers(slot, far);
     // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
     check(cudaMemsetAsync(flaggedCount_, 0, sizeof(unsigned), compute_), "memset");
@@ -445,14 +483,15 @@ class CudaBackend final : public Backend {
             "D2H");
     }
     check(cudaEventRecord(slot.outDone, d2h_), "cudaEventRecord");
-    // The next compute into this slot's labels must wait for this D2H: compute waits outDone of the slot
-    // it is about to reuse (drain() on the host already waited for it).
+    rowsSeen_ += rows;
+    if (!slotp) return;  // finishPass copies the resident outputs after the final sync
+    // The next compute into this slot's labels must wait for this D2H: drain() on the host waits for it
+    // before the slot is reused.
     slot.pending = true;
     slot.firstRow = firstRow;
     slot.rows = rows;
     slot.far = far;
     slot.dist = wantDist;
-    rowsSeen_ += rows;
   }
 
   void addFlagged(cudaStream_t s);
@@ -495,6 +534,12 @@ class CudaBackend final : public Backend {
   AccumulateScratch acc_;
 
   RowOps resident_;
+  int* resLabels_ = nullptr;
+  float* resDist_ = nullptr;
+  int* hResLabels_ = nullptr;
+  float* hResDist_ = nullptr;
+  cudaEvent_t resComputed_ = nullptr, resOutDone_ = nullptr;
+  bool residentPending_ = false;
   std::int64_t residentHeld_ = 0;
   std::int64_t retainedThisPass_ = 0;
 

@@ -52,7 +52,8 @@ std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op) {
 }
 
 std::size_t residentRowBytes(std::int64_t d, OpKind op) {
-  return std::size_t(d) * 4 + std::size_t(padDims(d)) * 2 * opTerms(op) + 8;
+  // xf + operands + scale/norm + label/distance outputs (device) 
+  return std::size_t(d) * 4 + std::size_t(padDims(d)) * 2 * opTerms(op) + 8 + 8;
 }
 
 std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op) {

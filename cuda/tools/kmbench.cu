@@ -1,8 +1,8 @@
 // kmbench: standalone check + benchmark of the CUDA kernels (no Node, no engine).
 //   kmbench check            awkward shapes × every operand kind, against a float64 CPU reference
-//   kmbench bench [shape..]  ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
-// Build (here or on the GPU machine):  nvcc -O3 -std=c++17 -arch=sm_90 -Icuda -Inative/src \
-//   cuda/assign_kernel.cu cuda/operands.cu cuda/exact.cu cuda/accumulate.cu cuda/tools/kmbench.cu -o kmbench
+//   kmbench bench [quick]    ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
+//   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
+// Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,6 +18,8 @@
 
 #include "../kernels.h"
 #include "../operands.h"
+#include "../planner.h"
+#include "cuda_bridge.h"
 
 using namespace kmfleet::cuda;
 
@@ -374,6 +376,112 @@ static int runBench(int argc, char** argv) {
   return 0;
 }
 
+// ---------------------------------------------------------------- out of core, through the Backend
+// The engine's loop without the engine: host buffers filled once with normal data (as if the rows were
+// already in pinned memory, like the ANCHORS.md out-of-core row), then passes feeding every non-resident
+// chunk. Reports ms/pass for all-resident (compute), half resident and none resident, and the H2D bandwidth.
+static double h2dBandwidth() {
+  const size_t bytes = size_t(1) << 30;
+  void* h = nullptr;
+  void* dptr = nullptr;
+  CK(cudaHostAlloc(&h, bytes, cudaHostAllocPortable));
+  CK(cudaMalloc(&dptr, bytes));
+  std::memset(h, 1, bytes);
+  CK(cudaMemcpy(dptr, h, bytes, cudaMemcpyHostToDevice));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) CK(cudaMemcpy(dptr, h, bytes, cudaMemcpyHostToDevice));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cudaFreeHost(h);
+  cudaFree(dptr);
+  return 4.0 * bytes / s / 1e9;
+}
+
+static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long long budget, long long* residentOut,
+                     long long* chunkOut) {
+  using namespace kmfleet;
+  EngineConfig cfg;
+  cfg.rows = n; cfg.dims = d; cfg.k = k; cfg.dtype = DType::F32; cfg.backend = BackendKind::Cuda;
+  cfg.precision = prec; cfg.memoryBudget = budget;
+  std::unique_ptr<Backend> b = makeCudaBackend(cfg);
+  const Plan& pl = b->plan();
+  *residentOut = pl.residentRows;
+  *chunkOut = pl.chunkRows;
+  // fill the host buffers once (normal data, distinct per buffer)
+  for (int i = 0; i < pl.buffers; ++i) {
+    float* h = static_cast<float*>(b->hostBuffer(i));
+    unsigned long long z = 12345 + i;
+    for (long long j = 0; j < pl.chunkRows * d; j += 2) {
+      z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+      const double u1 = ((z >> 11) + 1.0) / 9007199254740993.0;
+      z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+      const double u2 = (z >> 11) / 9007199254740992.0;
+      const double r = std::sqrt(-2 * std::log(u1));
+      h[j] = float(r * std::cos(6.283185307179586 * u2));
+      if (j + 1 < pl.chunkRows * d) h[j + 1] = float(r * std::sin(6.283185307179586 * u2));
+    }
+  }
+  std::vector<float> c(static_cast<size_t>(k) * d);
+  std::memcpy(c.data(), b->hostBuffer(0), c.size() * 4);  // K <= chunkRows here
+  std::vector<int> labels(n);
+  auto pass = [&]() {
+    PassSpec spec;
+    spec.mode = PassMode::Fit;
+    spec.centroids = c.data();
+    spec.labels = labels.data();
+    b->beginPass(spec);
+    const long long held = b->residentHeld();
+    if (held > 0) b->processResident();
+    long long i = 0;
+    for (long long first = held; first < n; first += pl.chunkRows, ++i)
+      b->processChunk(static_cast<int>(i % pl.buffers), first, std::min<long long>(pl.chunkRows, n - first));
+    PassTotals t = b->finishPass();
+    for (int q = 0; q < k; ++q)
+      if (t.counts[q] > 0)
+        for (int j = 0; j < d; ++j) c[size_t(q) * d + j] = float(t.sums[size_t(q) * d + j] / double(t.counts[q]));
+  };
+  pass();  // first pass: feeds everything, retains the resident rows
+  auto timed = [&](int m) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < m; ++i) pass();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double ts = timed(2), tl = timed(6);
+  return (tl - ts) / 4;
+}
+
+static int runOoc(int argc, char** argv) {
+  const long long n = argc > 2 ? std::atoll(argv[2]) : 16800000;
+  const int d = argc > 3 ? std::atoi(argv[3]) : 128;
+  const int k = argc > 4 ? std::atoi(argv[4]) : 4096;
+  const double bw = h2dBandwidth();
+  std::printf("RESULT_H2D gbps=%.1f\n", bw);
+  for (kmfleet::Precision prec : {kmfleet::Precision::FP32, kmfleet::Precision::FP16}) {
+    const char* pn = prec == kmfleet::Precision::FP32 ? "fp32-exact" : "fp16";
+    const size_t rrb = kmfleet::cuda::residentRowBytes(d, kmfleet::cuda::opFor(prec));
+    long long res = 0, chunk = 0;
+    double compute = 0;
+    for (int frac : {100, 50, 0}) {
+      const long long budget = frac == 100 ? -1 : static_cast<long long>(rrb * size_t(n) * frac / 100);
+      double ms = 0;
+      try {
+        ms = oocRun(n, d, k, prec, budget, &res, &chunk);
+      } catch (const kmfleet::EngineError& e) {
+        std::printf("RESULT_OOC kernel=%s n=%lld d=%d k=%d error=\"%s\"\n", pn, n, d, k, e.what());
+        continue;
+      }
+      if (frac == 100) compute = ms;
+      const double streamed = double(n - res) * d * 4;
+      const double ioMs = streamed / (bw * 1e9) * 1e3;
+      const double bound = std::max(compute, ioMs);
+      std::printf("RESULT_OOC kernel=%s n=%lld d=%d k=%d chunk=%lld resident=%lld streamed_gb=%.2f ms_per_pass=%.1f "
+                  "compute_ms=%.1f io_ms=%.1f ratio_to_bound=%.2f\n",
+                  pn, n, d, k, chunk, res, streamed / 1e9, ms, compute, ioMs, bound > 0 ? ms / bound : 0.0);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   cudaDeviceProp p{};
@@ -381,6 +489,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s (sm_%d%d, %d SMs)\n", p.name, p.major, p.minor, p.multiProcessorCount);
   if (mode == "check") return runCheck();
   if (mode == "bench") return runBench(argc, argv);
-  std::fprintf(stderr, "usage: kmbench check | bench [quick]\n");
+  if (mode == "ooc") return runOoc(argc, argv);
+  std::fprintf(stderr, "usage: kmbench check | bench [quick] | ooc [N D K]\n");
   return 2;
 }

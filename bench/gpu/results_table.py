@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Reads the RESULT lines of kmbench (bench, ooc) and torch_lloyd.py from the logs in OUTDIR and prints the
+GPU results table in Markdown (scripts/gpu-run writes it to OUTDIR/results.md and prints it last)."""
+import re
+import sys
+from pathlib import Path
+
+
+def parse(path):
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text(errors="replace").splitlines():
+        m = re.match(r"^(RESULT\w*) (.*)$", line)
+        if not m:
+            continue
+        kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', m.group(2)))
+        kv["_tag"] = m.group(1)
+        rows.append(kv)
+    return rows
+
+
+def main():
+    out = Path(sys.argv[1])
+    kern = [r for r in parse(out / "bench-kernels.log") if r["_tag"] == "RESULT"]
+    torch_rows = parse(out / "bench-torch.log")
+    ooc = parse(out / "bench-ooc.log")
+    device = ""
+    dev_file = out / "device.txt"
+    if dev_file.exists():
+        device = dev_file.read_text().strip().splitlines()[0]
+    torch_ms = {(r["dtype"], r["n"], r["d"], r["k"]): float(r["ms_per_iter"]) for r in torch_rows}
+    print(f"### kmfleet CUDA backend — {device}\n")
+    print("Full Lloyd iteration (assign + fp64 sums + host update), data resident, random normal unless noted.\n")
+    print("| shape (N, D, K) | data | kernel | ms/iter | assign ms | eff. TFLOP/s | recheck rows | torch ms/iter | × torch |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in kern:
+        tkey = ("fp16" if r["in"] == "f16" else "fp32", r["n"], r["d"], r["k"])
+        t = torch_ms.get(tkey)
+        ms = float(r["ms_per_iter"])
+        ratio = f"{t / ms:.1f}×" if t else "—"
+        print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} {r['data']} | {r['kernel']} | {ms:.2f} | "
+              f"{float(r['assign_ms']):.2f} | {r['tflops']} | {r['recheck_last']} | {t if t else '—'} | {ratio} |")
+    if ooc:
+        bw = [r for r in ooc if r["_tag"] == "RESULT_H2D"]
+        print(f"\nOut of core through the Backend (host pinned buffers → GPU), H2D measured "
+              f"{bw[0]['gbps'] if bw else '?'} GB/s:\n")
+        print("| shape (N, D, K) | kernel | resident rows | streamed GB | ms/pass | compute ms | H2D-bound ms | ÷ max(compute, H2D) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in ooc:
+            if r["_tag"] != "RESULT_OOC":
+                continue
+            if "error" in r:
+                print(f"| {r['n']}, {r['d']}, {r['k']} | {r['kernel']} | error: {r['error']} | | | | | |")
+                continue
+            print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['kernel']} | {int(r['resident']):,} | {r['streamed_gb']} | "
+                  f"{r['ms_per_pass']} | {r['compute_ms']} | {r['io_ms']} | {r['ratio_to_bound']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+// The CUDA backend's behaviour beyond exactness: low precisions, agreement with the CPU backend, bitwise
+// reproducibility (streamed vs resident, run to run), cancel, typed errors.
+import { describe, expect, it } from 'vitest';
+
+import {
+  CancelledError, Engine, InvalidArgumentError, NonFiniteInputError, OutOfMemoryError, type PassResult, type Precision,
+} from '../../native/index.js';
+import { blobData, bytesOf, isTie, assign, normalData, pickRows, runPass, toF16 } from '../helpers/reference.js';
+import { distinctRows, engineTracker, fit } from './gpu-helpers.js';
+
+const open = engineTracker();
+
+function sameBits(a: Float32Array, b: Float32Array): boolean {
+  return Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+}
+
+describe('low precisions: inertia within 0.1% of fp32 from the same init', () => {
+  const cases = [
+    { name: 'blobs D=64 K=50', x: blobData(20000, 64, 50, 31), d: 64, k: 50 },
+    { name: 'normal D=32 K=100', x: normalData(20000, 32, 32), d: 32, k: 100 },
+  ];
+  for (const c of cases) {
+    it(c.name, async () => {
+      const n = 20000;
+      const init = pickRows(c.x, c.d, distinctRows(n, c.k, 5));
+      const inertia: Record<string, number> = {};
+      for (const precision of ['fp32', 'tf32', 'bf16', 'fp16'] as Precision[]) {
+        const e = await open({ rows: n, dims: c.d, k: c.k, precision, chunkRows: 8192 });
+        expect(e.plan.precision).toBe(precision);
+        e.setCentroids(init);
+        const r = await fit(e, bytesOf(c.x), n, 6);
+        inertia[precision] = r[r.length - 1].inertia;
+      }
+      for (const p of ['tf32', 'bf16', 'fp16']) {
+        expect(Math.abs(inertia[p] / inertia.fp32 - 1), `${p}: ${inertia[p]} vs fp32 ${inertia.fp32}`).toBeLessThan(1e-3);
+      }
+    });
+  }
+  it('f16 data defaults to fp16 products', async () => {
+    const e = await open({ rows: 1000, dims: 8, k: 4, dtype: 'f16' });
+    expect(e.plan.precision).toBe('fp16');
+    const f = await open({ rows: 1000, dims: 8, k: 4, dtype: 'f32' });
+    expect(f.plan.precision).toBe('fp32');
+  });
+});
+
+describe('CUDA fp32 vs the CPU backend', () => {
+  it('same labels (except ties) and centroids within 1e-6 over 4 passes', async () => {
+    const n = 20000, d = 40, k = 100;
+    const x = blobData(n, d, 60, 41, 5, 1);
+    const init = pickRows(x, d, distinctRows(n, k, 9));
+    const g = await open({ rows: n, dims: d, k, chunkRows: 4096 });
+    const c = await Engine.open({ rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu', chunkRows: 4096 });
+    try {
+      g.setCentroids(init);
+      c.setCentroids(init);
+      for (let p = 0; p < 4; p++) {
+        const before = g.centroids();
+        const rg = await runPass<PassResult>(g, bytesOf(x), n, 'fit', { skipBelow: p === 0 ? 0 : g.plan.residentRows });
+        const rc = await runPass<PassResult>(c, bytesOf(x), n, 'fit', { skipBelow: p === 0 ? 0 : c.plan.residentRows });
+        const lg = g.labels(), lc = c.labels();
+        const ref = assign(Float64Array.from(x), n, d, before, k, 'l2');
+        let bad = 0;
+        for (let i = 0; i < n; i++) if (lg[i] !== lc[i] && !isTie(ref, i)) bad++;
+        expect(bad, `pass ${p}`).toBe(0);
+        expect(Math.abs(rg.inertia / rc.inertia - 1)).toBeLessThan(1e-9);
+        const cg = g.centroids(), cc = c.centroids();
+        for (let j = 0; j < cg.length; j++) {
+          expect(Math.abs(cg[j] - cc[j]), `centroid value ${j}`).toBeLessThanOrEqual(1e-6 * Math.abs(cc[j]) + 1e-9);
+        }
+      }
+    } finally {
+      c.close();
+    }
+  });
+});
+
+describe('bitwise reproducibility', () => {
+  const n = 60000, d = 32, k = 64, chunk = 4096;
+  const x = blobData(n, d, 40, 51);
+  const init = pickRows(x, d, distinctRows(n, k, 13));
+
+  async function centroidsWith(memoryBudget: number | undefined): Promise<{ c: Float32Array; resident: number; labels: Int32Array }> {
+    const e = await open({ rows: n, dims: d, k, chunkRows: chunk, ...(memoryBudget === undefined ? {} : { memoryBudget }) });
+    e.setCentroids(init);
+    await fit(e, bytesOf(x), n, 4);
+    return { c: e.centroids(), resident: e.plan.residentRows, labels: e.labels() };
+  }
+
+  it('a small memory budget (partly streamed) gives the same centroids as fully resident', async () => {
+    const full = await centroidsWith(undefined);
+    expect(full.resident).toBe(n);
+    const part = await centroidsWith(3 * chunk * 200); // ~2.4 MB: two chunks of 4096 rows at ~272 B/row
+    const none = await centroidsWith(0);
+    expect(part.resident).toBeGreaterThan(0);
+    expect(part.resident).toBeLessThan(n);
+    expect(part.resident % chunk).toBe(0);
+    expect(none.resident).toBe(0);
+    expect(sameBits(full.c, part.c)).toBe(true);
+    expect(sameBits(full.c, none.c)).toBe(true);
+    expect(Buffer.from(full.labels.buffer).equals(Buffer.from(none.labels.buffer))).toBe(true);
+  });
+
+  it('run to run (new engine, same input) bitwise identical', async () => {
+    const a = await centroidsWith(undefined);
+    const b = await centroidsWith(undefined);
+    expect(sameBits(a.c, b.c)).toBe(true);
+  });
+});
+
+describe('cancel and typed errors', () => {
+  it('cancel mid-pass rejects with CancelledError', async () => {
+    const n = 200000, d = 64, k = 256;
+    const x = normalData(n, d, 61);
+    const e = await open({ rows: n, dims: d, k, chunkRows: 8192 });
+    e.setCentroids(pickRows(x, d, distinctRows(n, k, 1)));
+    const p = runPass<PassResult>(e, bytesOf(x), n, 'fit');
+    setTimeout(() => e.cancel(), 5);
+    await expect(p).rejects.toBeInstanceOf(CancelledError);
+  });
+
+  it('a non-finite value names its row', async () => {
+    const n = 5000, d = 8;
+    const x = normalData(n, d, 62);
+    x[3217 * d + 5] = Number.NaN;
+    const e = await open({ rows: n, dims: d, k: 4, chunkRows: 1024 });
+    e.setCentroids(pickRows(x, d, [0, 1, 2, 3]));
+    const err = await runPass<PassResult>(e, bytesOf(x), n, 'fit').catch((er: unknown) => er);
+    expect(err).toBeInstanceOf(NonFiniteInputError);
+    expect((err as NonFiniteInputError).row).toBe(3217);
+  });
+
+  it('cosine with a zero row is an invalid argument', async () => {
+    const n = 3000, d = 8;
+    const x = normalData(n, d, 63);
+    x.fill(0, 1500 * d, 1501 * d);
+    const e = await open({ rows: n, dims: d, k: 4, metric: 'cosine', chunkRows: 1024 });
+    e.setCentroids(pickRows(x, d, [0, 1, 2, 3]));
+    await expect(runPass<PassResult>(e, bytesOf(x), n, 'fit')).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+
+  it('K×D that cannot fit is OutOfMemory with the numbers', async () => {
+    const err = await Engine.open({ rows: 1_000_000, dims: 16384, k: 1_000_000, metric: 'l2', dtype: 'f32', backend: 'cuda' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OutOfMemoryError);
+    expect(String((err as Error).message)).toMatch(/MiB/);
+  });
+
+  it('f16 data through fp32 exact mode keeps working after an error in another engine', async () => {
+    const n = 4000, d = 16;
+    const h = toF16(normalData(n, d, 64));
+    const e = await open({ rows: n, dims: d, k: 8, dtype: 'f16', precision: 'fp32', chunkRows: 1000 });
+    e.setCentroids(pickRows(normalData(n, d, 64), d, [0, 1, 2, 3, 4, 5, 6, 7]));
+    const r = await runPass<PassResult>(e, bytesOf(h), n, 'fit');
+    expect(r.counts.reduce((a, b) => a + b, 0)).toBe(n);
+  });
+});
