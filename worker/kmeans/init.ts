@@ -5,7 +5,7 @@
  *              max(64·k, 2^18) rows (capped by a memory budget, never below k), read with coalesced reads
  *   given    — a float32 K×D array, checked for shape and finiteness
  */
-import type { Metric } from '../../native/index.js';
+import { NonFiniteInputError, type Metric } from '../../native/index.js';
 import type { RowSource } from '../dataset/row-source.js';
 import { decodeF16 } from '../formats/half.js';
 import { KmeansSpecError } from './errors.js';
@@ -35,8 +35,17 @@ export async function initCentroids(engine: KmeansEngine, source: RowSource, spe
     return 'random';
   }
   if (spec.init === 'kmeans++') {
-    const { rows, sample } = await kmeansPlusPlusSample(source, k, spec.seed, options.sampleBudgetBytes ?? 256 << 20);
-    await engine.initKmeansPlusPlus(sample, rows, spec.seed);
+    const { rows, sample, sampleRows } = await kmeansPlusPlusSample(source, k, spec.seed, options.sampleBudgetBytes ?? 256 << 20);
+    try {
+      await engine.initKmeansPlusPlus(sample, rows, spec.seed);
+    } catch (err) {
+      // the engine numbers the rows of the sample: name the dataset's row instead
+      if (err instanceof NonFiniteInputError && err.row >= 0 && err.row < rows) {
+        const row = sampleRows ? sampleRows[err.row] : err.row;
+        throw new NonFiniteInputError(`row ${row} has a non-finite value (NaN or Inf)`, row);
+      }
+      throw err;
+    }
     return 'kmeans++';
   }
   throw new KmeansSpecError(`unknown init '${String(spec.init)}' (kmeans++ | random | centroids)`);
@@ -49,7 +58,9 @@ export function kmeansPlusPlusSampleSize(rows: number, rowBytes: number, k: numb
   return Math.min(rows, Math.max(k, Math.min(wanted, Math.floor(budgetBytes / rowBytes))));
 }
 
-async function kmeansPlusPlusSample(source: RowSource, k: number, seed: number, budget: number): Promise<{ rows: number; sample: Buffer }> {
+async function kmeansPlusPlusSample(
+  source: RowSource, k: number, seed: number, budget: number,
+): Promise<{ rows: number; sample: Buffer; sampleRows?: Float64Array }> {
   const n = kmeansPlusPlusSampleSize(source.rows, source.rowBytes, k, budget);
   const sample = Buffer.allocUnsafe(n * source.rowBytes);
   if (n === source.rows) {
@@ -63,7 +74,7 @@ async function kmeansPlusPlusSample(source: RowSource, k: number, seed: number, 
   }
   const idx = Float64Array.from(distinctIndices(new Rng(seed, STREAM_PP_SAMPLE), source.rows, n)).sort();
   await gatherRows(source, idx, sample);
-  return { rows: n, sample };
+  return { rows: n, sample, sampleRows: idx };
 }
 
 /** Rows by index (any order, distinct) as float32, packed in the order given. */
