@@ -31,6 +31,11 @@ export async function initCentroids(engine: KmeansEngine, source: RowSource, spe
   if (spec.init === 'random') {
     const picks = distinctIndices(new Rng(spec.seed, STREAM_RANDOM_INIT), source.rows, k);
     const rows = await readRowsAsF32(source, picks);
+    const bad = rows.findIndex((v) => !Number.isFinite(v));
+    if (bad >= 0) {
+      const row = picks[Math.floor(bad / source.dims)];
+      throw new NonFiniteInputError(`row ${row} has a non-finite value (NaN or Inf)`, row);
+    }
     engine.setCentroids(prepareCentroids(rows, source.dims, spec.metric));
     return 'random';
   }
