@@ -23,7 +23,7 @@ export function exitCodeOf(err: unknown): number {
   if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
   const e = err as { name?: string; code?: string };
   if (e?.name === 'KmeansAbortedError') return 130; // interrupted (SIGINT), like a shell
-  if (e && (INPUT_ERRORS.has(e.name ?? '') || e.code === 'ENOENT' || e.code === 'EISDIR' || e.code === 'EACCES')) return 2;
+  if (e && (INPUT_ERRORS.has(e.name ?? '') || ['ENOENT', 'EISDIR', 'ENOTDIR', 'EEXIST', 'EACCES'].includes(e.code ?? ''))) return 2;
   return 1;
 }
 

@@ -92,6 +92,11 @@ async function loadInitCentroids(path: string, k: number | undefined, dims: numb
 
 export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
   const started = Date.now();
+  // fail before the work, not after it
+  const outStat = await stat(resolve(opts.out)).catch(() => undefined);
+  if (outStat && !outStat.isDirectory()) {
+    throw Object.assign(new Error(`--out ${opts.out} exists and is not a directory`), { code: 'ENOTDIR' });
+  }
   const source = await LocalFileSource.open(opts.input, { format: opts.format, dims: opts.dims });
   const progress = new ProgressLine({ json: opts.json });
   try {
