@@ -26,6 +26,7 @@ import { makeProgress, type JobPhase } from '../producer/progress.js';
 import { recordResult, type JobResult } from '../producer/results.js';
 import { parseJobSpec, specHash as computeSpecHash, type JobSpec } from '../producer/spec.js';
 import { FencedError } from './checkpoints/errors.js';
+import { BackgroundCheckpointSaver } from './checkpoints/background-saver.js';
 import { CheckpointStore } from './checkpoints/store.js';
 import type { WorkerConfig } from './config.js';
 import { CachedRowSource } from './dataset/cache.js';
@@ -33,10 +34,12 @@ import type { RowSource } from './dataset/row-source.js';
 import { S3RowSource } from './dataset/s3-source.js';
 import { JobInputError, toJobError } from './failures.js';
 import { resolveInit } from './initial-centroids.js';
-import { checkCheckpoint, decodeCheckpoint, encodeCheckpoint } from './kmeans/checkpoint.js';
+import { buildJobResult, buildSummary } from './job-summary.js';
+import { checkCheckpoint, decodeCheckpoint } from './kmeans/checkpoint.js';
 import { runKmeans } from './kmeans/driver.js';
 import { KmeansAbortedError } from './kmeans/errors.js';
 import type { IterationReport, KmeansCheckpoint, KmeansResult } from './kmeans/types.js';
+import type { LockLossRegistry } from './lock-loss.js';
 import { jobLogger, type Logger } from './logger.js';
 import type { FleetMetrics, JobOutcome } from './metrics/index.js';
 import { OutputWriter } from './outputs/writer.js';
@@ -60,29 +63,6 @@ export interface ProcessorDeps {
   lockLoss?: LockLossRegistry;
 }
 
-/**
- * Per-job signals for "this worker lost the job's lock": BullMQ only emits 'lockRenewalFailed'; a job that keeps
- * computing after that wastes the device until its next (fenced) write fails, so it stops at the next chunk instead.
- */
-export class LockLossRegistry {
-  private readonly jobs = new Map<string, AbortController>();
-  watch(jobId: string): { signal: AbortSignal; dispose: () => void } {
-    const ctl = new AbortController();
-    this.jobs.set(jobId, ctl);
-    return { signal: ctl.signal, dispose: () => this.jobs.get(jobId) === ctl && this.jobs.delete(jobId) };
-  }
-  lost(jobIds: string[]): void {
-    for (const id of jobIds) this.jobs.get(id)?.abort(new Error(`lost the lock of job ${id}`));
-  }
-}
-
-/** summary.json: the JobResult plus what a reader of the outputs wants next to them. */
-export interface JobSummary extends JobResult {
-  formatVersion: 1;
-  history: IterationReport[];
-  clusterSizes: number[];
-  attempt: number;
-}
 
 type Processor = (job: Job<JobData, JobResult>, token?: string, signal?: AbortSignal) => Promise<JobResult>;
 
@@ -118,12 +98,11 @@ async function runJob(
   let engine: Engine | undefined;
   let outputs: OutputWriter | undefined;
   let store: CheckpointStore | undefined;
-  let lastSaved = 0;
+  let saver: BackgroundCheckpointSaver | undefined;
   let spec: JobSpec | undefined;
   let hash = '';
   let etag = '';
-  /** checkpointMs: saves in total (they overlap the next iteration); checkpointWaitMs: time the run waited for them */
-  const timings = { openMs: 0, checkpointMs: 0, checkpointWaitMs: 0, checkpoints: 0, uploadMs: 0 };
+  const timings = { openMs: 0, uploadMs: 0 };
 
   const progress = async (phase: JobPhase, iteration: number, history: IterationReport[] = []) => {
     const recent = history.slice(-5);
@@ -139,29 +118,6 @@ async function runJob(
       }),
     );
   };
-  // Checkpoints are written while the next iteration computes (at most one in flight): a save's latency is hidden,
-  // and its failure (FencedError above all) still stops the run at the next iteration boundary.
-  let pendingSave: Promise<void> | undefined;
-  const saveInBackground = async (cp: KmeansCheckpoint) => {
-    if (pendingSave) {
-      const tw = performance.now();
-      await pendingSave;
-      timings.checkpointWaitMs += performance.now() - tw;
-    }
-    const p = saveCheckpoint(cp);
-    p.catch(() => {}); // awaited later; never an unhandled rejection meanwhile
-    pendingSave = p;
-  };
-  const saveCheckpoint = async (cp: KmeansCheckpoint) => {
-    const tc = performance.now();
-    await store!.save(cp.iteration, encodeCheckpoint(cp), hash, etag);
-    lastSaved = cp.iteration;
-    const ms = performance.now() - tc;
-    timings.checkpointMs += ms;
-    timings.checkpoints++;
-    deps.metrics?.checkpointWritten(ms);
-  };
-
   try {
     // ---- 1. validate, claim ----
     spec = parseJobSpec(job.data?.spec, config.limits);
@@ -195,6 +151,7 @@ async function runJob(
     });
     source = s3Source;
     etag = s3Source.etag;
+    saver = new BackgroundCheckpointSaver(store, hash, etag, (ms) => deps.metrics?.checkpointWritten(ms));
     const problems = checkDatasetLimits({ rows: s3Source.rows, dims: s3Source.dims, bytes: s3Source.size }, spec.k, config.limits);
     if (problems.length > 0) throw new JobInputError(`dataset ${spec.dataset.uri} cannot be used: ${problems.join('; ')}`);
     if (config.cacheDir) {
@@ -212,7 +169,7 @@ async function runJob(
         const cp = decodeCheckpoint(found.bytes);
         checkCheckpoint(cp, source.rows, source.dims, spec.k, spec.metric, spec.maxIter);
         resume = cp;
-        lastSaved = cp.iteration;
+        saver.lastSaved = cp.iteration;
         log.info({ iteration: cp.iteration, generation: found.record.generation, uri: found.record.uri }, 'resuming from checkpoint');
       } catch (err) {
         log.warn({ err, uri: found.record.uri }, 'checkpoint unusable; starting over');
@@ -266,16 +223,12 @@ async function runJob(
           shift: report.shift,
           ms: report.ms,
         });
-        if (spec!.checkpointEvery > 0 && report.iteration % spec!.checkpointEvery === 0) await saveInBackground(cp);
+        if (spec!.checkpointEvery > 0 && report.iteration % spec!.checkpointEvery === 0) await saver!.submit(cp);
         await progress('iterating', report.iteration, cp.history);
         log.info({ iteration: report.iteration, inertia: report.inertia, reassigned: report.reassigned, ms: Math.round(report.ms) }, 'iteration');
       },
     });
-    if (pendingSave) {
-      const tw = performance.now();
-      await pendingSave;
-      timings.checkpointWaitMs += performance.now() - tw;
-    }
+    await saver.flush();
     if (s3Source.stats.bytes) deps.metrics?.s3BytesRead(s3Source.stats.bytes);
 
     // ---- 5. outputs, summary.json last ----
@@ -293,57 +246,32 @@ async function runJob(
     await outputs.writeRows('assignments.npy', '<i4', source.rows, (f, n) => eng.labels(f, n));
     if (config.writeDistances) await outputs.writeRows('distances.npy', '<f4', source.rows, (f, n) => eng.distances(f, n));
     timings.uploadMs = performance.now() - tu;
-    const finishedAt = Date.now();
-    const jobResult: JobResult = {
+    const jobResult = buildJobResult({
       jobId,
-      ...(spec.name ? { name: spec.name } : {}),
+      attempt,
       spec,
       specHash: hash,
-      dataset: { uri: spec.dataset.uri, etag, format: spec.dataset.format, rows: source.rows, dims: source.dims },
-      k: spec.k,
-      iterations: result.iterations,
-      converged: result.converged,
-      stopReason: result.stopReason,
-      inertia: result.inertia,
-      emptyClustersReseeded: result.emptyReseeded,
-      backend: engine.plan.backend,
-      device: engine.plan.device,
-      precision: engine.plan.precision,
-      outputs: {
-        prefix: outputs.prefix,
-        centroids: outputs.uriOf('centroids.npy'),
-        assignments: outputs.uriOf('assignments.npy'),
-        ...(config.writeDistances ? { distances: outputs.uriOf('distances.npy') } : {}),
-        summary: outputs.uriOf('summary.json'),
-      },
-      checksums: Object.fromEntries(Object.entries(outputs.files).map(([name, f]) => [name, `sha256:${f.sha256}`])),
+      dataset: { etag, rows: source.rows, dims: source.dims },
+      plan: engine.plan,
+      result,
+      outputs,
+      distances: config.writeDistances,
       timings: {
-        totalMs: Math.round(performance.now() - t0),
-        openMs: Math.round(timings.openMs),
-        initMs: Math.round(result.timings.initMs),
-        resumeMs: Math.round(result.timings.resumeMs),
-        iterateMs: Math.round(result.timings.iterateMs),
-        assignMs: Math.round(result.timings.assignMs),
-        readMs: Math.round(result.timings.readMs),
-        checkpointMs: Math.round(timings.checkpointMs),
-        checkpointWaitMs: Math.round(timings.checkpointWaitMs),
-        checkpoints: timings.checkpoints,
-        uploadMs: Math.round(timings.uploadMs),
+        totalMs: performance.now() - t0,
+        openMs: timings.openMs,
+        checkpointMs: saver.saveMs,
+        checkpointWaitMs: saver.waitMs,
+        checkpoints: saver.saves,
+        uploadMs: timings.uploadMs,
         s3BytesRead: s3Source.stats.bytes,
         s3Requests: s3Source.stats.requests,
       },
-      ...(result.resumedFrom !== undefined ? { resumedFrom: { iteration: result.resumedFrom, generation: found.record?.generation ?? 0 } } : {}),
-      ...(init?.from ? { initFrom: init.from } : {}),
+      resumedFromGeneration: found.record?.generation,
+      initFrom: init?.from,
       startedAt,
-      finishedAt,
-    };
-    const summary: JobSummary = {
-      formatVersion: 1,
-      ...jobResult,
-      history: result.history,
-      clusterSizes: Array.from(result.counts),
-      attempt,
-    };
+      finishedAt: Date.now(),
+    });
+    const summary = buildSummary(jobResult, result, attempt);
     await outputs.commit(summary);
 
     // ---- 6. record ----
@@ -354,7 +282,7 @@ async function runJob(
     log.info({ iterations: result.iterations, inertia: result.inertia, stopReason: result.stopReason, ms: jobResult.timings.totalMs }, 'job completed');
     return jobResult;
   } catch (err) {
-    await pendingSave?.catch(() => {});
+    await saver?.flush().catch(() => {});
     await outputs?.discard();
     if (lockLost() && !(err instanceof FencedError)) {
       outcome = 'released';
@@ -371,9 +299,9 @@ async function runJob(
       if (deps.preempt.aborted && token) {
         outcome = 'released';
         const cp = err instanceof KmeansAbortedError ? err.checkpoint : undefined;
-        if (cp && cp.iteration > lastSaved && store?.claim !== undefined) await saveCheckpoint(cp);
+        if (cp && saver) await saver.saveNow(cp);
         await job.moveToWait(token);
-        log.info({ checkpoint: cp?.iteration ?? lastSaved }, 'preempted: checkpointed and handed the job back');
+        log.info({ checkpoint: saver?.lastSaved ?? 0 }, 'preempted: checkpointed and handed the job back');
         throw new WaitingError();
       }
     }

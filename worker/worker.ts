@@ -15,7 +15,8 @@ import { keyspace, type Keys } from '../producer/keys.js';
 import type { WorkerConfig } from './config.js';
 import { createLogger, type Logger } from './logger.js';
 import { createFleetMetrics, startMetricsServer, type FleetMetrics, type MetricsServer } from './metrics/index.js';
-import { createProcessor, LockLossRegistry, type OpenEngine } from './processor.js';
+import { LockLossRegistry } from './lock-loss.js';
+import { createProcessor, type OpenEngine } from './processor.js';
 import { createS3, type S3Handle } from './s3/client.js';
 
 export class RedisPolicyError extends Error {

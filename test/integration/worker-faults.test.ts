@@ -53,7 +53,9 @@ describe('worker faults (child processes)', () => {
     const first = spawnWorker(workerEnv());
     try {
       await enqueue('crash-1');
-      await until(async () => (await iteration('crash-1')) >= 3, 30_000, 'iteration 3');
+      // checkpoints are written while the next iteration runs: wait for the one of iteration 3
+      const redis = await stack.client.connection();
+      await until(async () => ((await readCheckpointRecord(redis, stack.client.keys, 'crash-1'))?.iteration ?? 0) >= 3, 30_000, 'checkpoint 3');
       first.kill('SIGKILL');
       expect((await first.exited).signal).toBe('SIGKILL');
     } finally {
@@ -112,19 +114,25 @@ describe('worker faults (child processes)', () => {
       await enqueue('freeze-1');
       await until(async () => (await iteration('freeze-1')) >= 2, 30_000, 'iteration 2');
       frozen.kill('SIGSTOP');
+      const t0 = Date.now();
+      const mark = (what: string) => process.env.KMFLEET_TEST_DEBUG && console.log(`${what} at +${Date.now() - t0} ms`);
       const redis = await stack.client.connection();
       const next = await stack.startWorker({ KMFLEET_CHUNK_ROWS: String(ENGINE.chunkRows), KMFLEET_THREADS: String(ENGINE.threads), ...FAST_LOCKS });
       // the lock expires, the stalled check hands the job to `next`, which claims it (claim 2)
       await until(async () => (await redis.hget(stack.client.keys.checkpoint('freeze-1'), 'claimed')) === '2', 30_000, 'the second claim');
+      mark('second claim');
       frozen.kill('SIGCONT');
       const result = await stack.client.wait('freeze-1', { timeoutMs: 60_000 });
+      mark('completed');
       expect(result.iterations).toBe(SPEC.maxIter);
       await until(async () => /lost the job|could not renew job locks/.test(frozen.output()), 20_000, 'the frozen worker to notice');
       if (process.env.KMFLEET_TEST_DEBUG) console.log(frozen.output().split('\n').filter((l) => /lost|renew|fenced|writing/.test(l)).join('\n'));
       await expectReference('freeze-1');
       expect(stack.s3.keys('out', 'runs/freeze-1/')).toEqual(['runs/freeze-1/assignments.npy', 'runs/freeze-1/centroids.npy', 'runs/freeze-1/summary.json']);
       expect(JSON.parse((await stack.s3.get('out', 'runs/freeze-1/summary.json')).toString()).resumedFrom).toBeDefined();
+      mark('checked');
       await next.shutdown();
+      mark('shut down');
     } finally {
       frozen.kill('SIGKILL');
       await frozen.exited;
