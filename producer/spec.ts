@@ -33,36 +33,24 @@ import { SpecValidationError, type SpecIssue } from './errors/spec-validation-er
 import { resolveLimits, type Limits, LIMIT_ENV } from './limits.js';
 import { parseS3ObjectUri, parseS3PrefixUri } from './s3-uri.js';
 
-export const SPEC_VERSION = 1 as const;
-export const DATASET_FORMATS = ['npy', 'f32', 'f16'] as const;
-export const METRICS = ['l2', 'cosine'] as const;
-export const INIT_METHODS = ['kmeans++', 'random', 'previous'] as const;
-export const PRECISIONS = ['auto', 'fp32', 'tf32', 'bf16', 'fp16'] as const;
-export const BACKENDS = ['auto', 'cpu', 'cuda'] as const;
-export const MODEL_NAME_RE = /^[a-zA-Z0-9._-]{1,128}$/;
-export const MAX_SEED = 2 ** 32 - 1;
+import {
+  BACKENDS,
+  DATASET_FORMATS,
+  INIT_METHODS,
+  MAX_SEED,
+  METRICS,
+  MODEL_NAME_RE,
+  PRECISIONS,
+  SPEC_DEFAULTS,
+  SPEC_VERSION,
+  type Backend,
+  type DatasetFormat,
+  type Init,
+  type Metric,
+  type Precision,
+} from './spec-vocabulary.js';
 
-export type DatasetFormat = (typeof DATASET_FORMATS)[number];
-export type Metric = (typeof METRICS)[number];
-export type InitMethod = (typeof INIT_METHODS)[number];
-/** An init method, or the s3:// URI of a .npy of K×D float32 centroids. */
-export type Init = InitMethod | `s3://${string}`;
-export type Precision = (typeof PRECISIONS)[number];
-export type Backend = (typeof BACKENDS)[number];
-
-export const SPEC_DEFAULTS = Object.freeze({
-  version: SPEC_VERSION,
-  format: 'npy' as DatasetFormat,
-  metric: 'l2' as Metric,
-  init: 'kmeans++' as Init,
-  maxIter: 300,
-  tol: 1e-4,
-  tolReassign: 0,
-  seed: 0,
-  precision: 'auto' as Precision,
-  checkpointEvery: 1,
-  backend: 'auto' as Backend,
-});
+export * from './spec-vocabulary.js';
 
 export interface DatasetRef {
   uri: string;

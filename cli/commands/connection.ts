@@ -4,7 +4,7 @@
  * of the SDK's input errors to the CLI's exit code 2.
  */
 import type { Command } from 'commander';
-import { KmfleetClient } from '../../producer/client.js';
+import type { KmfleetClient } from '../../producer/client.js';
 import { KmfleetInputError } from '../../producer/errors/kmfleet-error.js';
 import { DEFAULT_PREFIX, DEFAULT_QUEUE } from '../../producer/keys.js';
 
@@ -26,6 +26,8 @@ export function addConnectionOptions(cmd: Command): Command {
 
 /** A client from the flags and the environment; closed when `fn` settles. */
 export async function withClient<T>(flags: ConnectionFlags, fn: (client: KmfleetClient) => Promise<T>): Promise<T> {
+  // Loaded here, not at the top: BullMQ + zod cost ~0.3 s of start-up that `kmfleet fit` or `--help` need not pay.
+  const { KmfleetClient } = await import('../../producer/client.js');
   const client = new KmfleetClient({
     connection: flags.redisUrl ?? process.env.REDIS_URL ?? undefined,
     prefix: flags.prefix ?? (process.env.KMFLEET_PREFIX || undefined),

@@ -6,7 +6,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { SPEC_DEFAULTS } from '../../producer/spec.js';
+import { SPEC_DEFAULTS } from '../../producer/spec-vocabulary.js';
 import { addConnectionOptions, cliAction, printJson, withClient, type ConnectionFlags } from './connection.js';
 import { formatResult } from './status.js';
 import { followJob, msOption } from './wait.js';
