@@ -39,6 +39,7 @@ import { checkCheckpoint, decodeCheckpoint } from './kmeans/checkpoint.js';
 import { runKmeans } from './kmeans/driver.js';
 import { KmeansAbortedError } from './kmeans/errors.js';
 import type { IterationReport, KmeansCheckpoint, KmeansResult } from './kmeans/types.js';
+import type { DevicePool } from './device-pool.js';
 import type { LockLossRegistry } from './lock-loss.js';
 import { jobLogger, type Logger } from './logger.js';
 import type { FleetMetrics, JobOutcome } from './metrics/index.js';
@@ -61,6 +62,8 @@ export interface ProcessorDeps {
   openEngine?: OpenEngine;
   /** aborted for a job whose BullMQ lock could not be renewed (worker.ts wires 'lockRenewalFailed') */
   lockLoss?: LockLossRegistry;
+  /** GPUs of this process: each running job takes its own */
+  devices?: DevicePool;
 }
 
 
@@ -99,6 +102,7 @@ async function runJob(
   let outputs: OutputWriter | undefined;
   let store: CheckpointStore | undefined;
   let saver: BackgroundCheckpointSaver | undefined;
+  let device: number | undefined;
   let spec: JobSpec | undefined;
   let hash = '';
   let etag = '';
@@ -192,6 +196,10 @@ async function runJob(
     if (config.chunkRows !== undefined) engineOptions.chunkRows = config.chunkRows;
     if (config.threads !== undefined) engineOptions.threads = config.threads;
     if (config.memoryBudgetBytes !== undefined) engineOptions.memoryBudget = config.memoryBudgetBytes;
+    if (engineOptions.backend !== 'cpu' && deps.devices && deps.devices.size > 0) {
+      device = deps.devices.acquire();
+      if (device !== undefined) engineOptions.device = device;
+    }
     engine = await openEngine(engineOptions);
     deps.metrics?.deviceInfo({ backend: engine.plan.backend, device: engine.plan.device });
     log.info({ plan: engine.plan }, 'engine open');
@@ -322,6 +330,7 @@ async function runJob(
     cancelWatch.dispose();
     lockWatch?.dispose();
     engine?.close();
+    deps.devices?.release(device);
     await source?.close().catch(() => {});
     running?.end(outcome === 'retried' && attempt >= (job.opts.attempts ?? 1) ? 'failed' : outcome);
   }

@@ -15,6 +15,7 @@ import { keyspace, type Keys } from '../producer/keys.js';
 import type { WorkerConfig } from './config.js';
 import { createLogger, type Logger } from './logger.js';
 import { createFleetMetrics, startMetricsServer, type FleetMetrics, type MetricsServer } from './metrics/index.js';
+import { DevicePool } from './device-pool.js';
 import { LockLossRegistry } from './lock-loss.js';
 import { createProcessor, type OpenEngine } from './processor.js';
 import { createS3, type S3Handle } from './s3/client.js';
@@ -51,12 +52,13 @@ export interface KmfleetWorker {
   shutdown(reason?: string): Promise<void>;
 }
 
-function defaultConcurrency(): number {
+/** CUDA device ordinals this process sees (none without a GPU or a CUDA build). */
+function gpuOrdinals(): number[] {
   try {
     const info = typeof native.gpuInfo === 'function' ? native.gpuInfo() : undefined;
-    return Math.max(1, info?.available ? info.devices.length : 1);
+    return info?.available ? info.devices.map((d) => d.ordinal) : [];
   } catch {
-    return 1;
+    return [];
   }
 }
 
@@ -84,9 +86,10 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
 
   const preempt = new AbortController();
   const metrics = createFleetMetrics();
-  const concurrency = config.concurrency ?? defaultConcurrency();
+  const devices = new DevicePool(gpuOrdinals());
+  const concurrency = config.concurrency ?? Math.max(1, devices.size);
   const lockLoss = new LockLossRegistry();
-  const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss });
+  const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss, devices });
   const worker = new Worker(keys.queueName, processor, {
     connection,
     prefix: keys.bullPrefix,
@@ -141,7 +144,7 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
     },
   };
   logger.info(
-    { redis: where, queue: keys.queueName, prefix: keys.bullPrefix, concurrency, s3: config.s3.endpoint ?? 'aws', metricsPort: metricsServer?.port },
+    { redis: where, queue: keys.queueName, prefix: keys.bullPrefix, concurrency, gpus: devices.ordinals, s3: config.s3.endpoint ?? 'aws', metricsPort: metricsServer?.port },
     'worker started',
   );
   return handle;
