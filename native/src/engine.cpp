@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <thread>
+
+#include <sched.h>
 
 #include "cpu/cpu_backend.h"
 #include "cpu/kernels.h"
@@ -19,6 +22,30 @@ namespace kmfleet {
 namespace {
 
 [[noreturn]] void invalid(const std::string& msg) { throw EngineError(ErrorCode::InvalidArgument, msg); }
+
+// Whatever a backend throws becomes an EngineError (bad_alloc → OutOfMemory, anything else → Device).
+EngineError asEngineError(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const EngineError& e) {
+    return e;
+  } catch (const std::bad_alloc&) {
+    return EngineError(ErrorCode::OutOfMemory, "out of host memory");
+  } catch (const std::exception& e) {
+    return EngineError(ErrorCode::Device, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return EngineError(ErrorCode::Device, "internal error");
+  }
+}
+
+int usableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 double nowMs() {
   using namespace std::chrono;
@@ -67,7 +94,7 @@ std::unique_ptr<Backend> makeBackend(const EngineConfig& cfg, ThreadPool& pool) 
 
 Engine::Engine(const EngineConfig& config) : cfg_(config) {
   validate(cfg_);
-  if (cfg_.threads == 0) cfg_.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (cfg_.threads == 0) cfg_.threads = usableCores();  // the cores this process may run on (cpusets included)
   pool_ = std::make_unique<ThreadPool>(cfg_.threads);
   backend_ = makeBackend(cfg_, *pool_);
   inFlight_.assign(static_cast<std::size_t>(plan().buffers), false);
@@ -225,8 +252,8 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
     cursor_ = 0;
     residentPending_ = backend_->residentHeld() > 0;
     passStartMs_ = nowMs();
-  } catch (const EngineError& e) {
-    passError_ = std::make_unique<EngineError>(e);
+  } catch (...) {
+    passError_ = std::make_unique<EngineError>(asEngineError(std::current_exception()));
     abortPass();
   }
 }
@@ -256,12 +283,13 @@ void Engine::runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::
     if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
     backend_->processChunk(buffer, firstRow, rowCount);
     cursor_ += rowCount;
-  } catch (const EngineError& e) {
+  } catch (...) {
     // A misordered feed leaves the pass intact; anything else (bad data, cancel, memory, device) ends it.
-    if (e.code() == ErrorCode::InvalidArgument && std::string(e.what()).rfind("feed out of sequence", 0) == 0) throw;
+    EngineError e = asEngineError(std::current_exception());
+    if (e.code() == ErrorCode::InvalidArgument && std::string(e.what()).rfind("feed out of sequence", 0) == 0) throw e;
     passError_ = std::make_unique<EngineError>(e);
     abortPass();
-    throw;
+    throw e;
   }
 }
 
@@ -271,10 +299,11 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   try {
     processResidentIfNeeded();
     totals = backend_->finishPass();
-  } catch (const EngineError& e) {
+  } catch (...) {
+    EngineError e = asEngineError(std::current_exception());
     passError_ = std::make_unique<EngineError>(e);
     abortPass();
-    throw;
+    throw e;
   }
   passRunning_ = false;
   const std::int64_t N = cfg_.rows, seen = cursor_;

@@ -2,6 +2,9 @@
 // one 2 + floor(ln k) candidates drawn with probability ∝ D² (the squared distance to the nearest chosen center),
 // keeping the candidate that minimizes the potential Σ D². Seeded (splitmix64 → xoshiro256**), multithreaded,
 // and the same result for any thread count: potentials are summed per fixed block of rows, blocks in order.
+// The distances are small GEMMs (kernels.h dots32x8) on the sample stored once in transposed 32-row blocks.
+// Products are fp32 (the kernel's), distances and potentials fp64: the same seed gives the same centers on a
+// given instruction set; another CPU may differ in the last bits of a distance and so, rarely, in a choice.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -61,28 +64,49 @@ std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D
   Rng rng(seed);
 
   auto blocksOf = [&](int tid, int nt, std::int64_t& b0, std::int64_t& b1) { ThreadPool::range(nblocks, tid, nt, 1, b0, b1); };
+  // the sample, transposed in blocks of 32 rows (kBlock is a multiple of 32)
+  const std::int64_t n32 = (n + 31) / 32;
+  Array<float> xT(static_cast<std::size_t>(n32 * 32 * D), "the k-means++ sample (transposed)");
   pool.run([&](int tid, int nt) {
     std::int64_t b0, b1;
     blocksOf(tid, nt, b0, b1);
     for (std::int64_t i = b0 * kBlock; i < std::min(n, b1 * kBlock); ++i) xx[i] = sqNorm64(x + i * D, D);
+    for (std::int64_t q = b0 * kBlock / 32; q < std::min(n32, b1 * kBlock / 32); ++q)
+      kt.transpose32(x + q * 32 * D, D, static_cast<int>(std::min<std::int64_t>(32, n - q * 32)), D, xT.data() + q * 32 * D);
   });
 
-  // Distances of every row to `count` candidate rows (packed in candRows), folded with the current closest.
+  // Distances of every row to `count` candidate rows (packed in groups of 8 in c8), folded with the current closest.
+  std::vector<float> c8(static_cast<std::size_t>(((trials + 7) / 8) * 8 * D));
   auto evaluate = [&](int count, double* out, double* blocks, bool fold) {
+    const int groups = (count + 7) / 8;
+    std::fill(c8.begin(), c8.end(), 0.0f);
+    for (int t = 0; t < count; ++t)
+      for (std::int64_t d = 0; d < D; ++d) c8[(t / 8) * 8 * D + d * 8 + t % 8] = candRows[t * D + d];
     pool.run([&](int tid, int nt) {
       std::int64_t b0, b1;
       blocksOf(tid, nt, b0, b1);
-      float dots[64];
+      alignas(64) float dots[8 * 32];
       for (std::int64_t b = b0; b < b1; ++b) {
         for (int t = 0; t < count; ++t) blocks[t * nblocks + b] = 0;
-        for (std::int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
-          kt.dots(x + i * D, candRows.data(), count, D, dots);
-          for (int t = 0; t < count; ++t) {
-            double d = xx[i] + candNorm[t] - 2.0 * static_cast<double>(dots[t]);
-            if (d < 0) d = 0;
-            if (fold && closest[i] < d) d = closest[i];
-            out[static_cast<std::size_t>(t) * n + i] = d;
-            blocks[t * nblocks + b] += d;
+        const std::int64_t end = std::min(n, (b + 1) * kBlock);
+        for (std::int64_t q0 = b * kBlock; q0 < end; q0 += 32) {
+          const int rows = static_cast<int>(std::min<std::int64_t>(32, end - q0));
+          for (int g = 0; g < groups; ++g) {
+            kt.dots32x8(xT.data() + (q0 / 32) * 32 * D, D, c8.data() + g * 8 * D, dots);
+            for (int j = 0; j < 8 && g * 8 + j < count; ++j) {
+              const int t = g * 8 + j;
+              double* o = out + static_cast<std::size_t>(t) * n;
+              double sum = blocks[t * nblocks + b];
+              for (int r = 0; r < rows; ++r) {
+                const std::int64_t i = q0 + r;
+                double d = xx[i] + candNorm[t] - 2.0 * static_cast<double>(dots[j * 32 + r]);
+                if (d < 0) d = 0;
+                if (fold && closest[i] < d) d = closest[i];
+                o[i] = d;
+                sum += d;
+              }
+              blocks[t * nblocks + b] = sum;
+            }
           }
         }
       }

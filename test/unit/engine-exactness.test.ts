@@ -39,7 +39,7 @@ interface Case {
   d: number;
   k: number;
   metric: Metric;
-  dtype: 'f32' | 'f16';
+  dtype: 'f32' | 'f16' | 'bf16';
   chunk: number;
   init?: Float32Array;
 }
@@ -151,6 +151,17 @@ describe('CPU engine = float64 reference (cosine, f16)', () => {
     const h = toF16(normalData(1200, 17, 23));
     const x = fromF16(h);
     await check({ name: 'f16', x, input: bytesOf(h), n: 1200, d: 17, k: 10, metric: 'l2', dtype: 'f16', chunk: 300 });
+  });
+});
+
+describe('CPU engine = float64 reference (bf16)', () => {
+  it('bf16 input, D=20, K=9', async () => {
+    const f = normalData(900, 20, 24);
+    const u = new Uint32Array(f.buffer.slice(0));
+    const h = new Uint16Array(f.length);
+    for (let i = 0; i < f.length; i++) h[i] = (u[i] + 0x7fff + ((u[i] >>> 16) & 1)) >>> 16; // round to nearest even
+    const x = new Float32Array(new Uint32Array(Array.from(h, (v) => v << 16)).buffer);
+    await check({ name: 'bf16', x, input: bytesOf(h), n: 900, d: 20, k: 9, metric: 'l2', dtype: 'bf16', chunk: 256 });
   });
 });
 

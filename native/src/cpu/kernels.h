@@ -36,8 +36,10 @@ struct KernelTable {
   // out[k] = ‖c_k‖² − 2·x·c_k for k < kpad (same arithmetic class as assign: the same error bound holds).
   void (*rowDistances)(const float* x, std::int64_t D, const float* panels, const float* cnorm, std::int64_t kpad,
                        float* out);
-  // dst[t] = x·c_t (fp32) for the nc rows of c (row-major, D) — used by k-means++ on the sample.
-  void (*dots)(const float* x, const float* c, std::int64_t nc, std::int64_t D, float* dst);
+  // k-means++ on the sample, as small GEMMs: rows in blocks of 32 stored transposed (xT[d*32 + r], zero rows
+  // beyond `rows`), candidates in groups of 8 (c8[d*8 + j]); out[j*32 + r] = Σ_d xT[d*32+r]·c8[d*8+j] in fp32.
+  void (*transpose32)(const float* x, std::int64_t ld, int rows, std::int64_t D, float* xT);
+  void (*dots32x8)(const float* xT, std::int64_t D, const float* c8, float* out);
   void (*f16ToF32)(const std::uint16_t* in, float* out, std::int64_t n);
 };
 

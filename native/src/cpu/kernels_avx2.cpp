@@ -137,18 +137,19 @@ void rowDistances(const float* x, std::int64_t D, const float* panels, const flo
   }
 }
 
-void dots(const float* x, const float* c, std::int64_t nc, std::int64_t D, float* dst) {
-  for (std::int64_t t = 0; t < nc; ++t) {
-    const float* ct = c + t * D;
-    __m256 acc = _mm256_setzero_ps();
-    std::int64_t d = 0;
-    for (; d + 8 <= D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + d), _mm256_loadu_ps(ct + d), acc);
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, acc);
-    float s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    for (; d < D; ++d) s += x[d] * ct[d];
-    dst[t] = s;
-  }
+// Portable forms of the k-means++ GEMM helpers (plain loops: the compiler vectorizes them for this unit's ISA).
+void transpose32(const float* x, std::int64_t ld, int rows, std::int64_t D, float* xT) {
+  for (std::int64_t d = 0; d < D; ++d)
+    for (int r = 0; r < 32; ++r) xT[d * 32 + r] = r < rows ? x[r * ld + d] : 0.0f;
+}
+
+void dots32x8(const float* xT, std::int64_t D, const float* c8, float* out) {
+  for (int i = 0; i < 8 * 32; ++i) out[i] = 0.0f;
+  for (std::int64_t d = 0; d < D; ++d)
+    for (int j = 0; j < 8; ++j) {
+      const float c = c8[d * 8 + j];
+      for (int r = 0; r < 32; ++r) out[j * 32 + r] += xT[d * 32 + r] * c;
+    }
 }
 
 void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
@@ -158,7 +159,7 @@ void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
   for (; i < n; ++i) out[i] = _cvtsh_ss(in[i]);
 }
 
-const KernelTable kTable = {"avx2", NR, MR, assign, rowDistances, dots, f16ToF32};
+const KernelTable kTable = {"avx2", NR, MR, assign, rowDistances, transpose32, dots32x8, f16ToF32};
 
 }  // namespace
 

@@ -144,17 +144,23 @@ void assignRL(const AssignTask& t) {
   }
 }
 
-void dots(const float* x, const float* c, std::int64_t nc, std::int64_t D, float* dst) {
-  for (std::int64_t t = 0; t < nc; ++t) {
-    const float* ct = c + t * D;
-    __m512 acc = _mm512_setzero_ps();
-    std::int64_t d = 0;
-    for (; d + 16 <= D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + d), _mm512_loadu_ps(ct + d), acc);
-    if (d < D) {
-      const __mmask16 m = static_cast<__mmask16>((1u << (D - d)) - 1u);
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + d), _mm512_maskz_loadu_ps(m, ct + d), acc);
+void dots32x8(const float* xT, std::int64_t D, const float* c8, float* out) {
+  __m512 a0[CB], a1[CB];
+#pragma GCC unroll 8
+  for (int j = 0; j < CB; ++j) a0[j] = a1[j] = _mm512_setzero_ps();
+  for (std::int64_t d = 0; d < D; ++d) {
+    const __m512 x0 = _mm512_load_ps(xT + d * RB), x1 = _mm512_load_ps(xT + d * RB + 16);
+#pragma GCC unroll 8
+    for (int j = 0; j < CB; ++j) {
+      const __m512 cb = _mm512_set1_ps(c8[d * CB + j]);
+      a0[j] = _mm512_fmadd_ps(x0, cb, a0[j]);
+      a1[j] = _mm512_fmadd_ps(x1, cb, a1[j]);
     }
-    dst[t] = _mm512_reduce_add_ps(acc);
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < CB; ++j) {
+    _mm512_storeu_ps(out + j * RB, a0[j]);
+    _mm512_storeu_ps(out + j * RB + 16, a1[j]);
   }
 }
 
@@ -176,7 +182,7 @@ void rowDistancesRL(const float* x, std::int64_t D, const float* panels, const f
   }
 }
 
-const KernelTable kTable = {"avx512", CB, RB, assignRL, rowDistancesRL, dots, f16ToF32};
+const KernelTable kTable = {"avx512", CB, RB, assignRL, rowDistancesRL, transposeBlock, dots32x8, f16ToF32};
 
 }  // namespace
 

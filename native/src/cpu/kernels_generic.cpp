@@ -51,12 +51,19 @@ void rowDistances(const float* x, std::int64_t D, const float* panels, const flo
   }
 }
 
-void dots(const float* x, const float* c, std::int64_t nc, std::int64_t D, float* dst) {
-  for (std::int64_t t = 0; t < nc; ++t) {
-    float s = 0;
-    for (std::int64_t d = 0; d < D; ++d) s += x[d] * c[t * D + d];
-    dst[t] = s;
-  }
+// Portable forms of the k-means++ GEMM helpers (plain loops: the compiler vectorizes them for this unit's ISA).
+void transpose32(const float* x, std::int64_t ld, int rows, std::int64_t D, float* xT) {
+  for (std::int64_t d = 0; d < D; ++d)
+    for (int r = 0; r < 32; ++r) xT[d * 32 + r] = r < rows ? x[r * ld + d] : 0.0f;
+}
+
+void dots32x8(const float* xT, std::int64_t D, const float* c8, float* out) {
+  for (int i = 0; i < 8 * 32; ++i) out[i] = 0.0f;
+  for (std::int64_t d = 0; d < D; ++d)
+    for (int j = 0; j < 8; ++j) {
+      const float c = c8[d * 8 + j];
+      for (int r = 0; r < 32; ++r) out[j * 32 + r] += xT[d * 32 + r] * c;
+    }
 }
 
 // IEEE binary16 → binary32, exact (subnormals, inf and NaN included).
@@ -86,7 +93,7 @@ void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]);
 }
 
-const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, dots, f16ToF32};
+const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32};
 
 }  // namespace
 
