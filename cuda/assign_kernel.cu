@@ -219,12 +219,13 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
             const int i = mi * 2 + h;
             const float d0 = fmaf(g[i], cn.x, -acc[mi][ni][2 * h]);
             const float d1 = fmaf(g[i], cn.y, -acc[mi][ni][2 * h + 1]);
+            // second best only where the margin test needs it (exact mode): fewer epilogue instructions
             bool lt = d0 < b1[i];
-            b2[i] = lt ? b1[i] : fminf(b2[i], d0);
+            if (THREE) b2[i] = lt ? b1[i] : fminf(b2[i], d0);
             bi[i] = lt ? col : bi[i];
             b1[i] = lt ? d0 : b1[i];
             lt = d1 < b1[i];
-            b2[i] = lt ? b1[i] : fminf(b2[i], d1);
+            if (THREE) b2[i] = lt ? b1[i] : fminf(b2[i], d1);
             bi[i] = lt ? col + 1 : bi[i];
             b1[i] = lt ? d1 : b1[i];
             acc[mi][ni][2 * h] = 0.f;

@@ -350,11 +350,27 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   float am = 0;
   CK(cudaEventElapsedTime(&am, e0, e1));
   am /= 5;
+  // split of one iteration: assignment without recheck, recheck, distances, sums
+  auto timeIt = [&](auto&& f) {
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < 5; ++i) f();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    return t / 5;
+  };
+  const float mmaMs = timeIt([&] {
+    CK(cudaMemsetAsync(P.flaggedCount, 0, 4, 0));
+    assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, 0);
+  });
+  const float distMs = timeIt([&] { rowDistances(P.rows.xf, n, d, P.cf, P.labels, false, P.dist, nullptr, 0); });
+  const float sumMs = timeIt([&] { accumulate(P.rows.xf, n, d, k, P.labels, P.dist, true, P.acc, P.sums, P.counts, P.inertia, 0); });
   const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
   std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f assign_ms=%.3f tflops=%.1f "
-              "recheck_first=%.5f%% recheck_last=%.5f%%\n",
+              "recheck_first=%.5f%% recheck_last=%.5f%% mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f\n",
               opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16", blobs ? "blobs" : "random", n,
-              d, k, ms, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n);
+              d, k, ms, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, mmaMs, am - mmaMs, distMs, sumMs);
   std::fflush(stdout);
   P.release();
 }
