@@ -50,6 +50,20 @@ describe('S3RowSource against s3rver', () => {
     await src.close();
   });
 
+  it('splits one large read into parallel parts of at least 4 MiB (and at most partBytes)', async () => {
+    const big = Buffer.alloc(9 * 1024 * 1024);
+    for (let i = 0; i < big.length; i += 4) big.writeUInt32LE(i, i);
+    await s3.put('data', 'big.f32', big);
+    const src = await S3RowSource.open(s3.handle, 's3://data/big.f32', { format: 'f32', dims: 256 });
+    const t = Buffer.alloc(big.length);
+    await src.read(0, src.rows, t);
+    expect(t.equals(big)).toBe(true);
+    expect(src.stats.requests).toBe(3);
+    const capped = await S3RowSource.open(s3.handle, 's3://data/big.f32', { format: 'f32', dims: 256, partBytes: 1024 * 1024 });
+    await capped.read(0, capped.rows, t);
+    expect(capped.stats.requests).toBe(9);
+  });
+
   it('reads raw f32 given dims; rejects a size that is not whole rows', async () => {
     const src = await S3RowSource.open(s3.handle, 's3://data/x.f32', { format: 'f32', dims: DIMS });
     expect(src.rows).toBe(ROWS);

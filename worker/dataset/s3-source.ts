@@ -32,6 +32,8 @@ export interface S3RowSourceOptions {
 
 export const DEFAULT_PART_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_READ_CONCURRENCY = 8;
+/** reads are not split into parts smaller than this */
+export const MIN_SPLIT_BYTES = 4 * 1024 * 1024;
 
 /** Counters for the pipeline's timing split (download vs compute). */
 export interface S3ReadStats {
@@ -119,9 +121,12 @@ export class S3RowSource implements RowSource {
     const t0 = performance.now();
     const total = count * this.rowBytes;
     const start = this.dataOffset + firstRow * this.rowBytes;
-    // Parts are whole multiples of nothing in particular: byte ranges, not rows, so the split never depends on dims.
+    // Byte ranges, not rows, so the split never depends on dims. A read smaller than `concurrency` parts is still split
+    // (down to MIN_SPLIT_BYTES) so that one chunk comes over several connections: one S3 stream is far slower than
+    // the NIC, and callers often read one engine buffer (a few MB) at a time.
+    const part = Math.min(this.partBytes, Math.max(MIN_SPLIT_BYTES, Math.ceil(total / this.concurrency)));
     const parts: { offset: number; length: number }[] = [];
-    for (let off = 0; off < total; off += this.partBytes) parts.push({ offset: off, length: Math.min(this.partBytes, total - off) });
+    for (let off = 0; off < total; off += part) parts.push({ offset: off, length: Math.min(part, total - off) });
     // On the first failure the other lanes stop and in-flight GETs are aborted; read() settles only after every lane
     // has, so nothing writes into target once the caller has it back.
     const stop = new AbortController();
