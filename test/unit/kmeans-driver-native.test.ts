@@ -14,6 +14,8 @@ import { decodeCheckpoint, encodeCheckpoint, KmeansAbortedError, runKmeans, type
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-drvn-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const N = 20_000, D = 16, K = 12;
+// the GPU machine runs this file with KMFLEET_TEST_BACKEND=cuda (the driver must behave the same on every backend)
+const backend = process.env.KMFLEET_TEST_BACKEND === 'cuda' ? 'cuda' : 'cpu';
 let f32: string, f16: string;
 beforeAll(async () => {
   f32 = (await generateDataset(join(dir, 'a.npy'), { kind: 'blobs', rows: N, dims: D, centers: K, seed: 2, clusterStd: 4 })).path;
@@ -26,7 +28,7 @@ const bytes = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byte
 
 async function fit(path: string, s: KmeansSpec, o: { engine?: Partial<EngineOptions>; resume?: KmeansCheckpoint; onCp?: (cp: KmeansCheckpoint) => void; signal?: AbortSignal } = {}) {
   const source = await LocalFileSource.open(path);
-  const engine = await Engine.open({ rows: source.rows, dims: source.dims, k: s.k, metric: s.metric, dtype: source.dtype, backend: 'cpu', threads: 2, chunkRows: 1536, ...o.engine });
+  const engine = await Engine.open({ rows: source.rows, dims: source.dims, k: s.k, metric: s.metric, dtype: source.dtype, backend, threads: backend === 'cpu' ? 2 : undefined, chunkRows: 1536, ...o.engine });
   try {
     const result = await runKmeans({ engine, source, spec: s, resume: o.resume, signal: o.signal, onIteration: (_r, cp) => o.onCp?.(cp) });
     return { result, labels: engine.labels(), plan: engine.plan };
@@ -36,7 +38,7 @@ async function fit(path: string, s: KmeansSpec, o: { engine?: Partial<EngineOpti
   }
 }
 
-describe('runKmeans (native engine, cpu)', () => {
+describe(`runKmeans (native engine, ${backend})`, () => {
   it('resumed runs are bitwise identical to an uninterrupted run', async () => {
     for (const s of [spec(), spec({ init: 'kmeans++', seed: 9, tol: 1e-6 })]) {
       const cps: Buffer[] = [];
