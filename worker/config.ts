@@ -51,6 +51,7 @@ export interface WorkerConfig {
   chunkRows?: number;
   memoryBudgetBytes?: number;
   cacheDir?: string;
+  memoryCacheBytes: number;
   writeDistances: boolean;
   keepCheckpoints: boolean;
   s3: S3Settings;
@@ -75,6 +76,13 @@ export class WorkerConfigError extends Error {
 }
 
 const MB = 1024 * 1024;
+
+/**
+ * Without KMFLEET_CACHE_DIR, datasets up to this size stay in host memory after their first read (k-means++ reads a
+ * small dataset whole before the first pass: without this it would be downloaded twice). Not yet an env variable: it
+ * needs a row in docs/operations.md's configuration reference first.
+ */
+export const MEMORY_CACHE_BYTES = 1024 * MB;
 
 export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerConfig {
   const problems: string[] = [];
@@ -128,6 +136,7 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     chunkRows: int('KMFLEET_CHUNK_ROWS', 1),
     memoryBudgetBytes: budgetMb === undefined ? undefined : budgetMb * MB,
     cacheDir: env.KMFLEET_CACHE_DIR || undefined,
+    memoryCacheBytes: MEMORY_CACHE_BYTES,
     writeDistances: bool('KMFLEET_WRITE_DISTANCES'),
     keepCheckpoints: bool('KMFLEET_KEEP_CHECKPOINTS'),
     s3,

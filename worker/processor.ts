@@ -29,7 +29,7 @@ import { FencedError } from './checkpoints/errors.js';
 import { BackgroundCheckpointSaver } from './checkpoints/background-saver.js';
 import { CheckpointStore } from './checkpoints/store.js';
 import type { WorkerConfig } from './config.js';
-import { CachedRowSource } from './dataset/cache.js';
+import { CachedRowSource, MemoryCachedRowSource } from './dataset/cache.js';
 import type { RowSource } from './dataset/row-source.js';
 import { S3RowSource } from './dataset/s3-source.js';
 import { JobInputError, toJobError } from './failures.js';
@@ -160,6 +160,8 @@ async function runJob(
     if (problems.length > 0) throw new JobInputError(`dataset ${spec.dataset.uri} cannot be used: ${problems.join('; ')}`);
     if (config.cacheDir) {
       source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => log.warn({ err }, 'dataset cache off for this job'));
+    } else if (s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes) {
+      source = new MemoryCachedRowSource(s3Source);
     }
     timings.openMs = performance.now() - t0;
     log.info({ dataset: s3Source.describe(), ms: Math.round(timings.openMs) }, 'dataset opened');

@@ -51,6 +51,8 @@ describe('pipeline: SDK → queue → worker → S3', () => {
     expect(bytesOf(assignments.data).equals(bytesOf(ref.labels))).toBe(true);
     expect(result.iterations).toBe(ref.iterations);
     expect(result.inertia).toBe(ref.inertia);
+    // small datasets stay in memory after their first read: k-means++ and the first pass download it once
+    expect(result.timings.s3BytesRead).toBe(30_000 * 16 * 4);
 
     const summary = JSON.parse((await stack.s3.get('out', 'runs/e2e-1/summary.json')).toString('utf8'));
     expect(summary).toMatchObject({

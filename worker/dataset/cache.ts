@@ -38,8 +38,8 @@ export class CachedRowSource implements RowSource {
   readonly dtype: DatasetDType;
   readonly rowBytes: number;
   readonly stats: CacheStats = { hitRows: 0, missRows: 0 };
-  /** sorted, disjoint, merged [first, end) row intervals present in the file */
-  private filled: [number, number][] = [];
+  /** rows present in the file */
+  private filled = new RowIntervals();
   private complete: boolean;
   private writes = new Set<Promise<void>>();
 
@@ -56,7 +56,7 @@ export class CachedRowSource implements RowSource {
     this.dtype = inner.dtype;
     this.rowBytes = inner.rowBytes;
     this.complete = complete;
-    if (complete) this.filled = [[0, inner.rows]];
+    if (complete) this.filled.add(0, inner.rows);
   }
 
   /** Wrap `inner`; when the cache directory is unusable the inner source is returned as is (and onError told why). */
@@ -85,7 +85,7 @@ export class CachedRowSource implements RowSource {
   async read(firstRow: number, count: number, target: Buffer): Promise<void> {
     checkReadRange(this, firstRow, count, target);
     const bytes = count * this.rowBytes;
-    if (this.fh && this.covered(firstRow, firstRow + count)) {
+    if (this.fh && this.filled.covers(firstRow, firstRow + count)) {
       let done = 0;
       while (done < bytes) {
         const { bytesRead } = await this.fh.read(target, done, bytes - done, firstRow * this.rowBytes + done);
@@ -115,8 +115,8 @@ export class CachedRowSource implements RowSource {
         const { bytesWritten } = await fh.write(data, done, data.length - done, firstRow * this.rowBytes + done);
         done += bytesWritten;
       }
-      this.add(firstRow, firstRow + count);
-      if (!this.complete && this.covered(0, this.rows)) await this.finish();
+      this.filled.add(firstRow, firstRow + count);
+      if (!this.complete && this.filled.covers(0, this.rows)) await this.finish();
     } catch (err) {
       await this.disable(err);
     }
@@ -133,25 +133,10 @@ export class CachedRowSource implements RowSource {
     this.stats.disabled = err instanceof Error ? err.message : String(err);
     const fh = this.fh;
     this.fh = undefined;
-    this.filled = [];
+    this.filled = new RowIntervals();
     await fh?.close().catch(() => {});
     if (this.tempPath && !this.complete) await rm(this.tempPath, { force: true }).catch(() => {});
     this.onError(err);
-  }
-
-  private covered(first: number, end: number): boolean {
-    return this.filled.some(([a, b]) => a <= first && end <= b);
-  }
-
-  private add(first: number, end: number): void {
-    const all = [...this.filled, [first, end] as [number, number]].sort((x, y) => x[0] - y[0]);
-    const merged: [number, number][] = [];
-    for (const [a, b] of all) {
-      const last = merged[merged.length - 1];
-      if (last && a <= last[1]) last[1] = Math.max(last[1], b);
-      else merged.push([a, b]);
-    }
-    this.filled = merged;
   }
 
   async close(): Promise<void> {
@@ -160,6 +145,75 @@ export class CachedRowSource implements RowSource {
     this.fh = undefined;
     await fh?.close().catch(() => {});
     if (this.tempPath && !this.complete) await rm(this.tempPath, { force: true }).catch(() => {});
+    await this.inner.close();
+  }
+}
+
+/** Sorted, disjoint, merged [first, end) row intervals. */
+export class RowIntervals {
+  private spans: [number, number][] = [];
+
+  covers(first: number, end: number): boolean {
+    return this.spans.some(([a, b]) => a <= first && end <= b);
+  }
+
+  add(first: number, end: number): void {
+    const all = [...this.spans, [first, end] as [number, number]].sort((x, y) => x[0] - y[0]);
+    const merged: [number, number][] = [];
+    for (const [a, b] of all) {
+      const last = merged[merged.length - 1];
+      if (last && a <= last[1]) last[1] = Math.max(last[1], b);
+      else merged.push([a, b]);
+    }
+    this.spans = merged;
+  }
+}
+
+/**
+ * The in-memory variant for datasets up to a size limit (KMFLEET_MEMORY_CACHE_MB): rows are kept in host memory after
+ * their first read, so k-means++ (which reads a small dataset whole) and the first pass download it once, and later
+ * passes never go back to S3 for rows the engine does not keep resident. Freed when the job ends.
+ */
+export class MemoryCachedRowSource implements RowSource {
+  readonly rows: number;
+  readonly dims: number;
+  readonly dtype: DatasetDType;
+  readonly rowBytes: number;
+  readonly stats: CacheStats = { hitRows: 0, missRows: 0 };
+  private data: Buffer | undefined;
+  private readonly filled = new RowIntervals();
+
+  constructor(private readonly inner: RowSource) {
+    this.rows = inner.rows;
+    this.dims = inner.dims;
+    this.dtype = inner.dtype;
+    this.rowBytes = inner.rowBytes;
+    this.data = Buffer.allocUnsafe(inner.rows * inner.rowBytes);
+  }
+
+  describe(): string {
+    return `${this.inner.describe()} [memory cache]`;
+  }
+
+  async read(firstRow: number, count: number, target: Buffer): Promise<void> {
+    checkReadRange(this, firstRow, count, target);
+    const data = this.data;
+    if (!data) throw new Error(`${this.inner.describe()}: read after close`);
+    const from = firstRow * this.rowBytes;
+    const bytes = count * this.rowBytes;
+    if (this.filled.covers(firstRow, firstRow + count)) {
+      data.copy(target, 0, from, from + bytes);
+      this.stats.hitRows += count;
+      return;
+    }
+    await this.inner.read(firstRow, count, target);
+    target.copy(data, from, 0, bytes);
+    this.filled.add(firstRow, firstRow + count);
+    this.stats.missRows += count;
+  }
+
+  async close(): Promise<void> {
+    this.data = undefined;
     await this.inner.close();
   }
 }
