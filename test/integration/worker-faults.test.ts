@@ -81,6 +81,20 @@ describe('worker faults (child processes)', () => {
     }
   });
 
+  it('SIGTERM on an idle worker: exits 0 at once', async () => {
+    const idle = spawnWorker({ ...workerEnv(), KMFLEET_LOG_LEVEL: 'info' });
+    try {
+      await until(async () => /worker started/.test(idle.output()), 20_000, 'the worker to start');
+      const t0 = Date.now();
+      idle.kill('SIGTERM');
+      expect((await idle.exited).code).toBe(0);
+      expect(Date.now() - t0).toBeLessThan(3_000);
+      expect(idle.output()).toMatch(/worker stopped/);
+    } finally {
+      idle.kill('SIGKILL');
+    }
+  });
+
   it('SIGTERM after iteration 3: checkpoint, job back in the queue with no attempt spent, exit 0 in the grace period', async () => {
     const worker = spawnWorker({ ...workerEnv(), KMFLEET_SHUTDOWN_GRACE_MS: '8000', KMFLEET_LOG_LEVEL: 'info' });
     await enqueue('term-1');
