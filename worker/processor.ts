@@ -275,6 +275,7 @@ async function runJob(
         uploadMs: timings.uploadMs,
         s3BytesRead: s3Source.stats.bytes,
         s3Requests: s3Source.stats.requests,
+        s3ReadMs: s3Source.stats.readMs,
       },
       resumedFromGeneration: found.record?.generation,
       initFrom: init?.from,

@@ -136,7 +136,7 @@ try {
   const top = pipeRuns.find((r) => r.wallMs === pipeMs);
   const t = top.timings;
   // iterateMs includes the waits for checkpoints (they otherwise overlap the next iteration)
-  const compute = t.initMs + t.iterateMs + t.assignMs + t.resumeMs - (t.checkpointWaitMs ?? t.checkpointMs);
+  const compute = t.initMs + t.iterateMs + t.assignMs + t.resumeMs - (t.checkpointWaitMs ?? t.checkpointMs) - (t.s3ReadMs ?? 0);
   const report = {
     dataset: `${rows}×${dims} f32 blobs (${(rows * dims * 4 / 1e6).toFixed(0)} MB)`, k, iterations: top.iterations, chunkRows, threads, device,
     fitMs: Math.round(fitMs),
@@ -147,7 +147,10 @@ try {
       pickupMs: top.pickupMs,
       activeMs: top.activeMs,
       openMs: t.openMs,
-      downloadMs: t.readMs,
+      // wall ms inside S3 reads (k-means++ sample and first pass; later passes hit the engine or the memory cache)
+      downloadMs: t.s3ReadMs,
+      // of which the engine waited for in its passes (the rest overlapped compute, or was the init read)
+      passReadWaitMs: t.readMs,
       computeMs: Math.round(compute),
       checkpointsMs: t.checkpointMs,
       checkpointWaitMs: t.checkpointWaitMs,
