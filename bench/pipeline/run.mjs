@@ -136,7 +136,8 @@ try {
   const top = pipeRuns.find((r) => r.wallMs === pipeMs);
   const t = top.timings;
   // iterateMs includes the waits for checkpoints (they otherwise overlap the next iteration)
-  const compute = t.initMs + t.iterateMs + t.assignMs + t.resumeMs - (t.checkpointWaitMs ?? t.checkpointMs) - (t.s3ReadMs ?? 0);
+  // init + iterations + final assign as the worker ran them: S3 read waits included (downloadMs says how long reads took)
+  const compute = t.initMs + t.iterateMs + t.assignMs + t.resumeMs - (t.checkpointWaitMs ?? t.checkpointMs);
   const report = {
     dataset: `${rows}×${dims} f32 blobs (${(rows * dims * 4 / 1e6).toFixed(0)} MB)`, k, iterations: top.iterations, chunkRows, threads, device,
     fitMs: Math.round(fitMs),
