@@ -60,6 +60,11 @@ struct AssignArgs {
   int* labels;
   int* flagged;
   unsigned* flaggedCount;
+  float* flaggedThr;           // exact mode: b1 + 2ε of each flagged row (its candidate window)
+  // Candidate mode (second pass over the flagged rows only): rows = flagged[0..*flaggedCount), and every
+  // centroid whose d' ≤ flaggedThr is appended to cand[slot·kCandidates ..] (count in candCount[slot]).
+  int* candCount;
+  int* cand;
 };
 
 __device__ __forceinline__ unsigned smemAddr(const void* p) {
@@ -106,13 +111,25 @@ __device__ __forceinline__ void mergeBest(float& b1, float& b2, int& bi, float o
   b2 = nb2;
 }
 
-template <bool BF16, bool THREE>
+template <bool THREE>
+__device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned short* smem, float (&b1)[8], float (&b2)[8],
+                                              int (&bi)[8], int row0, int tid, int lane, int wm, int wn);
+
+template <bool BF16, bool THREE, bool CAND>
 __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
   extern __shared__ __align__(128) unsigned short smem[];
+  __shared__ int sRow[CAND ? BM : 1];  // candidate mode: the flagged rows of this block
   constexpr int TERMS = THREE ? 2 : 1;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
   const int row0 = blockIdx.x * BM;
+  int nRows = p.n;  // rows of this launch (candidate mode: the flagged count, known on the device only)
+  if (CAND) {
+    nRows = static_cast<int>(*p.flaggedCount);
+    if (row0 >= nRows) return;
+    if (tid < BM) sRow[tid] = row0 + tid < nRows ? p.flagged[row0 + tid] : 0;
+    __syncthreads();
+  }
   const int nK = p.dp / BK;
   const int T = (p.kp / BN) * nK;
 
@@ -122,8 +139,9 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
   auto loadA = [&](int kc, int slot) {
     unsigned short* base = sA + slot * TERMS * TILE;
     for (int i = tid; i < BM * 4; i += THREADS) {
-      const int r = i >> 2, c = i & 3, gr = row0 + r;
-      const bool ok = gr < p.n;
+      const int r = i >> 2, c = i & 3;
+      const bool ok = row0 + r < nRows;
+      const int gr = CAND ? sRow[r] : row0 + r;
       const size_t off = static_cast<size_t>(ok ? gr : 0) * p.dp + kc * BK + c * 8;
       cpAsync16(base + swz(r, c), p.ahi + off, ok);
       if (THREE) cpAsync16(base + TILE + swz(r, c), p.alo + off, ok);
@@ -154,9 +172,15 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
   int bi[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const int r = row0 + wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + (lane >> 2);
-    g[i] = r < p.n ? p.rowScale[r] * p.halfScaleC : 1.f;
-    b1[i] = INFINITY;
+    const int lr = wm * 64 + (i >> 1) * 16 + (i & 1) * 8 + (lane >> 2);
+    const int r = row0 + lr;
+    if (CAND) {
+      g[i] = r < nRows ? p.rowScale[sRow[lr]] * p.halfScaleC : 1.f;
+      b1[i] = r < nRows ? p.flaggedThr[r] : -INFINITY;  // the window
+    } else {
+      g[i] = r < p.n ? p.rowScale[r] * p.halfScaleC : 1.f;
+      b1[i] = INFINITY;
+    }
     b2[i] = INFINITY;
     bi[i] = 0;
   }
@@ -219,6 +243,20 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
             const int i = mi * 2 + h;
             const float d0 = fmaf(g[i], cn.x, -acc[mi][ni][2 * h]);
             const float d1 = fmaf(g[i], cn.y, -acc[mi][ni][2 * h + 1]);
+            if (CAND) {  // append the centroids inside the row's window
+              const int slot = row0 + wm * 64 + mi * 16 + h * 8 + (lane >> 2);
+              if (d0 <= b1[i]) {
+                const int q = atomicAdd(p.candCount + slot, 1);
+                if (q < kCandidates) p.cand[static_cast<size_t>(slot) * kCandidates + q] = col;
+              }
+              if (d1 <= b1[i]) {
+                const int q = atomicAdd(p.candCount + slot, 1);
+                if (q < kCandidates) p.cand[static_cast<size_t>(slot) * kCandidates + q] = col + 1;
+              }
+              acc[mi][ni][2 * h] = 0.f;
+              acc[mi][ni][2 * h + 1] = 0.f;
+              continue;
+            }
             // second best only where the margin test needs it (exact mode): fewer epilogue instructions
             bool lt = d0 < b1[i];
             if (THREE) b2[i] = lt ? b1[i] : fminf(b2[i], d0);
@@ -235,7 +273,14 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
     }
   }
 
-  // Quad merge (the 4 lanes of a quad share rows), then the two column-warps through shared memory.
+  if constexpr (!CAND) mergeAndWrite<THREE>(p, smem, b1, b2, bi, row0, tid, lane, wm, wn);
+}
+
+// Quad merge (the 4 lanes of a quad share rows), then the two column-warps through shared memory; labels and,
+// in exact mode, the rows whose margin is within the bound.
+template <bool THREE>
+__device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned short* smem, float (&b1)[8], float (&b2)[8],
+                                              int (&bi)[8], int row0, int tid, int lane, int wm, int wn) {
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -274,22 +319,24 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
         if (!(c2 - c1 > 2.f * eps)) {
           const unsigned slot = atomicAdd(p.flaggedCount, 1u);
           p.flagged[slot] = gr;
+          const float thr = c1 + 2.f * eps;
+          p.flaggedThr[slot] = thr + fabsf(thr) * 1e-6f;  // the window, rounded outwards
         }
       }
     }
   }
 }
 
-template <bool BF16, bool THREE>
+template <bool BF16, bool THREE, bool CAND = false>
 void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s) {
   static std::size_t configured = 48 * 1024;  // per instantiation: raise the dynamic limit once per size
   if (smemBytes > configured) {
-    cudaFuncSetAttribute(assignKernel<BF16, THREE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(assignKernel<BF16, THREE, CAND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smemBytes));
     configured = smemBytes;
   }
   const unsigned blocks = static_cast<unsigned>((a.n + BM - 1) / BM);
-  assignKernel<BF16, THREE><<<blocks, THREADS, smemBytes, s>>>(a);
+  assignKernel<BF16, THREE, CAND><<<blocks, THREADS, smemBytes, s>>>(a);
 }
 
 }  // namespace
@@ -313,9 +360,9 @@ std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident) {
   return static_cast<std::size_t>(tiles) * TILE * 2;
 }
 
-void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, cudaStream_t s) {
-  if (n <= 0) return;
+namespace {
+AssignArgs makeArgs(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
+                    std::size_t* smemBytesOut) {
   const int dp = static_cast<int>(padDims(d));
   AssignArgs a{};
   a.ahi = static_cast<const unsigned short*>(rows.ahi);
@@ -327,6 +374,7 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
   a.cnorm = c.cnorm;
   a.n = static_cast<int>(n);
   a.dp = dp;
+  (void)op;
   a.kp = static_cast<int>(padCentroids(k));
   bool res = false;
   const std::size_t smemBytes = assignSharedBytes(op, dp, &res);
@@ -341,14 +389,41 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
   a.epsG = static_cast<float>(1.25 * 2 * u24 * static_cast<double>(c.maxNorm) * c.maxNorm);
   a.epsM = c.shifted ? static_cast<float>(1.25 * 2 * u24) : 0.f;
   a.cmax = c.maxNorm;
+  *smemBytesOut = smemBytes;
+  return a;
+}
+}  // namespace
+
+void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
+                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+                cudaStream_t s) {
+  if (n <= 0) return;
+  std::size_t smemBytes = 0;
+  AssignArgs a = makeArgs(rows, n, d, c, k, op, &smemBytes);
   a.labels = labels;
   a.flagged = flagged;
   a.flaggedCount = flaggedCount;
+  a.flaggedThr = flaggedThr;
   switch (op) {
     case OpKind::F16x1: launch<false, false>(a, smemBytes, s); break;
     case OpKind::BF16x1: launch<true, false>(a, smemBytes, s); break;
     case OpKind::F16x3: launch<false, true>(a, smemBytes, s); break;
   }
+}
+
+void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
+                   const std::int32_t* flagged, const unsigned int* flaggedCount, const float* flaggedThr,
+                   int* candCount, int* cand, cudaStream_t s) {
+  if (maxRows <= 0) return;
+  std::size_t smemBytes = 0;
+  AssignArgs a = makeArgs(rows, maxRows, d, c, k, OpKind::F16x3, &smemBytes);
+  a.flagged = const_cast<int*>(flagged);
+  a.flaggedCount = const_cast<unsigned*>(flaggedCount);
+  a.flaggedThr = const_cast<float*>(flaggedThr);
+  a.candCount = candCount;
+  a.cand = cand;
+  cudaMemsetAsync(candCount, 0, sizeof(int) * static_cast<size_t>(maxRows), s);
+  launch<false, true, true>(a, smemBytes, s);
 }
 
 }  // namespace cuda

@@ -144,10 +144,13 @@ class CudaBackend final : public Backend {
       const std::int64_t rows = std::min(mp_.chunkRows, residentHeld_ - first);
       // Outputs of resident rows go to their own arrays (no host wait): the copies of streamed chunks
       // can start while these are computed. Farthest rows need per-chunk staging: the slot path.
-      if (fit_ && spec_.farthest > 0) computeChunk(residentOps(first), first, rows, &nextSlot());
-      else computeChunk(residentOps(first), first, rows, nullptr);
+      if (fit_ && spec_.farthest > 0) {
+        computeChunk(residentOps(first), first, rows, &nextSlot());
+      } else {
+        computeChunk(residentOps(first), first, rows, nullptr);
+        residentPending_ = true;  // finishPass copies the resident arrays' labels
+      }
     }
-    residentPending_ = residentHeld_ > 0;
   }
 
   void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) override {
@@ -279,6 +282,9 @@ class CudaBackend final : public Backend {
     // streamed rows' scratch (one: only the compute stream uses it)
     streamOps_ = allocOps(chunk, "chunk scratch");
     flagged_ = devAlloc<int>(chunk, "chunk scratch");
+    flaggedThr_ = devAlloc<float>(chunk, "chunk scratch");
+    candCount_ = devAlloc<int>(chunk, "chunk scratch");
+    cand_ = devAlloc<int>(chunk * kCandidates, "chunk scratch");
     dist_ = devAlloc<double>(chunk, "chunk scratch");
     farScratch_ = devAlloc<char>(farRowsScratchBytes(mp_.chunkRows), "chunk scratch");
     allocAccumulateScratch(acc_, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
@@ -346,7 +352,8 @@ class CudaBackend final : public Backend {
     for (void* p : {static_cast<void*>(cf_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                     static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),
                     static_cast<void*>(counts_), static_cast<void*>(inertia_), static_cast<void*>(bad_),
-                    static_cast<void*>(flaggedTotal_), static_cast<void*>(flaggedCount_), static_cast<void*>(flagged_),
+                    static_cast<void*>(flaggedTotal_), static_cast<void*>(flaggedCount_), static_cast<void*>(flagged_), static_cast<void*>(flaggedThr_), static_cast<void*>(candCount_),
+                    static_cast<void*>(cand_),
                     static_cast<void*>(dist_), static_cast<void*>(farScratch_)})
       if (p) cudaFree(p);
     for (void* p : host_) cudaFreeHost(p);
@@ -458,10 +465,11 @@ class CudaBackend final : public Backend {
     if (far > 0) ensureFarBuffers(slot, far);
     // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
     check(cudaMemsetAsync(flaggedCount_, 0, sizeof(unsigned), compute_), "memset");
-    assignRows(ops, rows, d_, cops_, k_, mp_.op, slot.labels, flagged_, flaggedCount_, compute_);
+    assignRows(ops, rows, d_, cops_, k_, mp_.op, slot.labels, flagged_, flaggedCount_, flaggedThr_, compute_);
     check(cudaGetLastError(), "assignRows");
     if (mp_.op == OpKind::F16x3) {
-      recheckRows(ops.xf, d_, cf_, k_, flagged_, flaggedCount_, rows, slot.labels, compute_);
+      candidateRows(ops, rows, d_, cops_, k_, flagged_, flaggedCount_, flaggedThr_, candCount_, cand_, compute_);
+      recheckRows(ops.xf, d_, cf_, k_, flagged_, flaggedCount_, rows, candCount_, cand_, slot.labels, compute_);
       addFlagged(compute_);
     }
     const bool wantDist = spec_.distances != nullptr;
@@ -528,6 +536,9 @@ class CudaBackend final : public Backend {
 
   RowOps streamOps_;
   int* flagged_ = nullptr;
+  float* flaggedThr_ = nullptr;
+  int* candCount_ = nullptr;
+  int* cand_ = nullptr;
   double* dist_ = nullptr;
   char* farScratch_ = nullptr;
   int farCapacity_ = 0;

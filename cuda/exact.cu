@@ -15,9 +15,9 @@ __device__ __forceinline__ double warpSum(double v) {
 }
 
 // One warp per flagged row (grid-stride over the device-side count): argmin over all K of Σ(x−c)² in fp64.
-// Centroids in increasing order with strict '<': the lowest index wins ties.
+// Ties (equal fp64 sums): the lowest index wins, whatever the candidates' order.
 __global__ void recheckKernel(const float* xf, int d, const float* cf, int k, const int* flagged,
-                              const unsigned* count, int* labels) {
+                              const unsigned* count, const int* candCount, const int* cand, int* labels) {
   const int lane = threadIdx.x & 31;
   const long long warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
   const unsigned total = *count;
@@ -26,7 +26,11 @@ __global__ void recheckKernel(const float* xf, int d, const float* cf, int k, co
     const float* x = xf + static_cast<size_t>(r) * d;
     double best = INFINITY;
     int bi = 0;
-    for (int c = 0; c < k; ++c) {
+    const int m = candCount ? candCount[w] : kCandidates + 1;
+    const bool window = m <= kCandidates;  // the true argmin is inside the window (assign_kernel.cu)
+    const int total = window ? m : k;
+    for (int q = 0; q < total; ++q) {
+      const int c = window ? cand[static_cast<size_t>(w) * kCandidates + q] : q;
       const float* y = cf + static_cast<size_t>(c) * d;
       double s = 0;
       for (int j = lane; j < d; j += 32) {
@@ -34,7 +38,7 @@ __global__ void recheckKernel(const float* xf, int d, const float* cf, int k, co
         s = fma(t, t, s);
       }
       s = warpSum(s);
-      if (s < best) { best = s; bi = c; }
+      if (s < best || (s == best && c < bi)) { best = s; bi = c; }
     }
     if (lane == 0) labels[r] = bi;
   }
@@ -67,12 +71,13 @@ __global__ void distanceKernel(const float* xf, long long n, int d, const float*
 }  // namespace
 
 void recheckRows(const float* xf, int d, const float* cf, int k, const std::int32_t* flagged,
-                 const unsigned int* flaggedCount, std::int64_t maxFlagged, std::int32_t* labels, cudaStream_t s) {
+                 const unsigned int* flaggedCount, std::int64_t maxFlagged, const int* candCount, const int* cand,
+                 std::int32_t* labels, cudaStream_t s) {
   if (maxFlagged <= 0) return;
   // Enough warps to fill the GPU; the device-side count bounds the work.
   const long long warps = std::min<long long>(maxFlagged, 132LL * 64);
   const unsigned blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
-  recheckKernel<<<blocks, 256, 0, s>>>(xf, d, cf, k, flagged, flaggedCount, labels);
+  recheckKernel<<<blocks, 256, 0, s>>>(xf, d, cf, k, flagged, flaggedCount, candCount, cand, labels);
 }
 
 void rowDistances(const float* xf, std::int64_t n, int d, const float* cf, const std::int32_t* labels, bool cosine,

@@ -62,14 +62,28 @@ struct RowOps {
 void prepareRows(const void* raw, InType in, std::int64_t n, int d, OpKind op, bool cosine, std::int64_t firstRow,
                  const float* mu, const RowOps& rows, unsigned long long* badRow, unsigned long long* zeroRow, cudaStream_t s);
 
-// assignRows: labels for n rows. With F16x3, rows whose margin is within the bound are appended to
-// flagged[] (count in *flaggedCount) and must go through recheckRows.
-void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, cudaStream_t s);
+constexpr int kCandidates = 16;  // candidate window capacity per flagged row (more → recheck over all K)
 
-// recheckRows: exact fp64 argmin over all K for the flagged rows (count read on the device).
+// assignRows: labels for n rows. With F16x3, rows whose margin is within the bound are appended to
+// flagged[] (count in *flaggedCount, window b1 + 2ε in flaggedThr[]) and must go through candidateRows +
+// recheckRows.
+void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
+                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+                cudaStream_t s);
+
+// candidateRows: the same tensor-core products again for the flagged rows only, appending every centroid
+// inside the row's window to cand[slot·kCandidates ..] (count candCount[slot], may exceed kCandidates).
+// maxRows bounds the flagged count (the grid size); the count itself is read on the device.
+void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
+                   const std::int32_t* flagged, const unsigned int* flaggedCount, const float* flaggedThr,
+                   int* candCount, int* cand, cudaStream_t s);
+
+// recheckRows: exact fp64 argmin for the flagged rows (count read on the device): over the candidate window
+// when it held at most kCandidates centroids (the true argmin is always inside it), else over all K.
+// candCount/cand may be null: then over all K.
 void recheckRows(const float* xf, int d, const float* cf, int k, const std::int32_t* flagged,
-                 const unsigned int* flaggedCount, std::int64_t maxFlagged, std::int32_t* labels, cudaStream_t s);
+                 const unsigned int* flaggedCount, std::int64_t maxFlagged, const int* candCount, const int* cand,
+                 std::int32_t* labels, cudaStream_t s);
 
 // rowDistances: fp64 Σ(x−c)² (or 1 − x·c for cosine) to the labelled centroid.
 void rowDistances(const float* xf, std::int64_t n, int d, const float* cf, const std::int32_t* labels, bool cosine,

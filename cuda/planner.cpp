@@ -60,7 +60,7 @@ std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType 
   const std::size_t r = rows, rowBytes = std::size_t(d) * dtypeBytes(t);
   const std::size_t slots = 2 * (r * rowBytes + r * 8);          // raw input + labels/distances out, ×2 slots
   const std::size_t scratch = r * residentRowBytes(d, op)         // streamed rows' xf + operands
-                              + r * (4 + 8)                       // flagged list, fp64 distances
+                              + r * (4 + 8 + 8 + 4 * kCandidates) // flagged list + windows, fp64 distances, candidates
                               + accumulateScratchBytes(rows, int(d), int(k)) + farRowsScratchBytes(rows);
   return slots + scratch;
 }

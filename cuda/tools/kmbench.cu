@@ -84,6 +84,9 @@ struct Problem {
   float* cnorm = nullptr;
   int* labels = nullptr;
   int* flagged = nullptr;
+  float* flaggedThr = nullptr;
+  int* candCount = nullptr;
+  int* cand = nullptr;
   unsigned* flaggedCount = nullptr;
   double* dist = nullptr;
   double* sums = nullptr;
@@ -112,6 +115,9 @@ struct Problem {
     CK(cudaMalloc(&cnorm, kp * 4));
     CK(cudaMalloc(&labels, n * 4));
     CK(cudaMalloc(&flagged, n * 4));
+    CK(cudaMalloc(&flaggedThr, n * 4));
+    CK(cudaMalloc(&candCount, n * 4));
+    CK(cudaMalloc(&cand, n * 4 * kCandidates));
     CK(cudaMalloc(&flaggedCount, 4));
     CK(cudaMalloc(&dist, n * 8));
     CK(cudaMalloc(&sums, static_cast<size_t>(k) * d * 8));
@@ -124,7 +130,7 @@ struct Problem {
   void release() {
     if (raw != rows.xf) cudaFree(raw);
     for (void* p : {(void*)rows.xf, rows.ahi, rows.alo, (void*)rows.rowScale, (void*)rows.rowNorm, (void*)cf, bhi, blo,
-                    (void*)cnorm, (void*)labels, (void*)flagged, (void*)flaggedCount, (void*)dist, (void*)sums,
+                    (void*)cnorm, (void*)labels, (void*)flagged, (void*)flaggedThr, (void*)candCount, (void*)cand, (void*)flaggedCount, (void*)dist, (void*)sums,
                     (void*)counts, (void*)inertia, (void*)bad, (void*)mu})
       if (p) cudaFree(p);
     freeAccumulateScratch(acc);
@@ -161,8 +167,11 @@ struct Problem {
   }
   void assign() {
     CK(cudaMemsetAsync(flaggedCount, 0, 4, 0));
-    assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, 0);
-    if (op == OpKind::F16x3) recheckRows(rows.xf, d, cf, k, flagged, flaggedCount, n, labels, 0);
+    assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, 0);
+    if (op == OpKind::F16x3) {
+      candidateRows(rows, n, d, cops, k, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
+      recheckRows(rows.xf, d, cf, k, flagged, flaggedCount, n, candCount, cand, labels, 0);
+    }
   }
   void update(bool cosine) {
     rowDistances(rows.xf, n, d, cf, labels, cosine, dist, nullptr, 0);
@@ -362,7 +371,7 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   };
   const float mmaMs = timeIt([&] {
     CK(cudaMemsetAsync(P.flaggedCount, 0, 4, 0));
-    assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, 0);
+    assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr, 0);
   });
   const float distMs = timeIt([&] { rowDistances(P.rows.xf, n, d, P.cf, P.labels, false, P.dist, nullptr, 0); });
   const float sumMs = timeIt([&] { accumulate(P.rows.xf, n, d, k, P.labels, P.dist, true, P.acc, P.sums, P.counts, P.inertia, 0); });
