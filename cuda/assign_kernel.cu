@@ -211,21 +211,32 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
         ldsm4(ah[mi], a + swz(r, c));
         if (THREE) ldsm4(al[mi], a + TILE + swz(r, c));
       }
+      // All B fragments of this k16 step first (fp16/bf16 modes), so the MMAs don't wait on each ldmatrix;
+      // exact mode has no registers to spare and loads them per column pair.
+      unsigned bh[4][4], bl[4][4];
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        if (THREE && np > 0) break;
+        const int r = wn * 64 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
+        ldsm4(bh[np], b + swz(r, c));
+      }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         const int r = wn * 64 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
-        unsigned bh[4], bl[4];
-        ldsm4(bh, b + swz(r, c));
-        if (THREE) ldsm4(bl, b + TILE + swz(r, c));
+        const int q = THREE ? 0 : np;
+        if (THREE) {
+          if (np > 0) ldsm4(bh[0], b + swz(r, c));
+          ldsm4(bl[0], b + TILE + swz(r, c));
+        }
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
-          mma<BF16>(acc[mi][2 * np], ah[mi], bh[0], bh[1]);
-          mma<BF16>(acc[mi][2 * np + 1], ah[mi], bh[2], bh[3]);
+          mma<BF16>(acc[mi][2 * np], ah[mi], bh[q][0], bh[q][1]);
+          mma<BF16>(acc[mi][2 * np + 1], ah[mi], bh[q][2], bh[q][3]);
           if (THREE) {
-            mma<BF16>(acc[mi][2 * np], ah[mi], bl[0], bl[1]);
-            mma<BF16>(acc[mi][2 * np + 1], ah[mi], bl[2], bl[3]);
-            mma<BF16>(acc[mi][2 * np], al[mi], bh[0], bh[1]);
-            mma<BF16>(acc[mi][2 * np + 1], al[mi], bh[2], bh[3]);
+            mma<BF16>(acc[mi][2 * np], ah[mi], bl[0][0], bl[0][1]);
+            mma<BF16>(acc[mi][2 * np + 1], ah[mi], bl[0][2], bl[0][3]);
+            mma<BF16>(acc[mi][2 * np], al[mi], bh[0][0], bh[0][1]);
+            mma<BF16>(acc[mi][2 * np + 1], al[mi], bh[0][2], bh[0][3]);
           }
         }
       }

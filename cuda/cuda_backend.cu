@@ -143,13 +143,10 @@ class CudaBackend final : public Backend {
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
       const std::int64_t rows = std::min(mp_.chunkRows, residentHeld_ - first);
       // Outputs of resident rows go to their own arrays (no host wait): the copies of streamed chunks
-      // can start while these are computed. Farthest rows need per-chunk staging: the slot path.
-      if (fit_ && spec_.farthest > 0) {
-        computeChunk(residentOps(first), first, rows, &nextSlot());
-      } else {
-        computeChunk(residentOps(first), first, rows, nullptr);
-        residentPending_ = true;  // finishPass copies the resident arrays' labels
-      }
+      // can start while these are computed. Their farthest candidates keep only (distance, row): the
+      // values are on the device and gathered in finishPass for the winners.
+      computeChunk(residentOps(first), first, rows, nullptr);
+      residentPending_ = true;  // finishPass copies the resident arrays' labels (and farthest candidates)
     }
   }
 
@@ -186,6 +183,18 @@ class CudaBackend final : public Backend {
       const std::size_t r = std::size_t(residentHeld_);
       std::memcpy(spec_.labels, hResLabels_, sizeof(int) * r);
       if (spec_.distances) std::memcpy(spec_.distances, hResDist_, sizeof(float) * r);
+      if (fit_ && spec_.farthest > 0) {
+        for (std::int64_t first = 0, ci = 0; first < residentHeld_; first += mp_.chunkRows, ++ci) {
+          const std::int64_t m = std::min<std::int64_t>(resFarCap_, std::min(mp_.chunkRows, residentHeld_ - first));
+          for (std::int64_t i = 0; i < m; ++i) {
+            FarRow f;
+            f.row = hResFarRow_[ci * resFarCap_ + i];
+            f.distance = hResFarDist_[ci * resFarCap_ + i];
+            f.label = spec_.labels[f.row];
+            far_.push_back(std::move(f));  // values: gathered below if it wins
+          }
+        }
+      }
       residentPending_ = false;
     }
     unsigned long long bad[2];
@@ -215,6 +224,7 @@ class CudaBackend final : public Backend {
         return a.distance > b.distance || (a.distance == b.distance && a.row < b.row);
       });
       if (far_.size() > std::size_t(spec_.farthest)) far_.resize(spec_.farthest);
+      fillResidentValues();
       t.farthest = std::move(far_);
     }
     far_.clear();
@@ -340,6 +350,11 @@ class CudaBackend final : public Backend {
     }
     freeOps(streamOps_);
     freeOps(resident_);
+    for (void* p : {static_cast<void*>(resFarDist_), static_cast<void*>(resFarRow_)})
+      if (p) cudaFree(p);
+    for (void* p : {static_cast<void*>(hResFarDist_), static_cast<void*>(hResFarRow_)})
+      if (p) cudaFreeHost(p);
+    resFarDist_ = nullptr; resFarRow_ = nullptr; hResFarDist_ = nullptr; hResFarRow_ = nullptr; resFarCap_ = 0;
     if (resLabels_) cudaFree(resLabels_);
     if (resDist_) cudaFree(resDist_);
     if (hResLabels_) cudaFreeHost(hResLabels_);
@@ -448,10 +463,53 @@ class CudaBackend final : public Backend {
     farCapacity_ = cap;
   }
 
-  // slot == nullptr: a resident chunk whose outputs go to the resident arrays (no farthest rows).
+  // Farthest candidates of resident chunks: (distance, row) per chunk, device + pinned host.
+  void ensureResidentFar(int f) {
+    if (f <= resFarCap_) return;
+    check(cudaStreamSynchronize(d2h_), "D2H");
+    for (void* p : {static_cast<void*>(resFarDist_), static_cast<void*>(resFarRow_)})
+      if (p) cudaFree(p);
+    for (void* p : {static_cast<void*>(hResFarDist_), static_cast<void*>(hResFarRow_)})
+      if (p) cudaFreeHost(p);
+    const std::size_t chunks = std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows);
+    resFarCap_ = f;
+    resFarDist_ = devAlloc<double>(chunks * f, "farthest rows");
+    resFarRow_ = devAlloc<long long>(chunks * f, "farthest rows");
+    hResFarDist_ = hostAlloc<double>(chunks * f, "farthest rows");
+    hResFarRow_ = hostAlloc<long long>(chunks * f, "farthest rows");
+  }
+
+  // The winners that came from resident chunks have no values yet: gather them from the resident rows.
+  void fillResidentValues() {
+    std::vector<long long> rows;
+    for (const FarRow& f : far_)
+      if (f.values.empty()) rows.push_back(f.row);
+    if (rows.empty()) return;
+    const int m = static_cast<int>(rows.size());
+    long long* dRows = devAlloc<long long>(m, "farthest rows");
+    float* dVals = devAlloc<float>(std::size_t(m) * d_, "farthest rows");
+    std::vector<float> vals(std::size_t(m) * d_);
+    cudaError_t e = cudaMemcpy(dRows, rows.data(), sizeof(long long) * m, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+      gatherRows(resident_.xf, d_, dRows, 0, m, dVals, compute_);
+      e = cudaMemcpyAsync(vals.data(), dVals, sizeof(float) * vals.size(), cudaMemcpyDeviceToHost, compute_);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(compute_);
+    }
+    cudaFree(dRows);
+    cudaFree(dVals);
+    check(e, "farthest rows");
+    int i = 0;
+    for (FarRow& f : far_)
+      if (f.values.empty()) {
+        f.values.assign(vals.begin() + std::size_t(i) * d_, vals.begin() + std::size_t(i + 1) * d_);
+        ++i;
+      }
+  }
+
+  // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
   void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp) {
     if (!centroidsReady_) prepareCentroidOps();
-    const int far = slotp && fit_ && spec_.farthest > 0 ? static_cast<int>(std::min<std::int64_t>(spec_.farthest, rows)) : 0;
+    const int far = fit_ && spec_.farthest > 0 ? static_cast<int>(std::min<std::int64_t>(spec_.farthest, rows)) : 0;
     Slot dummy;
     Slot& slot = slotp ? *slotp : dummy;
     if (!slotp) {
@@ -462,7 +520,8 @@ class CudaBackend final : public Backend {
       slot.computed = resComputed_;
       slot.outDone = resOutDone_;
     }
-    if (far > 0) ensureFarBuffers(slot, far);
+    if (far > 0 && slotp) ensureFarBuffers(slot, far);
+    if (far > 0 && !slotp) ensureResidentFar(far);
     // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
     check(cudaMemsetAsync(flaggedCount_, 0, sizeof(unsigned), compute_), "memset");
     assignRows(ops, rows, d_, cops_, k_, mp_.op, slot.labels, flagged_, flaggedCount_, flaggedThr_, compute_);
@@ -475,15 +534,25 @@ class CudaBackend final : public Backend {
     const bool wantDist = spec_.distances != nullptr;
     rowDistances(ops.xf, rows, d_, cf_, slot.labels, cosine_, dist_, wantDist ? slot.dist32 : nullptr, compute_);
     accumulate(ops.xf, rows, d_, k_, slot.labels, dist_, fit_, acc_, sums_, counts_, inertia_, compute_);
-    if (far > 0)
+    const std::int64_t ci = firstRow / mp_.chunkRows;  // resident chunk index
+    if (far > 0 && slotp)
       farRows(dist_, ops.xf, rows, d_, firstRow, far, farScratch_, slot.topDist, slot.topRow, slot.topValues, compute_);
+    if (far > 0 && !slotp)
+      farTop(dist_, rows, firstRow, far, farScratch_, resFarDist_ + ci * resFarCap_, resFarRow_ + ci * resFarCap_,
+             compute_);
     check(cudaGetLastError(), "chunk kernels");
     check(cudaEventRecord(slot.computed, compute_), "cudaEventRecord");
     check(cudaStreamWaitEvent(d2h_, slot.computed, 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(slot.hLabels, slot.labels, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
     if (wantDist)
       check(cudaMemcpyAsync(slot.hDist, slot.dist32, sizeof(float) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
-    if (far > 0) {
+    if (far > 0 && !slotp) {
+      check(cudaMemcpyAsync(hResFarDist_ + ci * resFarCap_, resFarDist_ + ci * resFarCap_, sizeof(double) * far,
+                            cudaMemcpyDeviceToHost, d2h_), "D2H");
+      check(cudaMemcpyAsync(hResFarRow_ + ci * resFarCap_, resFarRow_ + ci * resFarCap_, sizeof(long long) * far,
+                            cudaMemcpyDeviceToHost, d2h_), "D2H");
+    }
+    if (far > 0 && slotp) {
       check(cudaMemcpyAsync(slot.hTopDist, slot.topDist, sizeof(double) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
       check(cudaMemcpyAsync(slot.hTopRow, slot.topRow, sizeof(long long) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
       check(cudaMemcpyAsync(slot.hTopValues, slot.topValues, sizeof(float) * std::size_t(far) * d_,
@@ -551,6 +620,11 @@ class CudaBackend final : public Backend {
   float* hResDist_ = nullptr;
   cudaEvent_t resComputed_ = nullptr, resOutDone_ = nullptr;
   bool residentPending_ = false;
+  double* resFarDist_ = nullptr;
+  long long* resFarRow_ = nullptr;
+  double* hResFarDist_ = nullptr;
+  long long* hResFarRow_ = nullptr;
+  int resFarCap_ = 0;
   std::int64_t residentHeld_ = 0;
   std::int64_t retainedThisPass_ = 0;
 

@@ -38,6 +38,20 @@ std::size_t farRowsScratchBytes(std::int64_t maxRows) {
 void farRows(const double* dist, const float* xf, std::int64_t n, int d, std::int64_t firstRow, int f, void* scratch,
              double* topDist, long long* topRow, float* topValues, cudaStream_t s) {
   if (n <= 0 || f <= 0) return;
+  farTop(dist, n, firstRow, f, scratch, topDist, topRow, s);
+  const int m = static_cast<int>(std::min<std::int64_t>(f, n));
+  gatherRows(xf, d, topRow, firstRow, m, topValues, s);
+}
+
+void gatherRows(const float* xf, int d, const long long* rows, std::int64_t firstRow, int f, float* out, cudaStream_t s) {
+  if (f <= 0) return;
+  gatherKernel<<<static_cast<unsigned>((static_cast<long long>(f) * d + 255) / 256), 256, 0, s>>>(xf, d, rows, firstRow,
+                                                                                                 f, out);
+}
+
+void farTop(const double* dist, std::int64_t n, std::int64_t firstRow, int f, void* scratch, double* topDist,
+            long long* topRow, cudaStream_t s) {
+  if (n <= 0 || f <= 0) return;
   const std::size_t cb = cubBytes(n);
   char* p = static_cast<char*>(scratch);
   void* temp = p;
@@ -50,8 +64,6 @@ void farRows(const double* dist, const float* xf, std::int64_t n, int d, std::in
   const int m = static_cast<int>(std::min<std::int64_t>(f, n));
   cudaMemcpyAsync(topDist, keysOut, m * 8, cudaMemcpyDeviceToDevice, s);
   cudaMemcpyAsync(topRow, valsOut, m * 8, cudaMemcpyDeviceToDevice, s);
-  gatherKernel<<<static_cast<unsigned>((static_cast<long long>(m) * d + 255) / 256), 256, 0, s>>>(xf, d, valsOut,
-                                                                                                 firstRow, m, topValues);
 }
 
 }  // namespace cuda

@@ -14,5 +14,11 @@ std::size_t farRowsScratchBytes(std::int64_t maxRows);
 void farRows(const double* dist, const float* xf, std::int64_t n, int d, std::int64_t firstRow, int f, void* scratch,
              double* topDist, long long* topRow, float* topValues, cudaStream_t s);
 
+// Only the (distance, row) pairs of the top min(f, n).
+void farTop(const double* dist, std::int64_t n, std::int64_t firstRow, int f, void* scratch, double* topDist,
+            long long* topRow, cudaStream_t s);
+// out[i] = xf row (rows[i] − firstRow), i < f.
+void gatherRows(const float* xf, int d, const long long* rows, std::int64_t firstRow, int f, float* out, cudaStream_t s);
+
 }  // namespace cuda
 }  // namespace kmfleet

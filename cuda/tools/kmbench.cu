@@ -453,6 +453,7 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
     spec.mode = PassMode::Fit;
     spec.centroids = c.data();
     spec.labels = labels.data();
+    spec.farthest = std::min(k - 1, 1024);  // as the engine asks (re-seed candidates on every fit pass)
     b->beginPass(spec);
     const long long held = b->residentHeld();
     if (held > 0) b->processResident();
