@@ -3,6 +3,7 @@
 // same result for any thread count (DESIGN.md "Numerics": determinism).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -34,11 +35,11 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  std::uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
+  const std::function<void(int, int)>* job_ = nullptr;  // published by the generation bump
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  bool stop_ = false;  // written under mu_ before the final generation bump
+  std::exception_ptr error_;  // guarded by mu_
 };
 
 }  // namespace kmfleet

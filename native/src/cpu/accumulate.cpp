@@ -35,9 +35,9 @@ void Accumulator::reset(std::int64_t K, std::int64_t D, Metric metric, int threa
                                                   " bytes for the per-cluster fp64 sums (k=" + std::to_string(K) +
                                                   ", dims=" + std::to_string(D) + ")");
   }
-  tcount_.allocate(static_cast<std::size_t>(threads * K), "the cluster split");
   cstart_.allocate(static_cast<std::size_t>(K + 1), "the cluster split");
   order_.allocate(static_cast<std::size_t>(chunkRows + threads), "the per-thread row lists");
+  dist_.allocate(static_cast<std::size_t>(chunkRows + threads), "the per-thread row lists");
   for (auto& h : heaps_) {
     h.h.clear();
     h.h.reserve(static_cast<std::size_t>(farthest));
@@ -68,46 +68,46 @@ namespace {
 // One row into its cluster: s += x (fp64) and the row's distance. Elementwise fp64 work plus 8 interleaved partial
 // sums combined in a fixed tree (row_math.h): vectorizing it (the clones below) changes no bit, because nothing is
 // reassociated and -ffp-contract=off keeps products and sums apart.
-__attribute__((target_clones("avx512f", "avx2", "default"))) double addRowL2(double* __restrict s,
-                                                                              const float* __restrict x,
-                                                                              const float* __restrict c,
-                                                                              std::int64_t D) {
+template <bool L2>
+__attribute__((always_inline)) inline double addRow(double* __restrict s, const float* __restrict x,
+                                                    const float* __restrict c, std::int64_t D) {
   double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::int64_t d = 0;
   for (; d + 8 <= D; d += 8)
     for (int j = 0; j < 8; ++j) {
-      const double v = static_cast<double>(x[d + j]);
-      const double t = v - static_cast<double>(c[d + j]);
+      const double v = static_cast<double>(x[d + j]), w = static_cast<double>(c[d + j]);
       s[d + j] += v;
-      acc[j] += t * t;
+      if (L2) {
+        const double t = v - w;
+        acc[j] += t * t;
+      } else {
+        acc[j] += v * w;
+      }
     }
   for (int j = 0; d + j < D; ++j) {
-    const double v = static_cast<double>(x[d + j]);
-    const double t = v - static_cast<double>(c[d + j]);
+    const double v = static_cast<double>(x[d + j]), w = static_cast<double>(c[d + j]);
     s[d + j] += v;
-    acc[j] += t * t;
+    if (L2) {
+      const double t = v - w;
+      acc[j] += t * t;
+    } else {
+      acc[j] += v * w;
+    }
   }
   return combine8(acc);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) double addRowDot(double* __restrict s,
-                                                                               const float* __restrict x,
-                                                                               const float* __restrict c,
-                                                                               std::int64_t D) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::int64_t d = 0;
-  for (; d + 8 <= D; d += 8)
-    for (int j = 0; j < 8; ++j) {
-      const double v = static_cast<double>(x[d + j]);
-      s[d + j] += v;
-      acc[j] += v * static_cast<double>(c[d + j]);
-    }
-  for (int j = 0; d + j < D; ++j) {
-    const double v = static_cast<double>(x[d + j]);
-    s[d + j] += v;
-    acc[j] += v * static_cast<double>(c[d + j]);
+// The rows `mine[0..m)` (in row order) into their clusters' sums; out[j] = Σ(x − c)² (L2) or x·c (cosine).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void addRows(
+    bool l2, const std::int32_t* mine, std::int64_t m, const std::int32_t* labels, const float* x, const float* cents,
+    double* sums, std::int64_t D, double* out) {
+  for (std::int64_t j = 0; j < m; ++j) {
+    const std::int64_t r = mine[j];
+    if (j + 4 < m) __builtin_prefetch(x + static_cast<std::int64_t>(mine[j + 4]) * D);
+    const std::int64_t k = labels[r];
+    out[j] = l2 ? addRow<true>(sums + k * D, x + r * D, cents + k * D, D)
+                : addRow<false>(sums + k * D, x + r * D, cents + k * D, D);
   }
-  return combine8(acc);
 }
 
 }  // namespace
@@ -115,62 +115,58 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double addRowDot(do
 void Accumulator::addChunk(ThreadPool& pool, const CentroidPack& pack, const float* x, const double* norm2,
                            std::int64_t n, std::int64_t firstRow, const std::int32_t* labels, float* distances) {
   const std::int64_t K = K_, D = D_;
-  std::int64_t* tcount = tcount_.data();
   std::int64_t* cstart = cstart_.data();
   std::int32_t* order = order_.data();
-  // 1. label counts (per thread over contiguous rows, then summed): the clusters are split between threads so
-  //    that each gets about n/T rows
+  double* dist = dist_.data();
+  // 1. label counts, each thread counting the clusters of its index range over the whole chunk (no T×K array)
   pool.run([&](int tid, int nt) {
-    std::int64_t* cnt = tcount + tid * K;
-    std::fill(cnt, cnt + K, 0);
-    std::int64_t b, e;
-    ThreadPool::range(n, tid, nt, 1, b, e);
-    for (std::int64_t r = b; r < e; ++r) ++cnt[labels[r]];
+    const std::int64_t k0 = K * tid / nt, k1 = K * (tid + 1) / nt;
+    std::int64_t* cnt = cstart + 1;  // cnt[k] = rows of cluster k, then turned into starts below
+    std::fill(cnt + k0, cnt + k1, 0);
+    const std::uint32_t span = static_cast<std::uint32_t>(k1 - k0);
+    for (std::int64_t r = 0; r < n; ++r) {
+      const std::uint32_t off = static_cast<std::uint32_t>(labels[r] - k0);
+      if (off < span) ++cnt[k0 + off];
+    }
   });
-  const int T = pool.size();
-  std::int64_t run = 0;
-  for (std::int64_t k = 0; k < K; ++k) {
-    cstart[k] = run;
-    for (int t = 0; t < T; ++t) run += tcount[t * K + k];
-  }
-  cstart[K] = run;
-  // 2. each thread owns a contiguous range of clusters and walks the chunk in row order, taking its rows: for
-  //    every cluster the additions happen in global row order, whatever the chunking and the thread count
+  cstart[0] = 0;
+  for (std::int64_t k = 0; k < K; ++k) cstart[k + 1] += cstart[k];
+  // 2. each thread owns a contiguous range of clusters holding about n/T rows and walks the chunk in row order,
+  //    taking its rows: for every cluster the additions happen in global row order, whatever the chunking and
+  //    the thread count
   pool.run([&](int tid, int nt) {
     const std::int64_t lo = n * tid / nt, hi = n * (tid + 1) / nt;
     const std::int64_t k0 = tid == 0 ? 0 : std::lower_bound(cstart, cstart + K + 1, lo) - cstart;
     const std::int64_t k1 = tid == nt - 1 ? K : std::lower_bound(cstart, cstart + K + 1, hi) - cstart;
     if (k0 >= k1) return;
-    // this thread's rows, in order (a branch-free compaction into its slice of `order`)
-    std::int32_t* mine = order + cstart[k0] + tid;  // + tid: room for the compaction's one spare write
+    // this thread's rows, in order (a branch-free compaction into its slice of `order`; + tid leaves room for the
+    // one spare write at the end of each slice)
+    std::int32_t* mine = order + cstart[k0] + tid;
+    double* md = dist + cstart[k0] + tid;
     std::int64_t m = 0;
     const std::uint32_t span = static_cast<std::uint32_t>(k1 - k0);
     for (std::int64_t r = 0; r < n; ++r) {
       mine[m] = static_cast<std::int32_t>(r);
       m += static_cast<std::uint32_t>(labels[r] - k0) < span;
     }
+    const bool l2 = metric_ == Metric::L2;
+    addRows(l2, mine, m, labels, x, pack.c, sums_.data(), D, md);
     Heap& heap = heaps_[static_cast<std::size_t>(tid)];
     for (std::int64_t j = 0; j < m; ++j) {
-      const std::int64_t r = mine[j];
-      if (j + 4 < m) __builtin_prefetch(x + static_cast<std::int64_t>(mine[j + 4]) * D);
-      const std::int64_t k = labels[r];
-      const float* xr = x + r * D;
-      const float* c = pack.c + k * D;
-      double* s = sums_.data() + k * D;
-      double dist;
-      if (metric_ == Metric::L2) {
-        dist = addRowL2(s, xr, c, D);
-      } else {
+      const std::int64_t r = mine[j], k = labels[r];
+      double dd = md[j];
+      if (!l2) {
         const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
-        const double dot = addRowDot(s, xr, c, D);
-        dist = denom > 0 ? 1.0 - dot / denom : 1.0;
-        dist = dist < 0 ? 0 : (dist > 2 ? 2 : dist);
+        dd = denom > 0 ? 1.0 - dd / denom : 1.0;
+        dd = dd < 0 ? 0 : (dd > 2 ? 2 : dd);
       }
-      inertia_[static_cast<std::size_t>(k)] += dist;
-      ++counts_[static_cast<std::size_t>(k)];
-      if (distances) distances[r] = static_cast<float>(dist);
-      if (farthest_ > 0) offer(heap, dist, firstRow + r, static_cast<std::int32_t>(k), xr);
+      inertia_[static_cast<std::size_t>(k)] += dd;
+      if (distances) distances[r] = static_cast<float>(dd);
+      // most rows are nearer than the farthest kept so far: test before the call
+      if (farthest_ > 0 && (static_cast<int>(heap.h.size()) < farthest_ || dd >= heap.h.front().dist))
+        offer(heap, dd, firstRow + r, static_cast<std::int32_t>(k), x + r * D);
     }
+    for (std::int64_t k = k0; k < k1; ++k) counts_[static_cast<std::size_t>(k)] += cstart[k + 1] - cstart[k];
   });
   rowsSeen_ += n;
 }

@@ -191,10 +191,20 @@ class CpuBackend final : public Backend {
     residentFilled_ += m;
   }
 
+  // Assignment then accumulation, in pieces of ~1 MiB of rows so that the accumulation finds them in cache
+  // (measured at N=1M, D=32, K=100: ~125 → ~100 ms per pass against whole 16 MiB chunks).
   void compute(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n) {
-    std::int32_t* labels = spec_.labels + firstRow;
-    rechecked_ += assignRows(kt_, pool_, scratch_, pack_, x, norm2, n, best_.data(), d1_.data(), d2_.data(), labels);
-    acc_.addChunk(pool_, pack_, x, norm2, n, firstRow, labels, spec_.distances ? spec_.distances + firstRow : nullptr);
+    const std::int64_t D = cfg_.dims;
+    std::int64_t piece = std::max<std::int64_t>(32 * pool_.size(), (std::int64_t{1} << 20) / (D * 4));
+    piece = (piece + 31) / 32 * 32;
+    for (std::int64_t p0 = 0; p0 < n; p0 += piece) {
+      const std::int64_t m = std::min(piece, n - p0), row = firstRow + p0;
+      std::int32_t* labels = spec_.labels + row;
+      rechecked_ += assignRows(kt_, pool_, scratch_, pack_, x + p0 * D, norm2 + p0, m, best_.data(), d1_.data(),
+                               d2_.data(), labels);
+      acc_.addChunk(pool_, pack_, x + p0 * D, norm2 + p0, m, row, labels,
+                    spec_.distances ? spec_.distances + row : nullptr);
+    }
     rowsSeen_ += n;
   }
 

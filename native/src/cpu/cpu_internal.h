@@ -66,9 +66,9 @@ class Accumulator {
   int threads_ = 1, farthest_ = 0;
   std::vector<double> sums_, inertia_;
   std::vector<std::int64_t> counts_;
-  Array<std::int64_t> tcount_;  // threads × K
   Array<std::int64_t> cstart_;  // K + 1
   Array<std::int32_t> order_;   // chunkRows + threads: each thread's rows, in order
+  Array<double> dist_;          // chunkRows + threads: their distances (or dot products)
   std::vector<Heap> heaps_;     // one per thread
 };
 
