@@ -161,7 +161,9 @@ async function runJob(
     if (config.cacheDir) {
       source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => log.warn({ err }, 'dataset cache off for this job'));
     } else if (s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes) {
-      source = new MemoryCachedRowSource(s3Source);
+      const memory = new MemoryCachedRowSource(s3Source);
+      memory.prefetch();
+      source = memory;
     }
     timings.openMs = performance.now() - t0;
     log.info({ dataset: s3Source.describe(), ms: Math.round(timings.openMs) }, 'dataset opened');

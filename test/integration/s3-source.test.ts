@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CachedRowSource } from '../../worker/dataset/cache.js';
+import { CachedRowSource, MemoryCachedRowSource } from '../../worker/dataset/cache.js';
 import { S3RowSource } from '../../worker/dataset/s3-source.js';
 import { DatasetFormatError } from '../../worker/formats/errors.js';
 import { encodeNpy } from '../../worker/formats/npy-encode.js';
@@ -88,6 +88,27 @@ describe('S3RowSource against s3rver', () => {
     const src = await S3RowSource.open(s3.handle, 's3://data/moving.npy', { format: 'npy' });
     await s3.put('data', 'moving.npy', encodeNpy(matrix(ROWS, DIMS, 2), [ROWS, DIMS]));
     await expect(src.read(0, 10, Buffer.alloc(10 * src.rowBytes))).rejects.toBeInstanceOf(S3ObjectChangedError);
+  });
+
+  it('the memory cache downloads each block once (prefetched), serves any range, and surfaces a changed object', async () => {
+    const inner = await S3RowSource.open(s3.handle, 's3://data/x.npy', { format: 'npy' });
+    const mem = new MemoryCachedRowSource(inner, { blockBytes: 10_000, prefetchConcurrency: 3 });
+    mem.prefetch();
+    const t = Buffer.alloc(ROWS * mem.rowBytes);
+    for (const [first, count] of [[0, 1], [350, 700], [4999, 1], [1234, 3000], [0, ROWS]] as const) {
+      await mem.read(first, count, t);
+      expect(t.subarray(0, count * mem.rowBytes).equals(bytes.subarray(first * mem.rowBytes, (first + count) * mem.rowBytes))).toBe(true);
+    }
+    expect(inner.stats.bytes).toBe(bytes.length);
+    await mem.close();
+    await expect(mem.read(0, 1, t)).rejects.toThrow(/after close/);
+
+    await s3.put('data', 'moving2.npy', encodeNpy(data, [ROWS, DIMS]));
+    const moving = new MemoryCachedRowSource(await S3RowSource.open(s3.handle, 's3://data/moving2.npy', { format: 'npy' }), { blockBytes: 10_000 });
+    await moving.read(0, 10, t);
+    await s3.put('data', 'moving2.npy', encodeNpy(matrix(ROWS, DIMS, 3), [ROWS, DIMS]));
+    await expect(moving.read(4000, 10, t)).rejects.toBeInstanceOf(S3ObjectChangedError);
+    await moving.close();
   });
 
   it('the cache fills on the first pass, serves later passes, and is reused by the next job', async () => {

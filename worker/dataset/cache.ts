@@ -170,9 +170,11 @@ export class RowIntervals {
 }
 
 /**
- * The in-memory variant for datasets up to a size limit (KMFLEET_MEMORY_CACHE_MB): rows are kept in host memory after
- * their first read, so k-means++ (which reads a small dataset whole) and the first pass download it once, and later
- * passes never go back to S3 for rows the engine does not keep resident. Freed when the job ends.
+ * The in-memory variant for datasets up to a size limit (config.memoryCacheBytes): the dataset is downloaded once, in
+ * blocks, into host memory, and every read is served from there. k-means++ (which reads a small dataset whole before
+ * the first pass) and the first pass then share one download, and later passes never go back to S3 for rows the
+ * engine does not keep resident. prefetch() starts downloading every block at once (a few in flight), so the download
+ * runs ahead of the sequential reads of its consumers instead of one request at a time. Freed when the job ends.
  */
 export class MemoryCachedRowSource implements RowSource {
   readonly rows: number;
@@ -181,38 +183,81 @@ export class MemoryCachedRowSource implements RowSource {
   readonly rowBytes: number;
   readonly stats: CacheStats = { hitRows: 0, missRows: 0 };
   private data: Buffer | undefined;
-  private readonly filled = new RowIntervals();
+  private readonly blockRows: number;
+  private readonly blocks: (Promise<void> | undefined)[];
+  private failure: unknown;
+  private closing = false;
 
-  constructor(private readonly inner: RowSource) {
+  constructor(
+    private readonly inner: RowSource,
+    opts: { blockBytes?: number; prefetchConcurrency?: number } = {},
+  ) {
     this.rows = inner.rows;
     this.dims = inner.dims;
     this.dtype = inner.dtype;
     this.rowBytes = inner.rowBytes;
     this.data = Buffer.allocUnsafe(inner.rows * inner.rowBytes);
+    this.blockRows = Math.max(1, Math.floor((opts.blockBytes ?? 16 * 1024 * 1024) / inner.rowBytes));
+    this.blocks = new Array(Math.ceil(inner.rows / this.blockRows)).fill(undefined);
+    this.prefetchConcurrency = Math.max(1, opts.prefetchConcurrency ?? 2);
   }
+  private readonly prefetchConcurrency: number;
 
   describe(): string {
     return `${this.inner.describe()} [memory cache]`;
   }
 
+  /** Download every block in the background, `prefetchConcurrency` at a time; errors surface in read(). */
+  prefetch(): void {
+    let next = 0;
+    const lane = async () => {
+      while (next < this.blocks.length && !this.closing && this.failure === undefined) {
+        await this.load(next++).catch(() => {});
+      }
+    };
+    for (let i = 0; i < this.prefetchConcurrency; i++) void lane();
+  }
+
   async read(firstRow: number, count: number, target: Buffer): Promise<void> {
     checkReadRange(this, firstRow, count, target);
+    if (count === 0) return;
+    const first = Math.floor(firstRow / this.blockRows);
+    const last = Math.floor((firstRow + count - 1) / this.blockRows);
+    const loads: Promise<void>[] = [];
+    let missed = false;
+    for (let b = first; b <= last; b++) {
+      if (this.blocks[b] === undefined) missed = true;
+      loads.push(this.load(b));
+    }
+    await Promise.all(loads);
     const data = this.data;
     if (!data) throw new Error(`${this.inner.describe()}: read after close`);
-    const from = firstRow * this.rowBytes;
-    const bytes = count * this.rowBytes;
-    if (this.filled.covers(firstRow, firstRow + count)) {
-      data.copy(target, 0, from, from + bytes);
-      this.stats.hitRows += count;
-      return;
-    }
-    await this.inner.read(firstRow, count, target);
-    target.copy(data, from, 0, bytes);
-    this.filled.add(firstRow, firstRow + count);
-    this.stats.missRows += count;
+    data.copy(target, 0, firstRow * this.rowBytes, (firstRow + count) * this.rowBytes);
+    if (missed) this.stats.missRows += count;
+    else this.stats.hitRows += count;
+  }
+
+  private load(b: number): Promise<void> {
+    const existing = this.blocks[b];
+    if (existing) return existing;
+    const data = this.data;
+    if (!data) return Promise.reject(new Error(`${this.inner.describe()}: read after close`));
+    const firstRow = b * this.blockRows;
+    const count = Math.min(this.blockRows, this.rows - firstRow);
+    const p = this.inner.read(firstRow, count, data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes)).catch((err) => {
+      // a failed block is retried by the next read that needs it (the inner source already retried transient faults)
+      if (this.blocks[b] === p) this.blocks[b] = undefined;
+      this.failure ??= err;
+      throw err;
+    });
+    this.blocks[b] = p;
+    return p;
   }
 
   async close(): Promise<void> {
+    // let downloads in flight land before the buffer goes (they write into it)
+    this.closing = true;
+    await Promise.allSettled(this.blocks.filter((p): p is Promise<void> => p !== undefined));
     this.data = undefined;
     await this.inner.close();
   }
