@@ -65,11 +65,20 @@ async function startS3rverProcess(dir) {
   for (let i = 0; i < 200 && !/PORT \d+/.test(c.out()); i++) await new Promise((r) => setTimeout(r, 25));
   const port = Number(/PORT (\d+)/.exec(c.out())?.[1]);
   if (!port) throw new Error(`s3rver did not start: ${c.out()}`);
-  return { url: `http://127.0.0.1:${port}`, stop: async () => { c.p.kill('SIGTERM'); await c.exited; } };
+  return { url: `http://127.0.0.1:${port}`, pid: c.p.pid, stop: async () => { c.p.kill('SIGTERM'); await c.exited; } };
 }
 
 // best of N: on a shared machine noise only ever adds time, so the minimum is the robust estimate
 const best = (xs) => Math.min(...xs);
+/** user+sys CPU ms of a process (Linux /proc), for a measure that other load on the machine does not inflate */
+function cpuMs(pid) {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime, stime in clock ticks (100 Hz)
+  } catch {
+    return NaN;
+  }
+}
 const median = (xs) => { const v = [...xs].sort((x, y) => x - y); return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2; };
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-bench-'));
 const stops = [];
@@ -103,32 +112,40 @@ try {
   stops.push(async () => { worker.p.kill('SIGTERM'); await worker.exited; });
   const client = new KmfleetClient({ connection: redis.url });
   stops.push(() => client.close());
+  const info = await (await client.connection()).info('server');
+  const redisProcess = Number(/process_id:(\d+)/.exec(info)?.[1]);
+  const redisPid = () => redisProcess;
 
   const fitRuns = [], pipeRuns = [];
   let fitCentroidsSha, device;
   for (let run = 0; run < runs; run++) {
     // fit, in this process (warm, like the long-running worker it is compared with)
     const out = join(dir, `fit-${run}`);
+    const cpu0 = process.cpuUsage();
     const summary = await fit({
       input: path, k, metric: 'l2', init: 'kmeans++', maxIter: iters, tol: 0, tolReassign: 0, seed: 1, precision: 'auto',
       backend: 'cpu', chunkRows, threads, out, json: true,
     });
-    fitRuns.push({ totalMs: summary.timings.totalMs, iterations: summary.iterations, timings: summary.timings });
+    const cpu1 = process.cpuUsage(cpu0);
+    fitRuns.push({ totalMs: summary.timings.totalMs, iterations: summary.iterations, timings: summary.timings, cpuMs: (cpu1.user + cpu1.system) / 1000 });
     fitCentroidsSha = createHash('sha256').update(readFileSync(join(out, 'centroids.npy'))).digest('hex');
     device = summary.device;
 
     // pipeline
     const jobId = `bench-${run}-${Date.now()}`;
+    const pids = [worker.p.pid, s3srv.pid, redisPid()].filter(Boolean);
+    const c0 = pids.map(cpuMs);
     const t0 = performance.now();
     await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: 'cpu', output: 's3://bench/runs' }, { jobId });
     const result = await client.wait(jobId, { pollMs: 20 });
     const wall = performance.now() - t0;
+    const pipeCpu = pids.map(cpuMs).reduce((sum, v, i) => sum + v - c0[i], 0);
     const info = await client.get(jobId);
     const ts = info.timestamps;
     const sha = createHash('sha256').update(await getObjectBuffer(s3, { bucket: 'bench', key: `runs/${jobId}/centroids.npy` })).digest('hex');
     if (sha !== fitCentroidsSha) throw new Error(`pipeline centroids differ from kmfleet fit (run ${run})`);
-    pipeRuns.push({ wallMs: wall, iterations: result.iterations, timings: result.timings, pickupMs: ts.startedAt - ts.createdAt, activeMs: ts.finishedAt - ts.startedAt });
-    console.error(`run ${run}: fit ${summary.timings.totalMs} ms, pipeline ${Math.round(wall)} ms (worker total ${result.timings.totalMs} ms)`);
+    pipeRuns.push({ wallMs: wall, iterations: result.iterations, timings: result.timings, pickupMs: ts.startedAt - ts.createdAt, activeMs: ts.finishedAt - ts.startedAt, cpuMs: pipeCpu });
+    console.error(`run ${run}: fit ${summary.timings.totalMs} ms (cpu ${Math.round(fitRuns.at(-1).cpuMs)}), pipeline ${Math.round(wall)} ms (cpu ${Math.round(pipeCpu)}, worker total ${result.timings.totalMs} ms)`);
   }
 
   const fitMs = best(fitRuns.map((r) => r.totalMs));
@@ -162,6 +179,12 @@ try {
     },
     fitSplit: fitRuns.find((r) => r.totalMs === fitMs).timings,
     runs: { fitMs: fitRuns.map((r) => r.totalMs), pipelineMs: pipeRuns.map((r) => Math.round(r.wallMs)) },
+    // CPU time (user+sys) of the whole pipeline (worker, s3rver, redis) against fit's: robust to other load
+    cpu: {
+      fitMs: Math.round(best(fitRuns.map((r) => r.cpuMs))),
+      pipelineMs: Math.round(best(pipeRuns.map((r) => r.cpuMs))),
+      overhead: `${(((best(pipeRuns.map((r) => r.cpuMs)) - best(fitRuns.map((r) => r.cpuMs))) / best(fitRuns.map((r) => r.cpuMs))) * 100).toFixed(1)}%`,
+    },
     median: {
       fitMs: median(fitRuns.map((r) => r.totalMs)),
       pipelineMs: Math.round(median(pipeRuns.map((r) => r.wallMs))),
