@@ -30,9 +30,10 @@ describe('checkpoint store: S3 objects + fenced Redis record', () => {
     for (let i = 1; i <= 4; i++) {
       const r = await a.save(i, Buffer.from(`state ${i}`), 'spec1', '"etag1"');
       expect(r?.generation).toBe(1);
-      expect(r?.uri).toBe(`s3://out/runs/job1/_checkpoints/c1-i${i}.ckpt`);
+      // two slots per claim, used in turn
+      expect(r?.uri).toBe(`s3://out/runs/job1/_checkpoints/c1-${i % 2 ? 'a' : 'b'}.ckpt`);
     }
-    expect(s3.keys('out', 'runs/job1/_checkpoints/')).toEqual(['runs/job1/_checkpoints/c1-i3.ckpt', 'runs/job1/_checkpoints/c1-i4.ckpt']);
+    expect(s3.keys('out', 'runs/job1/_checkpoints/')).toEqual(['runs/job1/_checkpoints/c1-a.ckpt', 'runs/job1/_checkpoints/c1-b.ckpt']);
     const latest = await a.loadLatest('spec1', '"etag1"');
     expect(latest.record?.iteration).toBe(4);
     expect('bytes' in latest && latest.bytes.toString()).toBe('state 4');
@@ -67,7 +68,9 @@ describe('checkpoint store: S3 objects + fenced Redis record', () => {
     const again = await a.save(7, Buffer.from('A7'), 'spec1', '"etag1"').catch((e) => e);
     expect(again).toBeInstanceOf(FencedError);
     expect(again.reason).toBe('superseded');
-    expect(s3.keys('out', 'runs/job1/_checkpoints/').some((k) => k.includes('c') && k.endsWith('i7.ckpt'))).toBe(false);
+    // what is left: A's last good checkpoint (the record's prevUri) and B's; A's fenced uploads are gone, and the
+    // claim-1 slots were deleted as the record moved on
+    expect(s3.keys('out', 'runs/job1/_checkpoints/')).toEqual(['runs/job1/_checkpoints/c2-a.ckpt', 'runs/job1/_checkpoints/c3-a.ckpt']);
     const latest = await b.loadLatest('spec1', '"etag1"');
     expect('bytes' in latest && latest.bytes.toString()).toBe('B6');
     await redis.set(lockKey, 'tokB');

@@ -6,8 +6,8 @@
  * The bytes are opaque here (the k-means driver encodes them); the store adds integrity (sha256 in the record,
  * checked on load) and ownership.
  *
- * Object keys are unique per claim and iteration (`c<claim>-i<iteration>.ckpt`): two workers never write the same key,
- * so the object a record points at is never replaced under it. The last two checkpoints are kept, older ones deleted.
+ * Object keys are per claim (`c<claim>-a|b.ckpt`, see slot()): two workers never write the same key, so a stale
+ * worker can never replace the object a newer record points at. The last two checkpoints are kept.
  */
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
@@ -15,7 +15,7 @@ import { JOB_STATE_TTL_MS } from '../../producer/job-state.js';
 import type { S3Handle } from '../s3/client.js';
 import { S3ObjectNotFoundError } from '../s3/errors.js';
 import { deleteKeys, getObjectBuffer, putObjectBuffer } from '../s3/objects.js';
-import { childOf, formatS3Uri, parseS3Uri } from '../s3/uri.js';
+import { childOf, formatS3Uri, parseS3Uri, type S3Location } from '../s3/uri.js';
 import { FencedError } from './errors.js';
 import { CHECK_SCRIPT, CLAIM_SCRIPT, SAVE_SCRIPT } from './fence-scripts.js';
 
@@ -47,6 +47,8 @@ export interface CheckpointStoreOptions {
 
 export class CheckpointStore {
   private claimGen: number | undefined;
+  /** uri of this store's last successful save */
+  private lastSlot: string | undefined;
 
   constructor(private readonly o: CheckpointStoreOptions) {}
 
@@ -119,7 +121,7 @@ export class CheckpointStore {
    */
   async save(iteration: number, bytes: Buffer, specHash: string, datasetEtag: string): Promise<CheckpointRecord | null> {
     const claim = this.requireClaim();
-    const loc = childOf(this.o.output, this.o.jobId, '_checkpoints', `c${claim}-i${iteration}.ckpt`);
+    const loc = this.nextSlot(claim);
     const uri = formatS3Uri(loc);
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     await putObjectBuffer(this.o.s3, loc, bytes, { ContentType: 'application/octet-stream' });
@@ -145,7 +147,9 @@ export class CheckpointStore {
       if (status === -3) return null;
       throw new FencedError(this.o.jobId, status === -1 ? 'lock-lost' : 'superseded');
     }
-    if (drop) {
+    this.lastSlot = uri;
+    // Our own two slots are overwritten in turn, never deleted; an older claim's (a dead worker's) are.
+    if (drop && drop !== formatS3Uri(this.slotOf(claim, 'a')) && drop !== formatS3Uri(this.slotOf(claim, 'b'))) {
       const old = parseS3Uri(drop);
       await deleteKeys(this.o.s3, old.bucket, [old.key]).catch(() => {});
     }
@@ -165,6 +169,21 @@ export class CheckpointStore {
     const h = await this.o.redis.hmget(this.o.recordKey, 'uri', 'prevUri');
     const locs = h.filter((u): u is string => !!u).map(parseS3Uri);
     for (const l of locs) await deleteKeys(this.o.s3, l.bucket, [l.key]).catch(() => {});
+  }
+
+  /**
+   * Where a checkpoint goes: two slots per claim (`c<claim>-a.ckpt`, `c<claim>-b.ckpt`), and never the slot of this
+   * store's last successful save — the one the record points at — so a save that then fails or is fenced never
+   * damages the newest checkpoint. A worker never writes another claim's slots, and nothing needs deleting while the
+   * job runs (one request less per checkpoint). Readers check the sha256 anyway.
+   */
+  private nextSlot(claim: number): S3Location {
+    const a = this.slotOf(claim, 'a');
+    return this.lastSlot === formatS3Uri(a) ? this.slotOf(claim, 'b') : a;
+  }
+
+  private slotOf(claim: number, which: 'a' | 'b'): S3Location {
+    return childOf(this.o.output, this.o.jobId, '_checkpoints', `c${claim}-${which}.ckpt`);
   }
 
   private requireClaim(): number {
