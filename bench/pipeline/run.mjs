@@ -139,12 +139,13 @@ try {
     await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: 'cpu', output: 's3://bench/runs' }, { jobId });
     const result = await client.wait(jobId, { pollMs: 20 });
     const wall = performance.now() - t0;
-    const pipeCpu = pids.map(cpuMs).reduce((sum, v, i) => sum + v - c0[i], 0);
+    const perProcess = pids.map(cpuMs).map((v, i) => Math.round(v - c0[i]));
+    const pipeCpu = perProcess.reduce((a, b) => a + b, 0);
     const info = await client.get(jobId);
     const ts = info.timestamps;
     const sha = createHash('sha256').update(await getObjectBuffer(s3, { bucket: 'bench', key: `runs/${jobId}/centroids.npy` })).digest('hex');
     if (sha !== fitCentroidsSha) throw new Error(`pipeline centroids differ from kmfleet fit (run ${run})`);
-    pipeRuns.push({ wallMs: wall, iterations: result.iterations, timings: result.timings, pickupMs: ts.startedAt - ts.createdAt, activeMs: ts.finishedAt - ts.startedAt, cpuMs: pipeCpu });
+    pipeRuns.push({ wallMs: wall, iterations: result.iterations, timings: result.timings, pickupMs: ts.startedAt - ts.createdAt, activeMs: ts.finishedAt - ts.startedAt, cpuMs: pipeCpu, cpuByProcess: { worker: perProcess[0], s3rver: perProcess[1], redis: perProcess[2] } });
     console.error(`run ${run}: fit ${summary.timings.totalMs} ms (cpu ${Math.round(fitRuns.at(-1).cpuMs)}), pipeline ${Math.round(wall)} ms (cpu ${Math.round(pipeCpu)}, worker total ${result.timings.totalMs} ms)`);
   }
 
@@ -183,6 +184,7 @@ try {
     cpu: {
       fitMs: Math.round(best(fitRuns.map((r) => r.cpuMs))),
       pipelineMs: Math.round(best(pipeRuns.map((r) => r.cpuMs))),
+      pipelineByProcess: pipeRuns.find((r) => r.cpuMs === best(pipeRuns.map((x) => x.cpuMs))).cpuByProcess,
       overhead: `${(((best(pipeRuns.map((r) => r.cpuMs)) - best(fitRuns.map((r) => r.cpuMs))) / best(fitRuns.map((r) => r.cpuMs))) * 100).toFixed(1)}%`,
     },
     median: {
