@@ -31,6 +31,7 @@ const { values: a } = parseArgs({
     'chunk-rows': { type: 'string', default: '65536' },
     threads: { type: 'string', default: String(cpus().length) },
     'cache-dir': { type: 'string' },
+    'checkpoint-every': { type: 'string', default: '1' },
   },
 });
 const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs);
@@ -136,7 +137,7 @@ try {
     const pids = [worker.p.pid, s3srv.pid, redisPid()].filter(Boolean);
     const c0 = pids.map(cpuMs);
     const t0 = performance.now();
-    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: 'cpu', output: 's3://bench/runs' }, { jobId });
+    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: 'cpu', output: 's3://bench/runs', checkpointEvery: Number(a['checkpoint-every']) }, { jobId });
     const result = await client.wait(jobId, { pollMs: 20 });
     const wall = performance.now() - t0;
     const perProcess = pids.map(cpuMs).map((v, i) => Math.round(v - c0[i]));
