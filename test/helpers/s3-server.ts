@@ -33,7 +33,11 @@ export interface S3ServerHandle {
 }
 
 export async function startS3Server(opts: { buckets?: string[]; silent?: boolean } = {}): Promise<S3ServerHandle> {
-  const { default: S3rver } = await import('s3rver');
+  // s3rver ships no types: the little used here, typed by hand
+  const name = 's3rver';
+  const { default: S3rver } = (await import(name)) as {
+    default: new (o: Record<string, unknown>) => { run(): Promise<{ port: number }>; close(): Promise<void>; httpServer?: Server };
+  };
   const dir = mkdtempSync(join(tmpdir(), 'kmfleet-s3-'));
   const server = new S3rver({
     port: 0,
@@ -42,7 +46,7 @@ export async function startS3Server(opts: { buckets?: string[]; silent?: boolean
     directory: dir,
     configureBuckets: (opts.buckets ?? []).map((name) => ({ name })),
   });
-  const address = (await server.run()) as { port: number };
+  const address = await server.run();
   const port = address.port;
   const endpoint = `http://127.0.0.1:${port}`;
   const settings: S3Settings = {
@@ -99,8 +103,7 @@ export async function startS3Server(opts: { buckets?: string[]; silent?: boolean
       if (stopped) return;
       stopped = true;
       handle.destroy();
-      const http = (server as unknown as { httpServer?: Server }).httpServer;
-      http?.closeAllConnections();
+      server.httpServer?.closeAllConnections();
       await server.close();
       rmSync(dir, { recursive: true, force: true });
     },
