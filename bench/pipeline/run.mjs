@@ -32,6 +32,7 @@ const { values: a } = parseArgs({
     threads: { type: 'string', default: String(cpus().length) },
     'cache-dir': { type: 'string' },
     'checkpoint-every': { type: 'string', default: '1' },
+    'read-concurrency': { type: 'string' },
   },
 });
 const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs);
@@ -100,6 +101,7 @@ try {
     AWS_SECRET_ACCESS_KEY: 'S3RVER', AWS_REGION: 'us-east-1', KMFLEET_METRICS_PORT: '0', KMFLEET_LOG_LEVEL: 'warn',
     KMFLEET_CHUNK_ROWS: String(chunkRows), KMFLEET_THREADS: String(threads),
     ...(a['cache-dir'] ? { KMFLEET_CACHE_DIR: a['cache-dir'] } : {}),
+    ...(a['read-concurrency'] ? { KMFLEET_S3_READ_CONCURRENCY: a['read-concurrency'] } : {}),
   };
   const s3 = createS3({ endpoint: s3srv.url, compat: 's3rver', credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
   stops.push(async () => s3.destroy());
