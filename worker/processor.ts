@@ -235,7 +235,7 @@ async function runJob(
           shift: report.shift,
           ms: report.ms,
         });
-        if (spec!.checkpointEvery > 0 && report.iteration % spec!.checkpointEvery === 0) await saver!.submit(cp);
+        if (spec!.checkpointEvery > 0 && report.iteration % spec!.checkpointEvery === 0) await saver!.submit(cp, engine!.plan.backend !== 'cpu');
         await progress('iterating', report.iteration, cp.history);
         log.info({ iteration: report.iteration, inertia: report.inertia, reassigned: report.reassigned, ms: Math.round(report.ms) }, 'iteration');
       },

@@ -1,6 +1,6 @@
 /**
- * Checkpoints written while the next iteration computes, at most one in flight: a save's latency (S3 PUT + fenced
- * Redis record) is hidden behind compute, and its failure — FencedError above all — still stops the run, at the next
+ * Checkpoints written while the next iteration computes, at most one in flight (on GPU workers, whose CPU is free
+ * while the device computes): a save's latency (S3 PUT + fenced Redis record) is hidden behind compute, and its failure — FencedError above all — still stops the run, at the next
  * iteration boundary, when the next save (or flush) awaits it. A crash loses at most the one save in flight: the job
  * then resumes one iteration earlier, with the same bitwise result.
  */
@@ -25,12 +25,17 @@ export class BackgroundCheckpointSaver {
     private readonly onSaved?: (ms: number) => void,
   ) {}
 
-  /** Start saving `cp` once the previous save is done (its error, if any, is thrown here). */
-  async submit(cp: KmeansCheckpoint): Promise<void> {
+  /**
+   * Start saving `cp` once the previous save is done (its error, if any, is thrown here). With `overlap` false the
+   * save completes before this returns: right when compute saturates the CPU (the cpu backend), where a save running
+   * beside it only steals cores from the engine's threads and delays the whole pass.
+   */
+  async submit(cp: KmeansCheckpoint, overlap = true): Promise<void> {
     await this.flush();
     const p = this.save(cp);
     p.catch(() => {}); // awaited by the next submit/flush; never an unhandled rejection meanwhile
     this.pending = p;
+    if (!overlap) await this.flush();
   }
 
   /** Wait for the save in flight; throws its error. */
