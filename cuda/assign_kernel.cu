@@ -242,7 +242,43 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
       }
     }
 
-    if (kc == nK - 1) {  // epilogue of centroid tile ct: fold into the running best, in increasing column order
+    if (!THREE && !CAND && kc == nK - 1) {
+      // Epilogue, approximate modes: per row a min-tree over the thread's 16 columns (independent compares,
+      // left operand = lower column, the right one wins only when strictly smaller), then one compare with
+      // the running best.
+      const int base = ct * BN + wn * 64 + 2 * (lane & 3);
+      float2 cn[8];
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni) cn[ni] = *reinterpret_cast<const float2*>(p.cnorm + base + ni * 8);
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = mi * 2 + h;
+          float v[16];
+          int q[16];
+#pragma unroll
+          for (int ni = 0; ni < 8; ++ni) {
+            v[2 * ni] = fmaf(g[i], cn[ni].x, -acc[mi][ni][2 * h]);
+            v[2 * ni + 1] = fmaf(g[i], cn[ni].y, -acc[mi][ni][2 * h + 1]);
+            q[2 * ni] = ni * 8;
+            q[2 * ni + 1] = ni * 8 + 1;
+            acc[mi][ni][2 * h] = 0.f;
+            acc[mi][ni][2 * h + 1] = 0.f;
+          }
+#pragma unroll
+          for (int w = 1; w < 16; w <<= 1)
+#pragma unroll
+            for (int e = 0; e < 16; e += 2 * w) {
+              const bool right = v[e + w] < v[e];
+              v[e] = right ? v[e + w] : v[e];
+              q[e] = right ? q[e + w] : q[e];
+            }
+          const bool lt = v[0] < b1[i];
+          b1[i] = lt ? v[0] : b1[i];
+          bi[i] = lt ? base + q[0] : bi[i];
+        }
+    } else if (kc == nK - 1) {  // epilogue of centroid tile ct: fold into the running best, in increasing column order
 #pragma unroll
       for (int ni = 0; ni < 8; ++ni) {
         const int col = ct * BN + wn * 64 + ni * 8 + 2 * (lane & 3);

@@ -185,14 +185,9 @@ class CudaBackend final : public Backend {
       if (spec_.distances) std::memcpy(spec_.distances, hResDist_, sizeof(float) * r);
       if (fit_ && spec_.farthest > 0) {
         for (std::int64_t first = 0, ci = 0; first < residentHeld_; first += mp_.chunkRows, ++ci) {
-          const std::int64_t m = std::min<std::int64_t>(resFarCap_, std::min(mp_.chunkRows, residentHeld_ - first));
-          for (std::int64_t i = 0; i < m; ++i) {
-            FarRow f;
-            f.row = hResFarRow_[ci * resFarCap_ + i];
-            f.distance = hResFarDist_[ci * resFarCap_ + i];
-            f.label = spec_.labels[f.row];
-            far_.push_back(std::move(f));  // values: gathered below if it wins
-          }
+          const std::int64_t m = farCandidates(spec_.farthest, std::min(mp_.chunkRows, residentHeld_ - first));
+          for (std::int64_t i = 0; i < m; ++i)
+            offerFar(hResFarDist_[ci * resFarCap_ + i], hResFarRow_[ci * resFarCap_ + i], nullptr);
         }
       }
       residentPending_ = false;
@@ -435,15 +430,30 @@ class CudaBackend final : public Backend {
     check(cudaEventSynchronize(s.outDone), "D2H");
     std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
     if (s.dist && spec_.distances) std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
-    for (int i = 0; i < s.far; ++i) {
-      FarRow f;
-      f.row = s.hTopRow[i];
-      f.distance = s.hTopDist[i];
-      f.label = spec_.labels[f.row];
-      f.values.assign(s.hTopValues + std::size_t(i) * d_, s.hTopValues + std::size_t(i + 1) * d_);
-      far_.push_back(std::move(f));
-    }
+    for (int i = 0; i < s.far; ++i) offerFar(s.hTopDist[i], s.hTopRow[i], s.hTopValues + std::size_t(i) * d_);
     s.pending = false;
+  }
+
+  // The pass's farthest rows so far: a heap of at most `farthest` rows whose front is the worst kept
+  // ((distance desc, row asc) order); a candidate that can't enter costs one comparison, no copy.
+  static bool fartherThan(double da, long long ra, double db, long long rb) {
+    return da > db || (da == db && ra < rb);
+  }
+  void offerFar(double dist, long long row, const float* values) {
+    const auto worse = [](const FarRow& a, const FarRow& b) { return fartherThan(a.distance, a.row, b.distance, b.row); };
+    const std::size_t cap = std::size_t(spec_.farthest);
+    if (far_.size() >= cap) {
+      if (!fartherThan(dist, row, far_.front().distance, far_.front().row)) return;
+      std::pop_heap(far_.begin(), far_.end(), worse);
+      far_.pop_back();
+    }
+    FarRow f;
+    f.row = row;
+    f.distance = dist;
+    f.label = spec_.labels[row];
+    if (values) f.values.assign(values, values + d_);  // resident rows: gathered in finishPass if they stay
+    far_.push_back(std::move(f));
+    std::push_heap(far_.begin(), far_.end(), worse);
   }
 
   void ensureFarBuffers(Slot& s, int f) {
@@ -509,7 +519,7 @@ class CudaBackend final : public Backend {
   // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
   void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp) {
     if (!centroidsReady_) prepareCentroidOps();
-    const int far = fit_ && spec_.farthest > 0 ? static_cast<int>(std::min<std::int64_t>(spec_.farthest, rows)) : 0;
+    const int far = fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;  // candidates
     Slot dummy;
     Slot& slot = slotp ? *slotp : dummy;
     if (!slotp) {
@@ -536,10 +546,11 @@ class CudaBackend final : public Backend {
     accumulate(ops.xf, rows, d_, k_, slot.labels, dist_, fit_, acc_, sums_, counts_, inertia_, compute_);
     const std::int64_t ci = firstRow / mp_.chunkRows;  // resident chunk index
     if (far > 0 && slotp)
-      farRows(dist_, ops.xf, rows, d_, firstRow, far, farScratch_, slot.topDist, slot.topRow, slot.topValues, compute_);
+      farRows(dist_, ops.xf, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,
+              compute_);
     if (far > 0 && !slotp)
-      farTop(dist_, rows, firstRow, far, farScratch_, resFarDist_ + ci * resFarCap_, resFarRow_ + ci * resFarCap_,
-             compute_);
+      farTop(dist_, rows, firstRow, spec_.farthest, farScratch_, resFarDist_ + ci * resFarCap_,
+             resFarRow_ + ci * resFarCap_, compute_);
     check(cudaGetLastError(), "chunk kernels");
     check(cudaEventRecord(slot.computed, compute_), "cudaEventRecord");
     check(cudaStreamWaitEvent(d2h_, slot.computed, 0), "cudaStreamWaitEvent");

@@ -10,11 +10,13 @@ namespace kmfleet {
 namespace cuda {
 
 std::size_t farRowsScratchBytes(std::int64_t maxRows);
-// Writes min(f, n) entries: topDist, topRow (global rows), topValues (min(f,n) × d fp32).
+// Candidates written per chunk for f requested rows: the host keeps the exact top f of all candidates.
+inline int farCandidates(int f, std::int64_t n) { return static_cast<int>(n < 2LL * f ? n : 2LL * f); }
+// Writes farCandidates(f, n) entries: topDist, topRow (global rows), topValues (× d fp32).
 void farRows(const double* dist, const float* xf, std::int64_t n, int d, std::int64_t firstRow, int f, void* scratch,
              double* topDist, long long* topRow, float* topValues, cudaStream_t s);
 
-// Only the (distance, row) pairs of the top min(f, n).
+// Only the (distance, row) pairs of the candidates.
 void farTop(const double* dist, std::int64_t n, std::int64_t firstRow, int f, void* scratch, double* topDist,
             long long* topRow, cudaStream_t s);
 // out[i] = xf row (rows[i] − firstRow), i < f.
