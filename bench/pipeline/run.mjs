@@ -33,6 +33,7 @@ const { values: a } = parseArgs({
     'cache-dir': { type: 'string' },
     'checkpoint-every': { type: 'string', default: '1' },
     'read-concurrency': { type: 'string' },
+    backend: { type: 'string', default: 'cpu' },
   },
 });
 const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs);
@@ -127,7 +128,7 @@ try {
     const cpu0 = process.cpuUsage();
     const summary = await fit({
       input: path, k, metric: 'l2', init: 'kmeans++', maxIter: iters, tol: 0, tolReassign: 0, seed: 1, precision: 'auto',
-      backend: 'cpu', chunkRows, threads, out, json: true,
+      backend: a.backend, chunkRows, threads, out, json: true,
     });
     const cpu1 = process.cpuUsage(cpu0);
     fitRuns.push({ totalMs: summary.timings.totalMs, iterations: summary.iterations, timings: summary.timings, cpuMs: (cpu1.user + cpu1.system) / 1000 });
@@ -139,7 +140,7 @@ try {
     const pids = [worker.p.pid, s3srv.pid, redisPid()].filter(Boolean);
     const c0 = pids.map(cpuMs);
     const t0 = performance.now();
-    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: 'cpu', output: 's3://bench/runs', checkpointEvery: Number(a['checkpoint-every']) }, { jobId });
+    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: a.backend, output: 's3://bench/runs', checkpointEvery: Number(a['checkpoint-every']) }, { jobId });
     const result = await client.wait(jobId, { pollMs: 20 });
     const wall = performance.now() - t0;
     const perProcess = pids.map(cpuMs).map((v, i) => Math.round(v - c0[i]));
