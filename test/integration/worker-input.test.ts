@@ -32,6 +32,8 @@ describe('worker: bad input fails once, clearly, with no outputs', () => {
     ['size mismatch', { dataset: { uri: 's3://data/rows.f32', format: 'f32', dims: 7 }, k: 2 }, /not a whole number of 7-dim rows/],
     ['missing object', { dataset: { uri: 's3://data/nope.npy' }, k: 2 }, /dataset not found: s3:\/\/data\/nope\.npy/],
     ['dims disagree with the header', { dataset: { uri: 's3://data/small.npy', dims: 5 }, k: 2 }, /has 4 dims, not the 5/],
+    ['initial centroids missing', { dataset: { uri: 's3://data/small.npy' }, k: 2, init: 's3://data/none.npy' }, /initial centroids not found: s3:\/\/data\/none\.npy/],
+    ['initial centroids of another k', { dataset: { uri: 's3://data/small.npy' }, k: 3, init: 's3://data/small.npy' }, /initial centroids s3:\/\/data\/small\.npy have shape \(10, 4\); expected \(3, dims\)/],
   ];
   for (const [name, spec, message] of cases) {
     it(name, async () => {
