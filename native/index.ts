@@ -42,11 +42,15 @@
  *   - A CPU engine always computes exact fp32 (plan.precision 'fp32'), whatever precision was asked.
  *   - initKmeansPlusPlus: a Buffer holds rows in the engine's dtype, a Float32Array rows in f32.
  *   - Resident rows: on a pass after the first, a feed starting at row 0 is also accepted (the engine then ignores
- *     its resident copy for that pass); a feed starting at plan.residentRows is the normal case.
+ *     its resident copy for that pass); a feed starting at plan.residentRows is the normal case. The resident copy
+ *     is complete once a pass has fed rows [0, plan.residentRows) and finished; until then (e.g. the first pass
+ *     was cancelled) every pass must start at row 0.
  *   - beginPass while a pass is open (cancelled, failed or abandoned) replaces it. After an error other than an
  *     out-of-sequence feed, later feeds and finishPass of that pass reject with the same error.
  *   - close(): pending Promises reject with CancelledError; Buffers from buffer(i) are detached (length 0).
  *   - Extra export: loadAddon() (the raw addon, for diagnostics).
+ *   - Env: KMFLEET_CPU_ISA=generic|avx2|avx512 caps the CPU kernels (read when an engine opens); KMFLEET_DEBUG=1
+ *     prints per-pass notes of the CPU backend (rows rechecked in fp64) on stderr.
  */
 
 export type Metric = 'l2' | 'cosine';
