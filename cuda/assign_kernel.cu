@@ -4,7 +4,8 @@
 // Block: 128 rows × 128-centroid tiles, 4 warps in 2×2, each warp 64 rows × 64 centroids (4×8 MMA tiles).
 // The rows' operands stay in shared memory for the whole block when they fit (Dp·terms ≤ 256 halves per row:
 // "A resident"), else they stream beside the centroid tiles. Centroid tiles stream through a 3-stage
-// cp.async pipeline, 32 dims at a time; shared tiles are XOR-swizzled so ldmatrix is conflict-free.
+// cp.async pipeline, 64 dims at a time (32 in exact mode); shared tiles are XOR-swizzled so ldmatrix is
+// conflict-free.
 // Each thread keeps, for its 8 rows, (best, second best, best index) across all centroid tiles in
 // registers; the quad/warp merge happens once at the end. Ties: strict '<' in increasing column order per
 // thread and (distance, index) order in merges → the lowest index wins.
@@ -37,12 +38,15 @@ namespace kmfleet {
 namespace cuda {
 namespace {
 
-constexpr int BM = kBlockRows, BN = kBlockCentroids, BK = kDimChunk;
+constexpr int BM = kBlockRows, BN = kBlockCentroids;
 constexpr int STAGES = 3;
 constexpr int THREADS = 128;
-constexpr int TILE = BM * BK;  // 16-bit elements of one [128][32] tile (8 KB)
 static_assert(BM == BN, "A and B tiles share one layout");
-constexpr int kResidentTiles = 8;  // A resident when Dp/32 · terms ≤ 8 (64 KB)
+static_assert(kDimChunk % 64 == 0, "Dp must hold whole 64-dim chunks");
+constexpr std::size_t kResidentBytes = 64 * 1024;  // A stays resident when its Dp·terms fit in 64 KB
+// Reduction-dim chunk per pipeline stage: 64 dims (half the barriers) for one-MMA modes; 32 in exact mode,
+// whose hi+lo tiles would otherwise leave room for only one block per SM.
+__host__ __device__ constexpr int bkFor(bool three) { return three ? 32 : 64; }
 
 struct AssignArgs {
   const unsigned short* ahi;
@@ -78,8 +82,13 @@ __device__ __forceinline__ void cpCommit() { asm volatile("cp.async.commit_group
 template <int N>
 __device__ __forceinline__ void cpWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Element offset of 16-byte chunk c (0..3) of row r in a swizzled [rows][32] tile.
-__device__ __forceinline__ int swz(int r, int c) { return r * BK + ((c ^ ((r >> 1) & 3)) << 3); }
+// Element offset of 16-byte chunk c of row r in a swizzled [rows][BK] tile: 8 consecutive rows reading the
+// same logical chunk hit 8 different 16-byte bank groups (conflict-free ldmatrix).
+template <int BK>
+__device__ __forceinline__ int swz(int r, int c) {
+  if constexpr (BK == 32) return r * BK + ((c ^ ((r >> 1) & 3)) << 3);
+  else return r * BK + ((c ^ (r & 7)) << 3);
+}
 
 __device__ __forceinline__ void ldsm4(unsigned (&r)[4], const unsigned short* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -119,6 +128,7 @@ template <bool BF16, bool THREE, bool CAND>
 __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
   extern __shared__ __align__(128) unsigned short smem[];
   __shared__ int sRow[CAND ? BM : 1];  // candidate mode: the flagged rows of this block
+  constexpr int BK = bkFor(THREE), TILE = BM * BK, CPR = BK / 8;  // CPR: 16-byte chunks per tile row
   constexpr int TERMS = THREE ? 2 : 1;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
@@ -138,23 +148,23 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
 
   auto loadA = [&](int kc, int slot) {
     unsigned short* base = sA + slot * TERMS * TILE;
-    for (int i = tid; i < BM * 4; i += THREADS) {
-      const int r = i >> 2, c = i & 3;
+    for (int i = tid; i < BM * CPR; i += THREADS) {
+      const int r = i / CPR, c = i % CPR;
       const bool ok = row0 + r < nRows;
       const int gr = CAND ? sRow[r] : row0 + r;
       const size_t off = static_cast<size_t>(ok ? gr : 0) * p.dp + kc * BK + c * 8;
-      cpAsync16(base + swz(r, c), p.ahi + off, ok);
-      if (THREE) cpAsync16(base + TILE + swz(r, c), p.alo + off, ok);
+      cpAsync16(base + swz<BK>(r, c), p.ahi + off, ok);
+      if (THREE) cpAsync16(base + TILE + swz<BK>(r, c), p.alo + off, ok);
     }
   };
   auto loadStage = [&](int t) {
     const int ct = t / nK, kc = t - ct * nK, slot = t % STAGES;
     unsigned short* base = sB + slot * TERMS * TILE;
-    for (int i = tid; i < BN * 4; i += THREADS) {
-      const int r = i >> 2, c = i & 3;
+    for (int i = tid; i < BN * CPR; i += THREADS) {
+      const int r = i / CPR, c = i % CPR;
       const size_t off = static_cast<size_t>(ct * BN + r) * p.dp + kc * BK + c * 8;
-      cpAsync16(base + swz(r, c), p.bhi + off, true);
-      if (THREE) cpAsync16(base + TILE + swz(r, c), p.blo + off, true);
+      cpAsync16(base + swz<BK>(r, c), p.bhi + off, true);
+      if (THREE) cpAsync16(base + TILE + swz<BK>(r, c), p.blo + off, true);
     }
     if (!p.aResident) loadA(kc, slot);
   };
@@ -208,8 +218,8 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
         const int r = wm * 64 + mi * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-        ldsm4(ah[mi], a + swz(r, c));
-        if (THREE) ldsm4(al[mi], a + TILE + swz(r, c));
+        ldsm4(ah[mi], a + swz<BK>(r, c));
+        if (THREE) ldsm4(al[mi], a + TILE + swz<BK>(r, c));
       }
       // All B fragments of this k16 step first (fp16/bf16 modes), so the MMAs don't wait on each ldmatrix;
       // exact mode has no registers to spare and loads them per column pair.
@@ -218,15 +228,15 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
       for (int np = 0; np < 4; ++np) {
         if (THREE && np > 0) break;
         const int r = wn * 64 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
-        ldsm4(bh[np], b + swz(r, c));
+        ldsm4(bh[np], b + swz<BK>(r, c));
       }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         const int r = wn * 64 + np * 16 + (lane & 7) + ((lane >> 4) << 3), c = kk * 2 + ((lane >> 3) & 1);
         const int q = THREE ? 0 : np;
         if (THREE) {
-          if (np > 0) ldsm4(bh[0], b + swz(r, c));
-          ldsm4(bl[0], b + TILE + swz(r, c));
+          if (np > 0) ldsm4(bh[0], b + swz<BK>(r, c));
+          ldsm4(bl[0], b + TILE + swz<BK>(r, c));
         }
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
@@ -399,12 +409,14 @@ std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident) {
     }
   }
   const int terms = opTerms(op);
-  const int nK = dp / BK;
-  const bool res = nK * terms <= kResidentTiles &&
-                   static_cast<std::size_t>(nK * terms + STAGES * terms) * TILE * 2 <= static_cast<std::size_t>(optin);
+  const int bk = bkFor(op == OpKind::F16x3);
+  const std::size_t tileBytes = static_cast<std::size_t>(BM) * bk * 2;
+  const int nK = dp / bk;
+  const std::size_t aRes = static_cast<std::size_t>(nK) * terms * tileBytes;
+  const std::size_t stages = static_cast<std::size_t>(STAGES) * terms * tileBytes;
+  const bool res = aRes <= kResidentBytes && aRes + stages <= static_cast<std::size_t>(optin);
   if (aResident) *aResident = res;
-  const int tiles = (res ? nK : STAGES) * terms + STAGES * terms;
-  return static_cast<std::size_t>(tiles) * TILE * 2;
+  return (res ? aRes : stages) + stages;
 }
 
 namespace {

@@ -30,7 +30,7 @@ enum class InType : int { F32 = 0, F16 = 1, BF16 = 2 };
 
 constexpr int kBlockRows = 128;      // rows per assignment block
 constexpr int kBlockCentroids = 128; // centroids per shared-memory tile
-constexpr int kDimChunk = 32;        // reduction-dimension chunk (the padding unit of D)
+constexpr int kDimChunk = 64;        // reduction-dimension chunk (the padding unit of D)
 constexpr int kSegmentRows = 256;    // rows per fixed-order segment of the centroid sums
 
 inline std::int64_t padDims(std::int64_t d) { return (d + kDimChunk - 1) / kDimChunk * kDimChunk; }
