@@ -161,7 +161,7 @@ async function runJob(
     if (config.cacheDir) {
       source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => log.warn({ err }, 'dataset cache off for this job'));
     } else if (s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes) {
-      const memory = new MemoryCachedRowSource(s3Source, { blockBytes: config.readPartBytes });
+      const memory = new MemoryCachedRowSource(s3Source, { blockBytes: config.readPartBytes, signal: stop });
       memory.prefetch();
       source = memory;
     }

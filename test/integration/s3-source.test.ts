@@ -111,6 +111,49 @@ describe('S3RowSource against s3rver', () => {
     await moving.close();
   });
 
+  it('a stop ends a wait for blocks still downloading, while blocks already here are still served', async () => {
+    // a slow S3: s3rver behind a proxy that holds every GET of row data for 1.5 s (the header GET goes through)
+    const { createServer, request } = await import('node:http');
+    const proxy = createServer((req, res) => {
+      const hold = req.method === 'GET' && !/bytes=0-/.test(String(req.headers.range)) ? 1500 : 0;
+      setTimeout(() => {
+        const up = request({ host: '127.0.0.1', port: s3.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
+          res.writeHead(r.statusCode!, r.headers);
+          r.pipe(res);
+        });
+        req.pipe(up);
+      }, hold);
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    const { createS3 } = await import('../../worker/s3/client.js');
+    const slow = createS3({ ...s3.settings, endpoint: `http://127.0.0.1:${(proxy.address() as { port: number }).port}` });
+    try {
+      const stop = new AbortController();
+      const mem = new MemoryCachedRowSource(await S3RowSource.open(slow, 's3://data/x.npy', { format: 'npy' }), { blockBytes: 10_000, signal: stop.signal });
+      const t = Buffer.alloc(100 * mem.rowBytes);
+      const t0 = Date.now();
+      const pending = mem.read(0, 10, t);
+      setTimeout(() => stop.abort(new Error('cancelled')), 100);
+      await expect(pending).rejects.toThrow('cancelled');
+      expect(Date.now() - t0).toBeLessThan(1000);
+      await mem.close();
+    } finally {
+      slow.destroy();
+      proxy.closeAllConnections();
+      await new Promise((r) => proxy.close(r));
+    }
+    // and with the rows already downloaded, a stop changes nothing for reads
+    const stop = new AbortController();
+    const mem = new MemoryCachedRowSource(await S3RowSource.open(s3.handle, 's3://data/x.npy', { format: 'npy' }), { blockBytes: 10_000, signal: stop.signal });
+    const all = Buffer.alloc(ROWS * mem.rowBytes);
+    await mem.read(0, ROWS, all);
+    stop.abort(new Error('preempted'));
+    const t = Buffer.alloc(10 * mem.rowBytes);
+    await mem.read(20, 10, t);
+    expect(t.equals(bytes.subarray(20 * mem.rowBytes, 30 * mem.rowBytes))).toBe(true);
+    await mem.close();
+  });
+
   it('the cache fills on the first pass, serves later passes, and is reused by the next job', async () => {
     const open = () => S3RowSource.open(s3.handle, 's3://data/x.npy', { format: 'npy' });
     const inner = await open();

@@ -187,11 +187,16 @@ export class MemoryCachedRowSource implements RowSource {
   private readonly blocks: (Promise<void> | undefined)[];
   private failure: unknown;
   private closing = false;
+  /** blocks whose bytes are in `data` */
+  private readonly loaded = new Set<number>();
+  /** a stop (cancel, preemption) ends the wait for blocks still downloading: a 1 GB download need not finish first */
+  private readonly signal: AbortSignal | undefined;
 
   constructor(
     private readonly inner: RowSource,
-    opts: { blockBytes?: number; prefetchConcurrency?: number } = {},
+    opts: { blockBytes?: number; prefetchConcurrency?: number; signal?: AbortSignal } = {},
   ) {
+    this.signal = opts.signal;
     this.rows = inner.rows;
     this.dims = inner.dims;
     this.dtype = inner.dtype;
@@ -226,15 +231,38 @@ export class MemoryCachedRowSource implements RowSource {
     const loads: Promise<void>[] = [];
     let missed = false;
     for (let b = first; b <= last; b++) {
+      if (this.loaded.has(b)) continue;
       if (this.blocks[b] === undefined) missed = true;
       loads.push(this.load(b));
     }
-    await Promise.all(loads);
+    // only a wait for blocks still downloading ends early on a stop; rows already here are served as usual
+    if (loads.length > 0) await this.waitFor(Promise.all(loads));
     const data = this.data;
     if (!data) throw new Error(`${this.inner.describe()}: read after close`);
     data.copy(target, 0, firstRow * this.rowBytes, (firstRow + count) * this.rowBytes);
     if (missed) this.stats.missRows += count;
     else this.stats.hitRows += count;
+  }
+
+  private async waitFor(p: Promise<unknown>): Promise<void> {
+    const signal = this.signal;
+    if (!signal) {
+      await p;
+      return;
+    }
+    if (signal.aborted) throw signal.reason ?? new Error('aborted');
+    let onAbort: (() => void) | undefined;
+    try {
+      await Promise.race([
+        p,
+        new Promise<never>((_, reject) => {
+          onAbort = () => reject(signal.reason ?? new Error('aborted'));
+          signal.addEventListener('abort', onAbort, { once: true });
+        }),
+      ]);
+    } finally {
+      if (onAbort) signal.removeEventListener('abort', onAbort);
+    }
   }
 
   private load(b: number): Promise<void> {
@@ -244,7 +272,9 @@ export class MemoryCachedRowSource implements RowSource {
     if (!data) return Promise.reject(new Error(`${this.inner.describe()}: read after close`));
     const firstRow = b * this.blockRows;
     const count = Math.min(this.blockRows, this.rows - firstRow);
-    const p = this.inner.read(firstRow, count, data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes)).catch((err) => {
+    const p = this.inner.read(firstRow, count, data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes)).then(() => {
+      this.loaded.add(b);
+    }, (err) => {
       // a failed block is retried by the next read that needs it (the inner source already retried transient faults)
       if (this.blocks[b] === p) this.blocks[b] = undefined;
       this.failure ??= err;
