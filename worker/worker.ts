@@ -132,7 +132,7 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
       closing ??= (async () => {
         draining = true;
         logger.info({ reason }, 'shutting down: running jobs checkpoint and go back to the queue');
-        preempt.abort(reason);
+        preempt.abort(new Error(`worker shutting down (${reason})`));
         await worker.close();
         await cancels.close();
         await metricsServer?.close();
