@@ -2,7 +2,8 @@
  * The BullMQ processor: one attempt of one job, DESIGN.md "The path of one job" steps 1–6.
  *
  *   1. validate   parseJobSpec again (the worker's limits), cancel check, claim the job's writes (fencing)
- *   2. open       S3RowSource: HEAD + one header GET; dataset limits; optional local cache
+ *   2. open       S3RowSource: HEAD + one header GET; dataset limits; the local cache (KMFLEET_CACHE_DIR), or for
+ *                 datasets up to 1 GiB the memory cache, prefetching (downloaded once for k-means++ and every pass)
  *   3. start      the newest checkpoint matching spec hash + dataset ETag, else init (kmeans++ | random | given)
  *   4. iterate    runKmeans; after each iteration: iteration stream + progress → Redis, checkpoint → S3 (fenced)
  *   5. finish     centroids.npy, assignments.npy (multipart), [distances.npy], summary.json LAST (fenced)
@@ -11,7 +12,8 @@
  * Outcomes: user problems (bad spec, bad or missing dataset, k > rows…) → UnrecoverableError naming the problem, no
  * retry, no outputs. Cancel (from any process, producer/cancel.ts) → UnrecoverableError("cancelled"). Preemption
  * (SIGTERM, `preempt` aborted) → stop at a chunk boundary, checkpoint, job.moveToWait(token) + WaitingError: the job is
- * back in the queue and attemptsMade is unchanged. Anything else is thrown as is and BullMQ retries it.
+ * back in the queue and attemptsMade is unchanged. Lost lock (another worker has the job) → stop at the next chunk,
+ * write nothing. Anything else is thrown as is and BullMQ retries it (attempts and backoff: the producer's job options).
  */
 import { WaitingError, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
@@ -65,7 +67,6 @@ export interface ProcessorDeps {
   /** GPUs of this process: each running job takes its own */
   devices?: DevicePool;
 }
-
 
 type Processor = (job: Job<JobData, JobResult>, token?: string, signal?: AbortSignal) => Promise<JobResult>;
 
