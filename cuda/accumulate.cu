@@ -4,6 +4,8 @@
 //   first is summed in fp64 by its own block (segmentKernel), then one block per cluster adds its first
 //   segment and the partials in segment order into the K×D fp64 totals (clusterKernel).
 // Given the chunking, every addition happens in one fixed order: bitwise-identical results run to run.
+// For D ≤ 256 the same kernels also compute each row's fp64 distance (one read of the rows instead of two);
+// wider rows take rowDistances (exact.cu) first.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -110,6 +112,135 @@ __global__ void clusterKernel(const float* xf, int d, const int* sortedIndex, co
   }
 }
 
+
+// ---- fused path (D ≤ kFusedMaxDims): one read of each row gives its fp64 distance and the column sums ----
+// Warps take the segment's rows round-robin (row i → warp i % W), lanes the columns; a warp-reduced fp64
+// distance per row; per-warp column sums combined over warps 0..W−1: every addition in a fixed order.
+constexpr int kFusedMaxDims = 256;
+constexpr int W = 4;  // warps per block (128 threads)
+
+__device__ __forceinline__ double warpSum64(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+struct FusedShared {
+  int idx[S];
+  double rowDist[S];
+  double wsum[W * kFusedMaxDims];
+  double col[kFusedMaxDims];
+};
+
+// Segment = sorted positions [p0, p0 + m) of cluster c. Leaves the column sums in sh.col, writes every row's
+// distance (dist, dist32), returns the segment's inertia in thread 0.
+__device__ double fusedSegment(const float* xf, int d, const int* sortedIndex, int p0, int m, const float* cRow,
+                               bool cosine, bool sums, double* dist, float* dist32, FusedShared& sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < m; i += blockDim.x) sh.idx[i] = sortedIndex[p0 + i];
+  __syncthreads();
+  constexpr int T = kFusedMaxDims / 32;
+  float cj[T];
+  double cs[T];
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    const int j = lane + 32 * t;
+    cj[t] = j < d ? cRow[j] : 0.f;
+    cs[t] = 0;
+  }
+  for (int i = warp; i < m; i += W) {
+    const float* x = xf + static_cast<size_t>(sh.idx[i]) * d;
+    double q = 0;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const int j = lane + 32 * t;
+      if (j < d) {
+        const float v = x[j];
+        cs[t] += v;
+        if (cosine) {
+          q = fma(static_cast<double>(v), static_cast<double>(cj[t]), q);
+        } else {
+          const double u = static_cast<double>(v) - static_cast<double>(cj[t]);
+          q = fma(u, u, q);
+        }
+      }
+    }
+    q = warpSum64(q);
+    if (lane == 0) sh.rowDist[i] = cosine ? 1.0 - q : q;
+  }
+  if (sums) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const int j = lane + 32 * t;
+      if (j < d) sh.wsum[warp * kFusedMaxDims + j] = cs[t];
+    }
+  }
+  __syncthreads();
+  if (sums)
+    for (int j = tid; j < d; j += blockDim.x) {
+      double v = sh.wsum[j];
+#pragma unroll
+      for (int w = 1; w < W; ++w) v += sh.wsum[w * kFusedMaxDims + j];
+      sh.col[j] = v;
+    }
+  for (int i = tid; i < m; i += blockDim.x) {
+    dist[sh.idx[i]] = sh.rowDist[i];
+    if (dist32) dist32[sh.idx[i]] = static_cast<float>(sh.rowDist[i]);
+  }
+  double in = 0;
+  if (tid == 0)
+    for (int i = 0; i < m; ++i) in += sh.rowDist[i];
+  __syncthreads();
+  return in;
+}
+
+__global__ void fusedSegmentKernel(const float* xf, int d, int k, const float* cf, int cosine, const int* sortedIndex,
+                                   const int* counts, const int* starts, const int* extraOff, bool sums,
+                                   double* dist, float* dist32, double* partials, double* partialInertia) {
+  __shared__ FusedShared sh;
+  const int b = blockIdx.x;
+  if (b >= extraOff[k]) return;
+  int lo = 0, hi = k;  // largest c with extraOff[c] <= b
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (extraOff[mid] <= b) lo = mid; else hi = mid;
+  }
+  const int c = lo;
+  const int seg = b - extraOff[c] + 1;
+  const int p0 = starts[c] + seg * S;
+  const int m = min(S, starts[c] + counts[c] - p0);
+  const double in = fusedSegment(xf, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums, dist,
+                                 dist32, sh);
+  if (sums)
+    for (int j = threadIdx.x; j < d; j += blockDim.x) partials[static_cast<size_t>(b) * d + j] = sh.col[j];
+  if (threadIdx.x == 0) partialInertia[b] = in;
+}
+
+__global__ void fusedClusterKernel(const float* xf, int d, const float* cf, int cosine, const int* sortedIndex,
+                                   const int* counts, const int* starts, const int* extraOff, bool sums,
+                                   double* dist, float* dist32, const double* partials, const double* partialInertia,
+                                   double* sumsOut, long long* countsOut, double* inertiaOut) {
+  __shared__ FusedShared sh;
+  const int c = blockIdx.x;
+  const int cnt = counts[c];
+  if (cnt == 0) return;
+  const double in = fusedSegment(xf, d, sortedIndex, starts[c], min(cnt, S), cf + static_cast<size_t>(c) * d, cosine,
+                                 sums, dist, dist32, sh);
+  const int e0 = extraOff[c], e1 = extraOff[c + 1];
+  if (sums)
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+      double v = sh.col[j];
+      for (int e = e0; e < e1; ++e) v += partials[static_cast<size_t>(e) * d + j];
+      sumsOut[static_cast<size_t>(c) * d + j] += v;
+    }
+  if (threadIdx.x == 0) {
+    double v = in;
+    for (int e = e0; e < e1; ++e) v += partialInertia[e];
+    inertiaOut[c] += v;
+    countsOut[c] += cnt;
+  }
+}
+
 int bitsFor(int k) {
   int b = 1;
   while ((1LL << b) < k) ++b;
@@ -173,10 +304,12 @@ void freeAccumulateScratch(AccumulateScratch& a) {
   a = AccumulateScratch{};
 }
 
-void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_t* labels, const double* dist,
-                bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut, double* inertiaOut,
-                cudaStream_t s) {
+void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
+                double* dist, float* dist32, bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut,
+                double* inertiaOut, cudaStream_t s) {
   if (n <= 0) return;
+  const bool fused = d <= kFusedMaxDims;
+  if (!fused) rowDistances(xf, n, d, cf, labels, cosine, dist, dist32, s);
   const int ni = static_cast<int>(n);
   cudaMemsetAsync(a.chunkCounts, 0, (k + 1) * sizeof(int), s);
   histKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(labels, n, a.chunkCounts);
@@ -190,6 +323,14 @@ void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_
   tb = a.sortTempBytes;
   cub::DeviceScan::ExclusiveSum(a.sortTemp, tb, a.extras, a.extraOffsets, k + 1, s);
   const unsigned segBlocks = static_cast<unsigned>(n / S + 1);
+  if (fused) {
+    fusedSegmentKernel<<<segBlocks, W * 32, 0, s>>>(xf, d, k, cf, cosine ? 1 : 0, a.sortedIndex, a.chunkCounts, a.starts,
+                                                    a.extraOffsets, sums, dist, dist32, a.partials, a.partialInertia);
+    fusedClusterKernel<<<static_cast<unsigned>(k), W * 32, 0, s>>>(
+        xf, d, cf, cosine ? 1 : 0, a.sortedIndex, a.chunkCounts, a.starts, a.extraOffsets, sums, dist, dist32,
+        a.partials, a.partialInertia, sumsOut, countsOut, inertiaOut);
+    return;
+  }
   const int threads = d >= 256 ? 256 : 128;
   segmentKernel<<<segBlocks, threads, 0, s>>>(xf, d, k, a.sortedIndex, dist, a.chunkCounts, a.starts,
                                               a.extraOffsets, sums, a.partials, a.partialInertia);

@@ -542,8 +542,8 @@ class CudaBackend final : public Backend {
       addFlagged(compute_);
     }
     const bool wantDist = spec_.distances != nullptr;
-    rowDistances(ops.xf, rows, d_, cf_, slot.labels, cosine_, dist_, wantDist ? slot.dist32 : nullptr, compute_);
-    accumulate(ops.xf, rows, d_, k_, slot.labels, dist_, fit_, acc_, sums_, counts_, inertia_, compute_);
+    accumulate(ops.xf, rows, d_, k_, slot.labels, cf_, cosine_, dist_, wantDist ? slot.dist32 : nullptr, fit_, acc_,
+               sums_, counts_, inertia_, compute_);
     const std::int64_t ci = firstRow / mp_.chunkRows;  // resident chunk index
     if (far > 0 && slotp)
       farRows(dist_, ops.xf, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,

@@ -8,8 +8,8 @@
 //   assignRows    fused distance + argmin on tensor cores → labels; exact mode also flags the rows whose
 //                 margin between the two best candidates is within the error bound
 //   recheckRows   flagged rows: argmin of Σ(x−c)² in fp64 over all K (CUDA cores) → labels
-//   rowDistances  fp64 distance of each row to its label's centroid (inertia, distances, farthest rows)
-//   accumulate    stable radix sort by label + fixed-order fp64 segment sums → per-cluster sums/counts/inertia
+//   accumulate    stable radix sort by label + fixed-order fp64 segment sums → per-cluster sums/counts/inertia,
+//                 and the fp64 distance of each row to its label's centroid (inertia, distances, farthest rows)
 #pragma once
 
 #include <cstddef>
@@ -105,9 +105,11 @@ struct AccumulateScratch {
 std::size_t accumulateScratchBytes(std::int64_t maxRows, int d, int k);  // total, for the planner
 void allocAccumulateScratch(AccumulateScratch& a, std::int64_t maxRows, int d, int k);  // throws std::bad_alloc
 void freeAccumulateScratch(AccumulateScratch& a);
-void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_t* labels, const double* dist,
-                bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut, double* inertiaOut,
-                cudaStream_t s);
+// Also writes every row's fp64 distance to its label's centroid (dist; dist32 too when not null), as
+// rowDistances does: the inertia, the farthest rows and the assign pass's distances come from it.
+void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
+                double* dist, float* dist32, bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut,
+                double* inertiaOut, cudaStream_t s);
 
 // Shared-memory bytes the assignment kernel needs for (op, Dp); 0 if it can't run (never for Dp <= 4096).
 std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident = nullptr);
