@@ -106,7 +106,9 @@ describe('worker metrics with a real Redis and BullMQ queue', () => {
       metrics.iterationDone(250, 1_000_000);
       metrics.iterationDone(500, 1_000_000);
       metrics.checkpointWritten(120);
-      metrics.deviceMemoryUsed(3 * 2 ** 30);
+      metrics.deviceMemoryUsed(3 * 2 ** 30, '0');
+      metrics.deviceMemoryUsed(2 ** 30, '1');
+      metrics.deviceInfo({ backend: 'cuda', device: 'NVIDIA H100', computeCapability: '9.0', driver: '13.0' }); // same: one series
       a.end('completed');
       a.end('failed'); // ignored: a job ends once
       metrics.jobStarted().end('released');
@@ -126,7 +128,9 @@ describe('worker metrics with a real Redis and BullMQ queue', () => {
       expect(m.get('kmfleet_iteration_duration_seconds_sum')).toBeCloseTo(0.75, 9);
       expect(m.get('kmfleet_iteration_duration_seconds_bucket{le="0.25"}')).toBe(1);
       expect(m.get('kmfleet_checkpoint_duration_seconds_sum')).toBeCloseTo(0.12, 9);
-      expect(m.get('kmfleet_device_memory_used_bytes')).toBe(3 * 2 ** 30);
+      expect(m.get('kmfleet_device_memory_used_bytes{device="0"}')).toBe(3 * 2 ** 30);
+      expect(m.get('kmfleet_device_memory_used_bytes{device="1"}')).toBe(2 ** 30);
+      expect([...m.keys()].filter((k) => k.startsWith('kmfleet_device_info{'))).toHaveLength(1);
       expect(
         m.get('kmfleet_device_info{backend="cuda",device="NVIDIA H100",compute_capability="9.0",driver="13.0"}'),
       ).toBe(1);

@@ -8,7 +8,7 @@
  *   metrics.s3BytesRead(n);                                  // each ranged GET / cache read
  *   metrics.iterationDone(ms, rows);                         // after each k-means iteration
  *   metrics.checkpointWritten(ms);                           // after each checkpoint upload
- *   metrics.deviceMemoryUsed(bytes);                         // after planning / each iteration
+ *   metrics.deviceMemoryUsed(bytes, device);                 // after planning / each iteration
  *   job.end('completed' | 'failed' | 'retried' | 'released' | 'cancelled');
  *
  * Metric names are `kmfleet_*`; process and Node.js runtime metrics (`process_*`, `nodejs_*`) come too unless
@@ -59,7 +59,9 @@ export interface FleetMetrics {
   iterationDone(ms: number, rows: number): void;
   s3BytesRead(bytes: number): void;
   checkpointWritten(ms: number): void;
-  deviceMemoryUsed(bytes: number): void;
+  /** Device memory the engine holds; `device` names the GPU on multi-GPU workers (label, default ''). */
+  deviceMemoryUsed(bytes: number, device?: string): void;
+  /** Records a device this worker runs jobs on (one series per distinct device; a worker with 2 GPUs shows 2). */
   deviceInfo(info: DeviceInfo): void;
 }
 
@@ -124,7 +126,8 @@ export function createFleetMetrics(opts: FleetMetricsOptions = {}): FleetMetrics
   });
   const deviceMemory = new Gauge({
     name: 'kmfleet_device_memory_used_bytes',
-    help: 'Device memory held by the engine (resident chunks, centroids, buffers)',
+    help: 'Device memory held by the engine (resident chunks, centroids, buffers), per device',
+    labelNames: ['device'],
     registers,
   });
   const device = new Gauge({
@@ -171,11 +174,11 @@ export function createFleetMetrics(opts: FleetMetricsOptions = {}): FleetMetrics
     checkpointWritten(ms: number): void {
       checkpointSeconds.observe(finiteNonNegative('checkpoint ms', ms) / 1000);
     },
-    deviceMemoryUsed(bytes: number): void {
-      deviceMemory.set(finiteNonNegative('device memory bytes', bytes));
+    deviceMemoryUsed(bytes: number, deviceName = ''): void {
+      deviceMemory.set({ device: deviceName }, finiteNonNegative('device memory bytes', bytes));
     },
     deviceInfo(info: DeviceInfo): void {
-      device.reset(); // one device per worker: a new report replaces the old one
+      // no reset: a worker with several GPUs (one job per GPU) reports each device once
       device.set(
         {
           backend: info.backend,

@@ -19,12 +19,12 @@
  *   metrics.s3BytesRead(bytes);                 // every ranged GET or cache read that fed the engine
  *   metrics.iterationDone(ms, rows);            // after each fit pass
  *   metrics.checkpointWritten(ms);              // after each checkpoint (upload + Redis record)
- *   metrics.deviceMemoryUsed(bytes);            // from the engine's plan / after each pass
+ *   metrics.deviceMemoryUsed(bytes, device);    // from the engine's plan / after each pass (device: GPU name or index)
  *   job.end('completed' | 'failed' | 'retried' | 'released' | 'cancelled');
  *
  * Metrics (all `kmfleet_*`): jobs_started_total, jobs_total{outcome}, jobs_in_progress, job_duration_seconds{outcome},
  * iteration_duration_seconds, iterations_total, rows_processed_total, rows_per_second, s3_bytes_read_total,
- * checkpoint_duration_seconds, device_memory_used_bytes, device_info{backend,device,compute_capability,driver},
+ * checkpoint_duration_seconds, device_memory_used_bytes{device}, device_info{backend,device,compute_capability,driver},
  * and with a queue: queue_{waiting,prioritized,delayed,active,pending}{queue}, queue_up{queue},
  * queue_scrape_errors_total{queue}. KEDA reads max(kmfleet_queue_pending) (docs/operations.md, Autoscaling).
  */
