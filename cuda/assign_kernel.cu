@@ -39,7 +39,10 @@ namespace cuda {
 namespace {
 
 constexpr int BM = kBlockRows, BN = kBlockCentroids;
-constexpr int STAGES = 3;
+#ifndef KMFLEET_ASSIGN_STAGES
+#define KMFLEET_ASSIGN_STAGES 3
+#endif
+constexpr int STAGES = KMFLEET_ASSIGN_STAGES;  // cp.async pipeline depth (kmbench A/B: -DKMFLEET_ASSIGN_STAGES=4)
 constexpr int THREADS = 128;
 static_assert(BM == BN, "A and B tiles share one layout");
 static_assert(kDimChunk % 64 == 0, "Dp must hold whole 64-dim chunks");
