@@ -116,6 +116,24 @@ describe('CUDA fp32 = float64 reference (awkward shapes, N not a multiple of any
     for (let i = 0; i < 400; i++) x.set(base.subarray((i % 50) * 4, (i % 50) * 4 + 4), i * 4);
     await check(f32Case('duplicates', x, 400, 4, 6, 'l2', 64, pickRows(x, 4, [0, 50, 3, 7, 20, 33])));
   });
+  it('K=1,000,000 (sampled reference rows)', async () => {
+    const n = 1_000_003, d = 4, k = 1_000_000;
+    const x = normalData(n, d, 78);
+    const e = await openCuda({ rows: n, dims: d, k, chunkRows: 262144 });
+    const init = x.slice(0, k * d);
+    e.setCentroids(init);
+    const r = await runPass<PassResult>(e, bytesOf(x), n, 'fit');
+    expect(r.counts.reduce((a, b) => a + b, 0)).toBe(n);
+    const labels = e.labels();
+    const xs = Float64Array.from(x);
+    let bad = 0;
+    for (let s = 0; s < 60; s++) {
+      const i = (s * 16661) % n;
+      const a = assign(xs.subarray(i * d, (i + 1) * d), 1, d, init, k, 'l2');
+      if (a.labels[0] !== labels[i] && !isTie(a, 0)) bad++;
+    }
+    expect(bad).toBe(0);
+  });
   it('K=65536 (sampled reference rows)', async () => {
     const n = 65600, d = 3, k = 65536;
     const x = normalData(n, d, 77);
