@@ -1,6 +1,7 @@
 /**
  * The worker's configuration, from the environment only (12-factor: the same image runs everywhere).
- * Every variable the worker reads is in this table; nothing else in worker/ reads process.env.
+ * Every variable the worker reads is in this table (docs/operations.md has the operator's version); the S3 client only
+ * sets one of the SDK's own switches (its Node-version notice, see worker/s3/client.ts).
  *
  * | variable                         | default                  | meaning                                                          |
  * |----------------------------------|--------------------------|------------------------------------------------------------------|
@@ -21,7 +22,7 @@
  * | KMFLEET_S3_MAX_ATTEMPTS          | 8                        | SDK attempts per request (backoff + jitter)                      |
  * | KMFLEET_S3_MAX_SOCKETS           | 64                       | sockets per S3 client                                            |
  * | KMFLEET_S3_REQUEST_TIMEOUT_MS    | 120000                   | socket inactivity timeout per request                            |
- * | KMFLEET_S3_READ_PART_MB          | 16                       | bytes per ranged GET (8–64 recommended)                          |
+ * | KMFLEET_S3_READ_PART_MB          | 16                       | bytes per ranged GET (8–64 recommended); memory-cache block      |
  * | KMFLEET_S3_READ_CONCURRENCY      | 8                        | ranged GETs in flight per chunk                                  |
  * | KMFLEET_S3_UPLOAD_PART_MB        | 8                        | multipart part size (≥ 5)                                        |
  * | KMFLEET_LOCK_DURATION_MS         | 30000                    | BullMQ lock; a killed worker's job comes back after about this   |
