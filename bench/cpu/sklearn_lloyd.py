@@ -1,7 +1,7 @@
 """scikit-learn's Lloyd on the benchmark's data, timed as ANCHORS.md does: (long run − short run) / extra iterations.
 
 usage: /usr/bin/python3 bench/cpu/sklearn_lloyd.py DATA.f32 N D INIT.f32 K SHORT LONG [REPEAT]
-prints one JSON line: {"msPerIter": ..., "inertia": ..., "nIterLong": ...}; with REPEAT > 1 the short and the long
+prints one JSON line: {"msPerIter", "shortMs", "longMs", "inertia", "nIterLong"}; with REPEAT > 1 the short and the long
 run are each repeated and the fastest of each is used (the build machine is shared: the minimum is the signal).
 """
 import json
@@ -32,5 +32,5 @@ for _ in range(repeat):
     t_short = min(t_short, t)
     t, km = run(long_)
     t_long = min(t_long, t)
-print(json.dumps({"msPerIter": (t_long - t_short) * 1000 / (long_ - short), "inertia": float(km.inertia_),
-                  "nIterLong": int(km.n_iter_)}))
+print(json.dumps({"msPerIter": (t_long - t_short) * 1000 / (long_ - short), "shortMs": t_short * 1000,
+                  "longMs": t_long * 1000, "inertia": float(km.inertia_), "nIterLong": int(km.n_iter_)}))
