@@ -56,6 +56,30 @@ describe('bitwise determinism', () => {
     expectSame(base, await fit(x, n, d, k, init, 4, { chunkRows: 1000, feedChunk: 7, threads: 2, memoryBudget: 0 }), '7-row feeds');
   });
 
+  it('a driver that streams every row again on later passes gets the same bits as one that skips resident rows', async () => {
+    const skip = await fit(x, n, d, k, init, 3, { chunkRows: 1000, threads: 2 });
+    const e = await Engine.open({ rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu', chunkRows: 1000, threads: 2 });
+    engines.push(e);
+    expect(e.plan.residentRows).toBe(n);
+    e.setCentroids(init);
+    const results: PassResult[] = [];
+    for (let p = 0; p < 3; p++) results.push(await runPass<PassResult>(e, bytesOf(x), n, 'fit'));
+    expectSame(skip, { centroids: e.centroids(), labels: e.labels(), results }, 'streaming from row 0');
+  });
+
+  it('beginPass while a pass is open replaces it (its work is discarded)', async () => {
+    const a = await fit(x, n, d, k, init, 2, { chunkRows: 1000, threads: 2, memoryBudget: 0 });
+    const e = await Engine.open({ rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu', chunkRows: 1000, threads: 2, memoryBudget: 0 });
+    engines.push(e);
+    e.setCentroids(init);
+    e.beginPass('fit');
+    e.buffer(0).set(bytesOf(x).subarray(0, 1000 * d * 4));
+    await e.feed(0, 0, 1000); // abandoned after one chunk
+    const results: PassResult[] = [];
+    for (let p = 0; p < 2; p++) results.push(await runPass<PassResult>(e, bytesOf(x), n, 'fit'));
+    expectSame(a, { centroids: e.centroids(), labels: e.labels(), results }, 'after an abandoned pass');
+  });
+
   it('the same bits from every CPU kernel (generic, AVX2, AVX-512)', async () => {
     const y = normalData(3000, 37, 5);
     const c = pickRows(y, 37, Array.from({ length: 50 }, (_, i) => i * 7));
