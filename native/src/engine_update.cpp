@@ -1,0 +1,83 @@
+// The Engine's centroid update after a fit pass and the data variance, from a backend's fp64 totals (shared by every
+// backend: DESIGN.md "Numerics").
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine.h"
+#include "row_math.h"
+
+namespace kmfleet {
+
+// sklearn's tol is relative to mean(var(X, axis=0)). From the pass's totals, without another look at the data:
+// Σ_i ‖x_i − μ‖² = Σ_c [ Σ_{i∈c} ‖x_i − o_c‖² − n_c ‖μ_c − o_c‖² + n_c ‖μ_c − μ‖² ]  (o_c: the pass's centroid, a
+// shift that keeps the fp64 sums well conditioned; μ_c: the cluster's mean). For cosine the rows and centroids
+// are unit vectors, so Σ‖x − o‖² = 2·Σ(1 − cos).
+double Engine::dataVariance(const PassTotals& t) const {
+  const std::int64_t K = cfg_.k, D = cfg_.dims;
+  const double N = static_cast<double>(t.rowsSeen);
+  if (t.rowsSeen == 0 || t.sums.size() != static_cast<std::size_t>(K * D)) return std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> mu(static_cast<std::size_t>(D), 0.0);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t d = 0; d < D; ++d) mu[d] += t.sums[k * D + d];
+  for (auto& m : mu) m /= N;
+  double scatter = 0;
+  for (std::int64_t k = 0; k < K; ++k) {
+    const double n = static_cast<double>(t.counts[k]);
+    if (n == 0) continue;
+    const double s = cfg_.metric == Metric::Cosine ? 2.0 * t.inertia[k] : t.inertia[k];
+    double off = 0, spread = 0;
+    for (std::int64_t d = 0; d < D; ++d) {
+      const double mk = t.sums[k * D + d] / n;
+      const double a = mk - passCentroids_[k * D + d], b = mk - mu[d];
+      off += a * a;
+      spread += b * b;
+    }
+    scatter += s - n * off + n * spread;
+  }
+  return std::max(0.0, scatter) / (N * static_cast<double>(D));
+}
+
+void Engine::applyFit(const PassTotals& t, PassResult& r) {
+  const std::int64_t K = cfg_.k, D = cfg_.dims;
+  std::vector<double> sums = t.sums;
+  std::vector<std::int64_t> n = t.counts;
+  std::vector<float> next = passCentroids_;
+  // Empty clusters, in index order, take the farthest rows in (distance desc, row asc) order — scikit-learn's
+  // relocation — skipping a row whose cluster would become empty in turn.
+  std::size_t cand = 0;
+  for (std::int64_t k = 0; k < K; ++k) {
+    if (n[k] != 0) continue;
+    while (cand < t.farthest.size()) {
+      const FarRow& f = t.farthest[cand++];
+      if (n[f.label] <= 1) continue;
+      for (std::int64_t d = 0; d < D; ++d) {
+        sums[f.label * D + d] -= f.values[d];
+        sums[k * D + d] = f.values[d];
+      }
+      --n[f.label];
+      n[k] = 1;
+      ++r.emptyReseeded;
+      break;
+    }
+  }
+  for (std::int64_t k = 0; k < K; ++k) {
+    if (n[k] == 0) continue;  // still empty (no candidate left): keeps its centroid
+    const double inv = 1.0 / static_cast<double>(n[k]);
+    std::vector<double> m(static_cast<std::size_t>(D));
+    for (std::int64_t d = 0; d < D; ++d) m[d] = sums[k * D + d] * inv;
+    if (cfg_.metric == Metric::Cosine) {
+      double n2 = 0;
+      for (double v : m) n2 += v * v;
+      if (!(n2 > 0)) continue;  // rows that cancel out: no direction, keep the old centroid
+      const double s = 1.0 / std::sqrt(n2);
+      for (auto& v : m) v *= s;
+    }
+    for (std::int64_t d = 0; d < D; ++d) next[k * D + d] = static_cast<float>(m[d]);
+  }
+  for (std::int64_t k = 0; k < K; ++k) r.shift += sqDist64(next.data() + k * D, passCentroids_.data() + k * D, D);
+  std::lock_guard<std::mutex> lock(mu_);
+  centroids_ = std::move(next);
+}
+
+}  // namespace kmfleet
