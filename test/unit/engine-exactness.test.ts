@@ -134,6 +134,12 @@ describe('CPU engine = float64 reference (l2)', () => {
     const init = pickRows(x, 4, [0, 50, 3, 7, 20, 33]);
     await check(f32Case('duplicates', x, 400, 4, 6, 'l2', 64, init));
   });
+  it('tiny values (~1e-21: products underflow fp32) and huge values (~1e19: squares overflow fp32) stay exact', async () => {
+    const tiny = normalData(600, 6, 12).map((v) => v * 1e-21);
+    await check(f32Case('tiny', Float32Array.from(tiny), 600, 6, 5, 'l2', 128), 2);
+    const huge = normalData(600, 6, 13).map((v) => v * 1e19);
+    await check(f32Case('huge', Float32Array.from(huge), 600, 6, 5, 'l2', 128), 2);
+  });
   it('large offsets (values ~1e4 around a common mean) stay exact', async () => {
     const x = normalData(2000, 8, 3).map((v, i) => v + 1e4 * (1 + (i % 8)));
     await check(f32Case('offset', Float32Array.from(x), 2000, 8, 16, 'l2', 256));

@@ -13,7 +13,8 @@
 // other k: g_k ≥ f_k − ε ≥ f2 − ε > f1 + ε ≥ g_best, i.e. the fp32 label is the exact argmin. Otherwise the row is
 // rechecked: its fp32 values are recomputed (same bound), every centroid with f_k ≤ f1 + 2ε is a candidate (the
 // others are provably worse), and the candidates are compared by Σ(x − c)² in fp64 (row_math.h, fixed order),
-// the lowest index winning ties. Labels therefore equal the exact-arithmetic argmin up to fp64 rounding (~1e-15
+// the lowest index winning ties. Rows whose values could overflow fp32 (|x|, |c| ~ 1e19) are decided in fp64 among
+// all centroids; an absolute term covers gradual underflow (|x|, |c| ~ 1e-20). Labels therefore equal the exact-arithmetic argmin up to fp64 rounding (~1e-15
 // relative), far inside DESIGN.md's 1e-6, and do not depend on the CPU's instruction set.
 #include <cmath>
 #include <limits>
@@ -63,12 +64,16 @@ double epsilonFactor(std::int64_t D) {
   return (a > b ? a : b) * 1.01;
 }
 
-std::int32_t recheck(const KernelTable& kt, const CentroidPack& pack, const float* x, double eps, float* tmp) {
-  kt.rowDistances(x, pack.D, pack.panels.data(), pack.cnorm.data(), pack.kpad, tmp);
+// inRange: the row's fp32 values cannot overflow (see assignRows); otherwise fp64 decides among all centroids.
+std::int32_t recheck(const KernelTable& kt, const CentroidPack& pack, const float* x, double eps, bool inRange,
+                     float* tmp) {
   double f1 = std::numeric_limits<double>::infinity();
-  for (std::int64_t k = 0; k < pack.K; ++k)
-    if (tmp[k] < f1) f1 = tmp[k];
-  const bool all = !std::isfinite(f1);  // fp32 overflow (|x| ~ 1e19): let fp64 decide among all
+  if (inRange) {
+    kt.rowDistances(x, pack.D, pack.panels.data(), pack.cnorm.data(), pack.kpad, tmp);
+    for (std::int64_t k = 0; k < pack.K; ++k)
+      if (tmp[k] < f1) f1 = tmp[k];
+  }
+  const bool all = !std::isfinite(f1);
   const double limit = f1 + 2.0 * eps;
   double best = std::numeric_limits<double>::infinity();
   std::int32_t label = 0;
@@ -89,6 +94,7 @@ std::int64_t assignRows(const KernelTable& kt, ThreadPool& pool, std::vector<Ass
                         const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n,
                         std::int32_t* best, float* d1, float* d2, std::int32_t* labels) {
   const double factor = epsilonFactor(pack.D);
+  const double tiny = std::ldexp(static_cast<double>(pack.D + 4), -146);
   std::vector<std::int64_t> rechecked(static_cast<std::size_t>(pool.size()), 0);
   pool.run([&](int tid, int nt) {
     std::int64_t b, e;
@@ -109,12 +115,15 @@ std::int64_t assignRows(const KernelTable& kt, ThreadPool& pool, std::vector<Ass
     kt.assign(task);
     std::int64_t count = 0;
     for (std::int64_t r = b; r < e; ++r) {
-      const double eps = factor * (pack.cnMax + 2.0 * std::sqrt(norm2[r]) * pack.cMax);
+      // + an absolute term for gradual underflow (each fp32 operation may also lose up to 2^-150 absolutely)
+      const double eps = factor * (pack.cnMax + 2.0 * std::sqrt(norm2[r]) * pack.cMax) + tiny;
       const double gap = static_cast<double>(d2[r]) - static_cast<double>(d1[r]);
-      if (best[r] >= 0 && std::isfinite(d1[r]) && gap > 2.0 * eps) {
+      // The bound assumes no fp32 overflow: every |value| ≤ ‖c‖²max + 2‖x‖‖c‖max must stay well below FLT_MAX.
+      const bool inRange = pack.cnMax + 2.0 * std::sqrt(norm2[r]) * pack.cMax < 0x1p126;
+      if (inRange && best[r] >= 0 && std::isfinite(d1[r]) && gap > 2.0 * eps) {
         labels[r] = best[r];
       } else {
-        labels[r] = recheck(kt, pack, x + r * pack.D, eps, scratch[tid].row.data());
+        labels[r] = recheck(kt, pack, x + r * pack.D, eps, inRange, scratch[tid].row.data());
         ++count;
       }
     }
