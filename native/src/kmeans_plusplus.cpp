@@ -5,6 +5,7 @@
 // The distances are small GEMMs (kernels.h dots32x8) on the sample stored once in transposed 32-row blocks.
 // Products are fp32 (the kernel's), distances and potentials fp64: the same seed gives the same centers on a
 // given instruction set; another CPU may differ in the last bits of a distance and so, rarely, in a choice.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -75,6 +76,11 @@ std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D
       kt.transpose32(x + q * 32 * D, D, static_cast<int>(std::min<std::int64_t>(32, n - q * 32)), D, xT.data() + q * 32 * D);
   });
 
+  // fp32 products are safe unless |x|·|c| approaches FLT_MAX (values ~1e19): then the dots are taken in fp64.
+  double maxNorm2 = 0;
+  for (std::int64_t i = 0; i < n; ++i) maxNorm2 = std::max(maxNorm2, xx[i]);
+  const bool fp32Safe = maxNorm2 < 0x1p124;
+
   // Distances of every row to `count` candidate rows (packed in groups of 8 in c8), folded with the current closest.
   std::vector<float> c8(static_cast<std::size_t>(((trials + 7) / 8) * 8 * D));
   auto evaluate = [&](int count, double* out, double* blocks, bool fold) {
@@ -92,14 +98,16 @@ std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D
         for (std::int64_t q0 = b * kBlock; q0 < end; q0 += 32) {
           const int rows = static_cast<int>(std::min<std::int64_t>(32, end - q0));
           for (int g = 0; g < groups; ++g) {
-            kt.dots32x8(xT.data() + (q0 / 32) * 32 * D, D, c8.data() + g * 8 * D, dots);
+            if (fp32Safe) kt.dots32x8(xT.data() + (q0 / 32) * 32 * D, D, c8.data() + g * 8 * D, dots);
             for (int j = 0; j < 8 && g * 8 + j < count; ++j) {
               const int t = g * 8 + j;
               double* o = out + static_cast<std::size_t>(t) * n;
               double sum = blocks[t * nblocks + b];
               for (int r = 0; r < rows; ++r) {
                 const std::int64_t i = q0 + r;
-                double d = xx[i] + candNorm[t] - 2.0 * static_cast<double>(dots[j * 32 + r]);
+                const double dot = fp32Safe ? static_cast<double>(dots[j * 32 + r])
+                                            : dot64(x + i * D, candRows.data() + t * D, D);
+                double d = xx[i] + candNorm[t] - 2.0 * dot;
                 if (d < 0) d = 0;
                 if (fold && closest[i] < d) d = closest[i];
                 o[i] = d;

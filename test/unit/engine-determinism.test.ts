@@ -118,4 +118,15 @@ describe('bitwise determinism', () => {
     }
     expect(seen.size, 'distinct centers').toBe(40);
   });
+
+  it('k-means++ on values near the fp32 limit (~1e19) still spreads the centers over the clusters', async () => {
+    const s = blobData(2000, 3, 4, 21, 100, 1).map((v) => v * 1e17);
+    const e = await Engine.open({ rows: 2000, dims: 3, k: 4, metric: 'l2', dtype: 'f32', backend: 'cpu' });
+    engines.push(e);
+    await e.initKmeansPlusPlus(Float32Array.from(s), 2000, 1);
+    const c = e.centroids();
+    const keys = new Set<string>();
+    for (let j = 0; j < 4; j++) keys.add(Array.from(c.subarray(j * 3, j * 3 + 3)).map((v) => Math.round(v / 1e19)).join(','));
+    expect(keys.size, 'the 4 centers lie in 4 different blobs').toBe(4);
+  });
 });

@@ -119,6 +119,9 @@ describe('CPU engine = float64 reference (l2)', () => {
   it('D=1000, K=7, N=300 (chunks of 64)', async () => {
     await check(f32Case('normal d1000', normalData(300, 1000, 5), 300, 1000, 7, 'l2', 64));
   });
+  it('one row, one cluster, one dimension', async () => {
+    await check(f32Case('n=1', Float32Array.from([3.5]), 1, 1, 1, 'l2', 1), 2);
+  });
   it('K=N: every row its own cluster', async () => {
     const x = normalData(200, 5, 9);
     await check(f32Case('k=n', x, 200, 5, 200, 'l2', 33), 2);
