@@ -92,29 +92,38 @@ std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D
       std::int64_t b0, b1;
       blocksOf(tid, nt, b0, b1);
       alignas(64) float dots[8 * 32];
+      double dots64[8 * 32];
       for (std::int64_t b = b0; b < b1; ++b) {
         for (int t = 0; t < count; ++t) blocks[t * nblocks + b] = 0;
         const std::int64_t end = std::min(n, (b + 1) * kBlock);
         for (std::int64_t q0 = b * kBlock; q0 < end; q0 += 32) {
           const int rows = static_cast<int>(std::min<std::int64_t>(32, end - q0));
           for (int g = 0; g < groups; ++g) {
-            if (fp32Safe) kt.dots32x8(xT.data() + (q0 / 32) * 32 * D, D, c8.data() + g * 8 * D, dots);
-            for (int j = 0; j < 8 && g * 8 + j < count; ++j) {
-              const int t = g * 8 + j;
-              double* o = out + static_cast<std::size_t>(t) * n;
-              double sum = blocks[t * nblocks + b];
-              for (int r = 0; r < rows; ++r) {
-                const std::int64_t i = q0 + r;
-                const double dot = fp32Safe ? static_cast<double>(dots[j * 32 + r])
-                                            : dot64(x + i * D, candRows.data() + t * D, D);
+            const int cols = std::min(8, count - g * 8);
+            if (fp32Safe) {
+              kt.dots32x8(xT.data() + (q0 / 32) * 32 * D, D, c8.data() + g * 8 * D, dots);
+            } else {
+              for (int j = 0; j < cols; ++j)
+                for (int r = 0; r < rows; ++r)
+                  dots64[j * 32 + r] = dot64(x + (q0 + r) * D, candRows.data() + (g * 8 + j) * D, D);
+            }
+            // rows outer, candidates inner: the candidates' running sums are independent chains (each still
+            // adds its rows in row order), so the fp64 additions overlap instead of waiting on each other
+            double sum[8];
+            for (int j = 0; j < cols; ++j) sum[j] = blocks[(g * 8 + j) * nblocks + b];
+            for (int r = 0; r < rows; ++r) {
+              const std::int64_t i = q0 + r;
+              for (int j = 0; j < cols; ++j) {
+                const int t = g * 8 + j;
+                const double dot = fp32Safe ? static_cast<double>(dots[j * 32 + r]) : dots64[j * 32 + r];
                 double d = xx[i] + candNorm[t] - 2.0 * dot;
                 if (d < 0) d = 0;
                 if (fold && closest[i] < d) d = closest[i];
-                o[i] = d;
-                sum += d;
+                out[static_cast<std::size_t>(t) * n + i] = d;
+                sum[j] += d;
               }
-              blocks[t * nblocks + b] = sum;
             }
+            for (int j = 0; j < cols; ++j) blocks[(g * 8 + j) * nblocks + b] = sum[j];
           }
         }
       }
