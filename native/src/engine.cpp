@@ -14,6 +14,7 @@
 #include "cpu/kernels.h"
 #include "row_math.h"
 #ifdef KMFLEET_WITH_CUDA
+#include "cost_model.h"
 #include "cuda_bridge.h"
 #endif
 
@@ -71,11 +72,19 @@ void validate(const EngineConfig& c) {
   if (c.device < 0) invalid("device must be >= 0, got " + str(c.device));
 }
 
+#ifdef KMFLEET_WITH_CUDA
+// backend 'auto': the GPU only where the cost model says it finishes sooner than this engine's CPU threads.
+bool preferCudaFor(const EngineConfig& cfg) {
+  const std::int64_t rowBytes = cfg.dims * static_cast<std::int64_t>(dtypeBytes(cfg.dtype));
+  return costmodel::preferCuda(cfg.rows, cfg.dims, cfg.k, rowBytes, cfg.threads);
+}
+#endif
+
 std::unique_ptr<Backend> makeBackend(const EngineConfig& cfg, ThreadPool& pool) {
   if (cfg.backend == BackendKind::Cpu) return makeCpuBackend(cfg, pool);
 #ifdef KMFLEET_WITH_CUDA
   if (cfg.backend == BackendKind::Cuda) return makeCudaBackend(cfg);
-  if (queryCudaDevices().available) {
+  if (preferCudaFor(cfg) && queryCudaDevices().available) {
     try {
       return makeCudaBackend(cfg);
     } catch (const EngineError& e) {

@@ -154,3 +154,14 @@ describe('cancel and typed errors', () => {
     expect(r.counts.reduce((a, b) => a + b, 0)).toBe(n);
   });
 });
+
+describe("backend 'auto'", () => {
+  // The cost model (native/src/cost_model.h): a small problem stays on the CPU (a CUDA context alone costs more than
+  // the whole fit), a large one goes to the GPU. Opening an engine plans without touching any data.
+  it('keeps a small problem on the CPU and sends a large one to the GPU', async () => {
+    const small = await open({ rows: 10_000, dims: 16, k: 8, backend: 'auto' });
+    expect(small.plan.backend).toBe('cpu');
+    const large = await open({ rows: 4_000_000, dims: 128, k: 1024, backend: 'auto', memoryBudget: 0 });
+    expect(large.plan.backend).toBe('cuda');
+  });
+});

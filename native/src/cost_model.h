@@ -1,5 +1,5 @@
-// backend: 'auto' — CPU or CUDA? Header-only and free of CUDA so the engine can call it in a build without
-// CUDA too (include "../../cuda/cost_model.h" or add cuda/ to the include path).
+// backend: 'auto' — CPU or CUDA? The engine (engine.cpp, makeBackend) asks this before it starts a GPU: a small
+// problem must not pay a CUDA context and transfers to be slower than the CPU backend. Free of CUDA on purpose.
 //
 // Model (seconds for a whole fit of `iterations` passes), rough but on the safe side for small problems:
 //   CPU:  2·N·K·D flops per pass at ~12 GFLOP/s per thread (AVX2 FMA kernels measured at this order on
