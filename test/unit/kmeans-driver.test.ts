@@ -272,10 +272,11 @@ describe('runKmeans (contract engine)', () => {
     await expect(fit(spec({ init: nan }))).rejects.toThrow(/centroid 1 has a non-finite value \(NaN\) at dim 1/);
   });
 
-  it('kmeans++ runs on all rows when they fit the budget, else on a seeded sample read with coalesced reads', async () => {
+  it('kmeans++ runs on 256 rows per centroid (all rows when fewer, within the budget), a seeded sample read with coalesced reads', async () => {
     expect(kmeansPlusPlusSampleSize(1000, 128, 10, 256 << 20)).toBe(1000);
-    expect(kmeansPlusPlusSampleSize(10_000_000, 128, 10, 256 << 20)).toBe(1 << 18);
-    expect(kmeansPlusPlusSampleSize(10_000_000, 128, 10_000, 256 << 20)).toBe(640_000);
+    expect(kmeansPlusPlusSampleSize(1_000_000, 128, 100, 256 << 20)).toBe(1 << 16);
+    expect(kmeansPlusPlusSampleSize(10_000_000, 128, 1000, 256 << 20)).toBe(256_000);
+    expect(kmeansPlusPlusSampleSize(10_000_000, 128, 10_000, 256 << 20)).toBe(2_097_152); // the budget caps it
     expect(kmeansPlusPlusSampleSize(10_000_000, 16384, 100_000, 256 << 20)).toBe(100_000); // never below k
     // a dataset whose first column is the row index, so sampled rows can be identified
     const n = 5000, d = 3;

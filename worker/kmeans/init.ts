@@ -1,8 +1,10 @@
 /**
  * Initial centroids, deterministic by seed:
  *   random   — k distinct rows drawn by the seeded PRNG (in draw order)
- *   kmeans++ — the engine's greedy k-means++ over all rows when they are few, else over a seeded sample of
- *              max(64·k, 2^18) rows (capped by a memory budget, never below k), read with coalesced reads
+ *   kmeans++ — the engine's greedy k-means++ over a seeded sample of max(256·k, 2^16) rows (all rows when there
+ *              are fewer; capped by a memory budget, never below k), read with coalesced reads. Its cost is
+ *              k·(2+ln k) passes over the sample, so running it on every row made init most of a short fit;
+ *              256 rows per centroid is FAISS's default training sample and is plenty to place the seeds.
  *   given    — a float32 K×D array, checked for shape and finiteness
  */
 import { NonFiniteInputError, type Metric } from '../../native/index.js';
@@ -56,10 +58,9 @@ export async function initCentroids(engine: KmeansEngine, source: RowSource, spe
   throw new KmeansSpecError(`unknown init '${String(spec.init)}' (kmeans++ | random | centroids)`);
 }
 
-/** How many rows k-means++ runs on: all of them when they fit the budget, else a sample. */
+/** How many rows k-means++ runs on: 256 per centroid (at least 2^16), all rows when fewer, within the budget. */
 export function kmeansPlusPlusSampleSize(rows: number, rowBytes: number, k: number, budgetBytes: number): number {
-  if (rows * rowBytes <= budgetBytes) return rows;
-  const wanted = Math.max(64 * k, 1 << 18);
+  const wanted = Math.max(256 * k, 1 << 16);
   return Math.min(rows, Math.max(k, Math.min(wanted, Math.floor(budgetBytes / rowBytes))));
 }
 
