@@ -11,6 +11,8 @@ export function rawLayout(format: RawFormat, fileSize: number, dims: number | un
   if (!Number.isSafeInteger(dims) || dims < 1) throw new DatasetFormatError(`dims must be a positive integer, got ${dims}`);
   const itemSize = format === 'f32' ? 4 : 2;
   const rowBytes = dims * itemSize;
+  // a size from a HEAD answer or a stat: refuse what no real file has rather than derive negative or inexact rows
+  if (!Number.isSafeInteger(fileSize) || fileSize < 0) throw new DatasetFormatError(`raw ${format} file size ${fileSize} is not a byte count`);
   if (fileSize === 0) throw new DatasetFormatError(`raw ${format} file is empty`);
   if (fileSize % rowBytes !== 0) {
     throw new DatasetFormatError(
