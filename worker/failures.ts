@@ -30,8 +30,15 @@ export function userFacingProblem(err: unknown): string | null {
   // S3 access errors are configuration, not transient: retrying will not grant access.
   const status = (err as { $metadata?: { httpStatusCode?: number } })?.$metadata?.httpStatusCode;
   const name = (err as { name?: string })?.name;
-  if (status === 403 || name === 'AccessDenied') return `access denied by S3: ${(err as Error).message}`;
-  if (name === 'NoSuchBucket') return `bucket does not exist: ${(err as Error).message}`;
+  // s3Bucket / s3Key: put on the error by the S3 client (worker/s3/client.ts), so the message names what was refused
+  const { s3Bucket, s3Key } = (err ?? {}) as { s3Bucket?: string; s3Key?: string };
+  const where = s3Bucket === undefined ? '' : ` on s3://${s3Bucket}${s3Key === undefined ? '' : `/${s3Key}`}`;
+  if (status === 403 || name === 'AccessDenied') return `access denied by S3${where}: ${(err as Error).message}`;
+  if (name === 'NoSuchBucket') {
+    return s3Bucket === undefined
+      ? `bucket does not exist: ${(err as Error).message}`
+      : `bucket '${s3Bucket}' does not exist (s3://${s3Bucket}${s3Key === undefined ? '' : `/${s3Key}`})`;
+  }
   return null;
 }
 

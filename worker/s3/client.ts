@@ -97,6 +97,22 @@ export function createS3(settings: S3Settings = s3SettingsFromEnv()): S3Handle {
     config.responseChecksumValidation = 'WHEN_REQUIRED';
   }
   const client = new S3Client(config);
+  // The SDK's errors do not say which bucket or key they concern ("The specified bucket does not exist", "Access
+  // Denied"): the request's Bucket and Key go onto the error, so a failed job's reason can name them (failures.ts).
+  client.middlewareStack.add(
+    (next, _context) => async (args) => {
+      try {
+        return await next(args);
+      } catch (err) {
+        const input = args.input as { Bucket?: unknown; Key?: unknown };
+        if (err !== null && typeof err === 'object' && typeof input.Bucket === 'string' && !('s3Bucket' in err)) {
+          Object.assign(err, { s3Bucket: input.Bucket, ...(typeof input.Key === 'string' ? { s3Key: input.Key } : {}) });
+        }
+        throw err;
+      }
+    },
+    { step: 'initialize', name: 'kmfleetErrorLocation' },
+  );
   return {
     client,
     settings: { ...settings, compat, retry: settings.retry ?? DEFAULT_RETRY },
