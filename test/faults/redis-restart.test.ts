@@ -1,0 +1,89 @@
+/**
+ * redis-server (AOF on, fsync always) crashes (SIGKILL) in the middle of a job and comes back on the same port a
+ * moment later. A worker in a child process and the producer SDK in this process must both reconnect by themselves;
+ * the job completes exactly once (one completion, one result in the model history, one summary.json) with the same
+ * bytes as an uninterrupted run, and its iteration stream is intact: every iteration 1..N present, none repeated
+ * except those a resume legitimately redoes (after resumedFrom.iteration).
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readIterations } from '../../producer/job-state.js';
+import { RedisUnavailableError } from '../../producer/errors/redis-unavailable-error.js';
+import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { decodeNpy } from '../../worker/formats/npy-encode.js';
+import { bytesOf, ensureDistBuilt, referenceFit, spawnWorker, startStack, until, type ChildWorker, type Stack } from '../integration/pipeline-fixture.js';
+
+const ENGINE = { chunkRows: 8192, threads: 1 };
+const SPEC = { k: 32, maxIter: 40, tol: 0, seed: 4 };
+
+describe('redis-server restarted mid-job', () => {
+  let stack: Stack;
+  let dir: string;
+  let path: string;
+  let worker: ChildWorker | undefined;
+
+  beforeAll(async () => {
+    ensureDistBuilt();
+    stack = await startStack({ redis: { appendonly: true } });
+    dir = mkdtempSync(join(tmpdir(), 'kmfleet-redis-restart-'));
+    path = (await generateDataset(join(dir, 'n.npy'), { kind: 'normal', rows: 60_000, dims: 32, seed: 8 })).path;
+    await stack.s3.put('data', 'n.npy', readFileSync(path));
+  });
+  afterAll(async () => {
+    if (worker) {
+      worker.kill('SIGKILL');
+      await worker.exited;
+    }
+    await stack?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('worker and producer reconnect; the job completes once; the iteration stream has no gap or stray duplicate', async () => {
+    worker = spawnWorker(stack.env({ KMFLEET_CHUNK_ROWS: String(ENGINE.chunkRows), KMFLEET_THREADS: String(ENGINE.threads), KMFLEET_LOG_LEVEL: 'info' }));
+    const jobId = 'restart-1';
+    await stack.client.enqueue({ dataset: { uri: 's3://data/n.npy' }, ...SPEC, backend: 'cpu', output: 's3://out/rr', name: 'rr-model' }, { jobId });
+    await until(async () => ((await stack.client.get(jobId))?.progress?.iteration ?? 0) >= 3, 60_000, 'iteration 3');
+
+    await stack.redis.kill('SIGKILL');
+    // the producer fails fast while Redis is down (no hang, a typed error)
+    await expect(stack.client.get(jobId)).rejects.toBeInstanceOf(RedisUnavailableError);
+    await new Promise((r) => setTimeout(r, 1500)); // the worker keeps iterating meanwhile; its Redis writes queue up
+    await stack.redis.restart();
+    // (the worker keeps computing meanwhile: its Redis writes wait in ioredis' offline queue)
+
+    // the producer reconnects by itself (same client object)
+    await until(async () => stack.client.get(jobId).catch(() => null), 20_000, 'the producer to reconnect');
+    const result = await stack.client.wait(jobId, { timeoutMs: 90_000 });
+    expect(result.iterations).toBe(SPEC.maxIter);
+
+    // exactly once: one completed job, one result in the model's history, one set of outputs
+    const info = await stack.client.get(jobId);
+    expect(info?.state).toBe('completed');
+    const history = await stack.client.history('rr-model');
+    expect(history.map((h) => h.jobId)).toEqual([jobId]);
+    expect(stack.s3.keys('out', `rr/${jobId}/`).filter((k) => !k.includes('/_checkpoints/'))).toEqual(
+      [`rr/${jobId}/assignments.npy`, `rr/${jobId}/centroids.npy`, `rr/${jobId}/summary.json`],
+    );
+    const ref = await referenceFit(path, SPEC, ENGINE);
+    expect(bytesOf(decodeNpy(await stack.s3.get('out', `rr/${jobId}/centroids.npy`)).data).equals(bytesOf(ref.centroids))).toBe(true);
+    expect(bytesOf(decodeNpy(await stack.s3.get('out', `rr/${jobId}/assignments.npy`)).data).equals(bytesOf(ref.labels))).toBe(true);
+
+    // the iteration stream, raw: every iteration 1..N, repeats only after a resume point
+    const redis = await stack.client.connection();
+    const raw = (await redis.xrange(stack.client.keys.iterations(jobId), '-', '+')).map(([, f]) => Number(f[f.indexOf('iteration') + 1]));
+    const resumedAt = result.resumedFrom?.iteration ?? Infinity;
+    const seen = new Map<number, number>();
+    for (const it of raw) seen.set(it, (seen.get(it) ?? 0) + 1);
+    const missing = Array.from({ length: SPEC.maxIter }, (_, i) => i + 1).filter((i) => !seen.has(i));
+    const strayDuplicates = [...seen].filter(([it, n]) => n > 1 && it <= resumedAt).map(([it]) => it);
+    expect({ missing, strayDuplicates, extra: [...seen.keys()].filter((i) => i < 1 || i > SPEC.maxIter) }, `raw stream ${raw.join(',')}\n${worker.output().slice(-3000)}`)
+      .toEqual({ missing: [], strayDuplicates: [], extra: [] });
+    const iterations = await readIterations(redis, stack.client.keys, jobId);
+    expect(iterations.map((r) => r.iteration)).toEqual(Array.from({ length: SPEC.maxIter }, (_, i) => i + 1));
+    expect(iterations.every((r) => Number.isFinite(r.inertia) && r.inertia > 0)).toBe(true);
+    if (process.env.KMFLEET_TEST_DEBUG) console.log({ raw: raw.join(','), resumedFrom: result.resumedFrom, log: worker.output().split('\n').filter((l) => /redis|lock|resum/i.test(l)).slice(0, 8) });
+    expect(worker.output()).toMatch(/redis connection error/);
+  });
+});
