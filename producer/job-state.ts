@@ -1,14 +1,8 @@
 /**
  * Per-job state in Redis that the worker writes while a job runs: the iteration history (a STREAM) and
- * the checkpoint record (a HASH), fenced by generation so that a worker that lost its lock cannot
- * overwrite what its successor wrote.
- *
- * Fencing protocol (the worker side):
- *   const gen = await claimGeneration(redis, keys, jobId);          // when it takes (or resumes) the job
- *   ... after writing a checkpoint object to S3 under a name that includes gen:
- *   if (!await writeCheckpointRecord(redis, keys, jobId, { generation: gen, iteration, uri, specHash }))
- *     → a newer worker owns the job: stop, write nothing more (no outputs, no result).
- *   before the commit point (summary.json) check `await currentGeneration(...) === gen`.
+ * the checkpoint record (a HASH). This module reads the record; its one writer is the worker's checkpoint store
+ * (worker/checkpoints/store.ts + fence-scripts.ts), whose Lua scripts fence every write by the BullMQ lock token
+ * and the newest claim generation, so a worker that lost its lock cannot overwrite what its successor wrote.
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Keys } from './keys.js';
@@ -67,7 +61,7 @@ export async function readIterations(redis: RedisClient, keys: Keys, jobId: stri
 }
 
 export interface CheckpointRecord {
-  /** The writer's generation (from claimGeneration). */
+  /** The writer's claim generation (worker/checkpoints/store.ts). */
   generation: number;
   /** Iterations completed in the checkpointed centroids. */
   iteration: number;
@@ -76,51 +70,6 @@ export interface CheckpointRecord {
   /** specHash of the spec it belongs to; a resume with another hash must ignore it. */
   specHash: string;
   updatedAt: number;
-}
-
-/** Takes the next generation for a job: every later write with an older generation is refused. */
-export async function claimGeneration(redis: RedisClient, keys: Keys, jobId: string): Promise<number> {
-  const key = keys.checkpoint(jobId);
-  const [[, gen]] = (await redis.multi().hincrby(key, 'claimed', 1).pexpire(key, JOB_STATE_TTL_MS).exec()) as [
-    [Error | null, number],
-    unknown,
-  ];
-  return Number(gen);
-}
-
-/** The latest claimed generation (0 if none). */
-export async function currentGeneration(redis: RedisClient, keys: Keys, jobId: string): Promise<number> {
-  return Number((await redis.hget(keys.checkpoint(jobId), 'claimed')) ?? 0);
-}
-
-const WRITE_CHECKPOINT = `
-local claimed = tonumber(redis.call('HGET', KEYS[1], 'claimed') or '0')
-local gen = tonumber(ARGV[1])
-if gen < claimed then return 0 end
-local cur = tonumber(redis.call('HGET', KEYS[1], 'generation') or '-1')
-local curIt = tonumber(redis.call('HGET', KEYS[1], 'iteration') or '-1')
-if gen < cur or (gen == cur and tonumber(ARGV[2]) < curIt) then return 0 end
-redis.call('HSET', KEYS[1], 'generation', ARGV[1], 'iteration', ARGV[2], 'uri', ARGV[3], 'specHash', ARGV[4], 'updatedAt', ARGV[5])
-redis.call('PEXPIRE', KEYS[1], ARGV[6])
-return 1
-`;
-
-/**
- * Records a checkpoint if `generation` is still the newest claim (and the iteration does not go back).
- * Returns false when fenced off: the caller lost the job to a newer worker.
- */
-export async function writeCheckpointRecord(
-  redis: RedisClient,
-  keys: Keys,
-  jobId: string,
-  rec: Omit<CheckpointRecord, 'updatedAt'> & { updatedAt?: number },
-): Promise<boolean> {
-  const ok = await redis.eval(
-    WRITE_CHECKPOINT, 1, keys.checkpoint(jobId),
-    String(rec.generation), String(rec.iteration), rec.uri, rec.specHash,
-    String(rec.updatedAt ?? Date.now()), String(JOB_STATE_TTL_MS),
-  );
-  return Number(ok) === 1;
 }
 
 /** The last checkpoint record of a job, or null if none was written. */
