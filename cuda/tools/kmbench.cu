@@ -1,6 +1,6 @@
 // kmbench: standalone check + benchmark of the CUDA kernels (no Node, no engine).
 //   kmbench check            awkward shapes × every operand kind, against a float64 CPU reference
-//   kmbench bench [quick]    ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
+//   kmbench bench [quick|10m] ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
 //   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
 // Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
 #include <cuda_bf16.h>
@@ -397,6 +397,11 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
 
 static int runBench(int argc, char** argv) {
   const bool quick = argc > 2 && std::string(argv[2]) == "quick";
+  if (argc > 2 && std::string(argv[2]) == "10m") {  // the two headline rows only (A/B runs)
+    benchOne(10000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
+    benchOne(10000000, 128, 1024, OpKind::F16x3, InType::F32, 0);
+    return 0;
+  }
   if (quick) {
     benchOne(1000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
     benchOne(1000000, 128, 1024, OpKind::F16x3, InType::F32, 0);
@@ -527,6 +532,6 @@ int main(int argc, char** argv) {
   if (mode == "check") return runCheck();
   if (mode == "bench") return runBench(argc, argv);
   if (mode == "ooc") return runOoc(argc, argv);
-  std::fprintf(stderr, "usage: kmbench check | bench [quick] | ooc [N D K]\n");
+  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m] | ooc [N D K]\n");
   return 2;
 }
