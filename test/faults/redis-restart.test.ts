@@ -46,10 +46,12 @@ describe('redis-server restarted mid-job', () => {
     await stack.client.enqueue({ dataset: { uri: 's3://data/n.npy' }, ...SPEC, backend: 'cpu', output: 's3://out/rr', name: 'rr-model' }, { jobId });
     await until(async () => ((await stack.client.get(jobId))?.progress?.iteration ?? 0) >= 3, 60_000, 'iteration 3');
 
+    const killedAt = Date.now();
     await stack.redis.kill('SIGKILL');
     // the producer fails fast while Redis is down (no hang, a typed error)
     await expect(stack.client.get(jobId)).rejects.toBeInstanceOf(RedisUnavailableError);
     await new Promise((r) => setTimeout(r, 1500)); // the worker keeps iterating meanwhile; its Redis writes queue up
+    const restartAt = Date.now();
     await stack.redis.restart();
     // (the worker keeps computing meanwhile: its Redis writes wait in ioredis' offline queue)
 
@@ -85,5 +87,11 @@ describe('redis-server restarted mid-job', () => {
     expect(iterations.every((r) => Number.isFinite(r.inertia) && r.inertia > 0)).toBe(true);
     if (process.env.KMFLEET_TEST_DEBUG) console.log({ raw: raw.join(','), resumedFrom: result.resumedFrom, log: worker.output().split('\n').filter((l) => /redis|lock|resum/i.test(l)).slice(0, 8) });
     expect(worker.output()).toMatch(/redis connection error/);
+    // the outage really was mid-job: iterations were logged before the crash and after the restart (while Redis is
+    // down the worker waits on its per-iteration Redis writes, queued offline, and carries on once they go through)
+    const times = worker.output().split('\n').filter((l) => l.includes('"msg":"iteration"')).map((l) => (JSON.parse(l) as { time: number }).time);
+    expect(times.filter((t) => t < killedAt).length).toBeGreaterThanOrEqual(3);
+    expect(times.filter((t) => t > restartAt).length).toBeGreaterThan(0);
+    expect(times.length).toBeGreaterThanOrEqual(SPEC.maxIter);
   });
 });
