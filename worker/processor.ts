@@ -47,6 +47,8 @@ import { jobLogger, type Logger } from './logger.js';
 import type { FleetMetrics, JobOutcome } from './metrics/index.js';
 import { OutputWriter } from './outputs/writer.js';
 import type { S3Handle } from './s3/client.js';
+import { assertBucketExists } from './s3/objects.js';
+import { parseS3Uri } from './s3/uri.js';
 
 export type OpenEngine = (options: EngineOptions) => Promise<Engine>;
 
@@ -144,6 +146,7 @@ async function runJob(
     });
     const claim = await store.claimJob();
     log.info({ claim, dataset: spec.dataset.uri, k: spec.k, maxIter: spec.maxIter }, 'job started');
+    await assertBucketExists(s3, parseS3Uri(spec.output).bucket);
 
     // ---- 2. open the dataset ----
     await progress('opening', 0);

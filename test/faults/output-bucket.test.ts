@@ -11,6 +11,8 @@ import { createServer, request, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { readIterations } from '../../producer/job-state.js';
 import { generateDataset } from '../../worker/dataset/synthetic.js';
 import { headObject } from '../../worker/s3/objects.js';
 import { createS3 } from '../../worker/s3/client.js';
@@ -71,6 +73,13 @@ describe('output bucket missing or not writable', () => {
       expect(info?.state).toBe('failed');
       expect(info?.attemptsMade).toBe(1); // not retried: a missing bucket does not come back by itself
       expect(info?.failedReason).toMatch(/no-such-bucket/);
+      // found before any compute: not a single iteration ran
+      const redis = new Redis(stack.redis.url);
+      try {
+        expect(await readIterations(redis, stack.client.keys, 'nobucket-1')).toEqual([]);
+      } finally {
+        redis.disconnect();
+      }
       expect(stack.s3.keys('out')).toEqual([]);
       await expectInputUntouched();
     } finally {

@@ -5,6 +5,7 @@
  */
 import {
   DeleteObjectCommand,
+  HeadBucketCommand,
   GetObjectCommand,
   HeadObjectCommand,
   PutObjectCommand,
@@ -40,6 +41,21 @@ export async function headObject(s3: S3Handle, loc: S3Location, signal?: AbortSi
     return { size: r.ContentLength, etag: r.ETag, lastModified: r.LastModified };
   } catch (err) {
     if (isNotFound(err)) throw new S3ObjectNotFoundError(formatS3Uri(loc));
+    throw err;
+  }
+}
+
+/**
+ * Fails with a NoSuchBucket error (named by the S3 client) when the bucket does not exist. The worker asks this of the
+ * output bucket before it computes anything: otherwise a typo in `output` is found at the first checkpoint or, with
+ * checkpoints off, only after the whole run.
+ */
+export async function assertBucketExists(s3: S3Handle, bucket: string): Promise<void> {
+  try {
+    await s3.client.send(new HeadBucketCommand({ Bucket: bucket }));
+  } catch (err) {
+    // HEAD answers have no body, so the SDK names a 404 'NotFound': say what it means here
+    if (isNotFound(err)) Object.assign(err as object, { name: 'NoSuchBucket', s3Bucket: bucket });
     throw err;
   }
 }
