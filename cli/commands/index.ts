@@ -14,6 +14,7 @@ import { registerSchedule } from './schedule.js';
 import { registerUnschedule } from './unschedule.js';
 import { registerHistory } from './history.js';
 import { registerDemo } from './demo.js';
+import { registerDashboard } from './dashboard.js';
 
 export type RegisterCommand = (program: Command) => void;
 
@@ -29,4 +30,5 @@ export const commands: RegisterCommand[] = [
   registerSchedule,
   registerUnschedule,
   registerHistory,
+  registerDashboard,
 ];

@@ -1,0 +1,179 @@
+// The kmfleet dashboard page: polls the JSON API every second and renders with DOM calls only.
+// Everything shown comes from textContent (job ids, names and failure reasons are user data): no innerHTML.
+'use strict';
+(function () {
+  const STATES = ['waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed'];
+  const $ = (sel) => document.querySelector(sel);
+  const h = (tag, attrs, ...children) => {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === 'class') e.className = v;
+      else if (k === 'style') e.style.cssText = v; // CSSOM, which the page's CSP allows (a style attribute it would not)
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, String(v));
+    }
+    for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) e.append(c instanceof Node ? c : String(c));
+    return e;
+  };
+  const num = (x) => (x === null || x === undefined ? '–' : Math.abs(x) >= 1e5 || (x !== 0 && Math.abs(x) < 1e-3) ? x.toExponential(3) : String(+x.toPrecision(6)));
+  const ago = (ms) => {
+    if (!ms) return '–';
+    const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+    return s < 60 ? `${s}s ago` : s < 3600 ? `${Math.floor(s / 60)}m ago` : s < 86400 ? `${Math.floor(s / 3600)}h ago` : `${Math.floor(s / 86400)}d ago`;
+  };
+  const dur = (ms) => {
+    if (ms === null || ms === undefined) return '–';
+    const s = Math.round(ms / 1000);
+    return s < 60 ? `${(ms / 1000).toFixed(1)}s` : s < 3600 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s` : `${Math.floor(s / 3600)}h${String(Math.floor(s / 60) % 60).padStart(2, '0')}m`;
+  };
+  const api = async (path, init) => {
+    const r = await fetch(path, init);
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
+    return body;
+  };
+  const pill = (state) => h('span', { class: `pill s-${state}` }, state);
+  const fraction = (p) => (p && p.maxIter ? Math.min(1, p.iteration / p.maxIter) : 0);
+  const bar = (p, big) => h('div', { class: big ? 'bar big' : 'bar' }, h('span', { style: `width:${(fraction(p) * 100).toFixed(1)}%` }));
+
+  let config = { allowCancel: false };
+  let selected = decodeURIComponent((location.hash.match(/^#job=(.+)$/) || [])[1] || '') || null;
+  let lastQueue = null;
+
+  function select(id) {
+    selected = id;
+    history.replaceState(null, '', `#job=${encodeURIComponent(id)}`);
+    renderJobs();
+    refreshDetail();
+  }
+
+  function setStatus(ok, text) {
+    $('#status').className = `status ${ok ? 'ok' : 'err'}`;
+    $('#status-text').textContent = text;
+  }
+
+  function renderCounts(counts) {
+    $('#counts').replaceChildren(...STATES.map((s) =>
+      h('div', { class: `count s-${s}`, 'data-state': s }, h('div', { class: 'n' }, String(counts[s] ?? 0)), h('div', { class: 'label' }, s))));
+  }
+
+  function renderJobs() {
+    if (!lastQueue) return;
+    const rows = lastQueue.jobs.map((j) => {
+      const p = j.progress;
+      const progressCell = j.state === 'active' || (p && j.state !== 'completed')
+        ? h('td', {}, bar(p), h('small', { class: 'muted' }, p ? `${p.iteration} / ${p.maxIter}` : 'starting'))
+        : h('td', { class: 'muted' }, j.result ? `${j.result.iterations} it` : '–');
+      return h('tr', { class: j.id === selected ? 'selected' : '', 'data-job': j.id, onclick: () => select(j.id) },
+        h('td', { class: 'id', title: j.id }, j.id),
+        h('td', {}, pill(j.state), j.failedReason ? h('span', { class: 'reason', title: j.failedReason }, j.failedReason) : null),
+        h('td', {}, j.name ?? h('span', { class: 'muted' }, '–')),
+        progressCell,
+        h('td', {}, num(j.result ? j.result.inertia : p ? p.inertia : null)),
+        h('td', { class: 'muted' }, ago(Math.max(j.finishedAt || 0, p ? p.updatedAt : 0, j.startedAt || 0, j.createdAt))));
+    });
+    $('#jobs tbody').replaceChildren(...rows);
+    $('#jobs-empty').hidden = rows.length > 0;
+  }
+
+  function renderSchedules(list) {
+    $('#schedules tbody').replaceChildren(...list.map((s) => h('tr', {},
+      h('td', {}, s.name),
+      h('td', {}, s.cron ? `cron ${s.cron}${s.tz ? ` (${s.tz})` : ''}` : `every ${dur(s.every)}`),
+      h('td', {}, s.next ? new Date(s.next).toLocaleString() : '–'),
+      h('td', {}, s.iterationCount ?? '–'),
+      h('td', {}, s.spec && s.spec.name ? s.spec.name : '–'),
+      h('td', {}, s.spec ? s.spec.k : '–'))));
+    $('#schedules-empty').hidden = list.length > 0;
+  }
+
+  async function refreshQueue() {
+    try {
+      lastQueue = await api('/api/queue');
+      $('#where').textContent = `${lastQueue.where} · prefix ${lastQueue.prefix} · queue ${lastQueue.queue}`;
+      renderCounts(lastQueue.counts);
+      if (!selected) {
+        const first = lastQueue.jobs.find((j) => j.state === 'active') || lastQueue.jobs[0];
+        if (first) select(first.id);
+      }
+      renderJobs();
+      renderSchedules(lastQueue.schedules);
+      setStatus(true, `live · ${new Date(lastQueue.at).toLocaleTimeString()}`);
+    } catch (err) {
+      setStatus(false, `offline: ${err.message}`);
+    }
+  }
+
+  const stat = (k, v) => h('div', { class: 'stat' }, h('div', { class: 'k' }, k), h('div', { class: 'v' }, v));
+
+  async function cancel(id) {
+    if (!confirm(`Cancel job ${id}?`)) return;
+    try {
+      const r = await api(`/api/jobs/${encodeURIComponent(id)}/cancel`, { method: 'POST', headers: { 'X-Kmfleet': 'cancel' } });
+      setStatus(true, `cancel ${id}: ${r.outcome}`);
+    } catch (err) {
+      setStatus(false, `cancel failed: ${err.message}`);
+    }
+    refreshDetail();
+  }
+
+  let historyCache = { name: null, at: 0, rows: [] };
+  async function modelHistory(name) {
+    if (historyCache.name !== name || Date.now() - historyCache.at > 5000) {
+      historyCache = { name, at: Date.now(), rows: await api(`/api/models/${encodeURIComponent(name)}/history`).catch(() => []) };
+    }
+    return historyCache.rows;
+  }
+
+  async function refreshDetail() {
+    const id = selected;
+    if (!id) return;
+    let job, its;
+    try {
+      [job, its] = await Promise.all([api(`/api/jobs/${encodeURIComponent(id)}`), api(`/api/jobs/${encodeURIComponent(id)}/iterations`)]);
+    } catch (err) {
+      if (id === selected) $('#detail').replaceChildren(h('h3', {}, id), h('p', { class: 'muted' }, err.message));
+      return;
+    }
+    const name = job.spec && job.spec.name;
+    const hist = name ? await modelHistory(name) : [];
+    if (id !== selected) return;
+    const p = job.progress, r = job.result;
+    const finished = job.state === 'completed' || job.state === 'failed';
+    const head = h('div', { class: 'detail-head' }, h('h3', {}, id), pill(job.state),
+      config.allowCancel && !finished ? h('button', { id: 'cancel', onclick: () => cancel(id) }, 'Cancel') : null);
+    const progressLine = h('div', { id: 'progress-text', class: 'muted' },
+      r ? `${r.iterations} iterations · ${r.converged ? `converged (${r.stopReason})` : 'stopped at maxIter'} · ${dur(r.timings && r.timings.totalMs)}`
+        : p ? `${p.phase} · iteration ${p.iteration} / ${p.maxIter}${p.etaMs !== null ? ` · ETA ${dur(p.etaMs)}` : ''}` : 'no progress reported yet');
+    const stats = h('div', { class: 'stats' },
+      stat('inertia', num(r ? r.inertia : p ? p.inertia : null)),
+      stat('reassigned', p && p.reassignedFraction !== null ? `${(p.reassignedFraction * 100).toFixed(2)}%` : p ? num(p.reassigned) : '–'),
+      stat('shift', num(p ? p.shift : null)),
+      stat('k', job.spec ? job.spec.k : '–'),
+      stat('model', name || '–'),
+      stat('attempts', job.attemptsMade),
+      stat('dataset', job.spec ? job.spec.dataset.uri : '–'),
+      stat('started', job.timestamps.startedAt ? ago(job.timestamps.startedAt) : '–'),
+      stat(r ? 'device' : 'precision', r ? `${r.backend} ${r.device}` : job.spec ? job.spec.precision : '–'));
+    const parts = [head, bar(r ? { iteration: 1, maxIter: 1 } : p, true), progressLine, stats];
+    if (job.failedReason) parts.push(h('div', { class: 'failure' }, job.failedReason));
+    if (job.cancelRequested && !finished) parts.push(h('div', { class: 'failure' }, `cancel requested: ${job.cancelRequested}`));
+    parts.push(h('h2', {}, `Convergence · ${its.length} iteration${its.length === 1 ? '' : 's'}`), window.kmfleetChart(its));
+    if (hist.length) {
+      parts.push(h('h2', { style: 'margin-top:1rem' }, `Model ${name} · results`), h('table', { class: 'history' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'job'), h('th', {}, 'finished'), h('th', {}, 'iterations'), h('th', {}, 'inertia'))),
+        h('tbody', {}, hist.slice(0, 8).map((x) => h('tr', {}, h('td', { class: 'id' }, x.jobId), h('td', {}, ago(x.finishedAt)), h('td', {}, x.iterations), h('td', {}, num(x.inertia)))))));
+    }
+    $('#detail').replaceChildren(...parts);
+  }
+
+  async function tick() {
+    await Promise.all([refreshQueue(), refreshDetail()]);
+    setTimeout(tick, 1000);
+  }
+  window.addEventListener('hashchange', () => {
+    const id = decodeURIComponent((location.hash.match(/^#job=(.+)$/) || [])[1] || '');
+    if (id && id !== selected) select(id);
+  });
+  api('/api/config').then((c) => (config = c), () => undefined).finally(tick);
+})();
