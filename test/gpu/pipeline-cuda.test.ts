@@ -1,0 +1,71 @@
+/**
+ * The pipeline end to end on the GPU machine: a real redis-server and s3rver, the SDK, a worker — the same job run
+ * once on the CUDA backend and once on the CPU backend (fp32, exact on both). The outputs must agree: the same labels
+ * (the blobs leave no ties) and centroids within 1e-6 relative — the two backends sum in different orders, so bitwise
+ * equality is not promised across backends, only within one.
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { decodeNpy } from '../../worker/formats/npy-encode.js';
+import { startStack, type Stack } from '../integration/pipeline-fixture.js';
+
+describe('pipeline on the GPU: SDK → queue → worker (cuda) → S3', () => {
+  let stack: Stack;
+  let dir: string;
+  const rows = 200_000, dims = 32, k = 20;
+
+  beforeAll(async () => {
+    stack = await startStack();
+    dir = mkdtempSync(join(tmpdir(), 'kmfleet-gpu-pipeline-'));
+    const { path } = await generateDataset(join(dir, 'blobs.npy'), { kind: 'blobs', rows, dims, centers: k, seed: 21, clusterStd: 1 });
+    await stack.s3.put('data', 'blobs.npy', readFileSync(path));
+  });
+  afterAll(async () => {
+    await stack?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('completes on the CUDA backend with the outputs of the CPU backend (fp32)', async () => {
+    const worker = await stack.startWorker({ KMFLEET_CHUNK_ROWS: '65536' });
+    try {
+      const spec = { dataset: { uri: 's3://data/blobs.npy' }, k, maxIter: 30, seed: 5, precision: 'fp32' as const };
+      await stack.client.enqueue({ ...spec, backend: 'cuda', output: 's3://out/gpu/' }, { jobId: 'on-cuda' });
+      await stack.client.enqueue({ ...spec, backend: 'cpu', output: 's3://out/cpu/' }, { jobId: 'on-cpu' });
+      const onCuda = await stack.client.wait('on-cuda', { timeoutMs: 120_000 });
+      const onCpu = await stack.client.wait('on-cpu', { timeoutMs: 120_000 });
+
+      const summaryOf = async (prefix: string, id: string) =>
+        JSON.parse((await stack.s3.get('out', `${prefix}/${id}/summary.json`)).toString('utf8'));
+      const cudaSummary = await summaryOf('gpu', 'on-cuda');
+      const cpuSummary = await summaryOf('cpu', 'on-cpu');
+      expect(cudaSummary.backend).toBe('cuda');
+      expect(cpuSummary.backend).toBe('cpu');
+      expect(cudaSummary.precision).toBe('fp32');
+      expect(onCuda.iterations).toBe(onCpu.iterations);
+
+      const labels = (prefix: string, id: string) => stack.s3.get('out', `${prefix}/${id}/assignments.npy`).then((b) => decodeNpy(b).data as Int32Array);
+      const [lc, lp] = [await labels('gpu', 'on-cuda'), await labels('cpu', 'on-cpu')];
+      expect(lc.length).toBe(rows);
+      let differ = 0;
+      for (let i = 0; i < rows; i++) if (lc[i] !== lp[i]) differ++;
+      expect(differ).toBe(0);
+
+      const centroids = (prefix: string, id: string) => stack.s3.get('out', `${prefix}/${id}/centroids.npy`).then((b) => decodeNpy(b).data as Float32Array);
+      const [cc, cp] = [await centroids('gpu', 'on-cuda'), await centroids('cpu', 'on-cpu')];
+      for (let c = 0; c < k; c++) {
+        let diff = 0, norm = 0;
+        for (let d = 0; d < dims; d++) {
+          diff += (cc[c * dims + d] - cp[c * dims + d]) ** 2;
+          norm += cp[c * dims + d] ** 2;
+        }
+        expect(Math.sqrt(diff), `centroid ${c}`).toBeLessThanOrEqual(1e-6 * Math.sqrt(norm));
+      }
+      expect(Math.abs(onCuda.inertia / onCpu.inertia - 1)).toBeLessThan(1e-6);
+    } finally {
+      await worker.shutdown('test end');
+    }
+  });
+});
