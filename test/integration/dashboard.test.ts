@@ -198,6 +198,15 @@ describe.skipIf(browserReason !== null)('dashboard in a real browser (Debian chr
       expect(await page.locator('img').count()).toBe(0);
       expect(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned)).toBeUndefined();
       expect(errors).toEqual([]);
+
+      // the cancel button (allowCancel) goes through the SDK: a waiting job is removed, and the page says so
+      page.once('dialog', (d) => void d.accept());
+      await page.click('tr[data-job="next-1"]');
+      await page.waitForFunction(() => document.querySelector('#detail h3')?.textContent === 'next-1' && document.querySelector('#cancel'));
+      await page.click('#cancel');
+      await until('next-1 removed', async () => (await client.get('next-1')) === null);
+      await page.waitForFunction(() => document.querySelector('[data-state="waiting"] .n')?.textContent === '0');
+      await page.waitForFunction(() => document.querySelector('#detail')?.textContent?.includes('job next-1 not found'));
     } finally {
       await browser.close();
       rmSync(profile, { recursive: true, force: true });
