@@ -16,8 +16,8 @@ export function registerDashboard(program: Command): void {
     program
       .command('dashboard')
       .description('serve a web dashboard of the queue, job progress and convergence curves')
-      .option('--port <n>', 'HTTP port', process.env.KMFLEET_DASHBOARD_PORT || '8080')
-      .option('--host <addr>', 'address to listen on (0.0.0.0 to expose it: there is no login)', process.env.KMFLEET_DASHBOARD_HOST || '127.0.0.1')
+      .option('--port <n>', 'HTTP port', '8080')
+      .option('--host <addr>', 'address to listen on (0.0.0.0 to expose it: there is no login)', '127.0.0.1')
       .option('--allow-cancel', 'show a cancel button on unfinished jobs'),
   ).action(
     cliAction(async (flags: DashboardFlags) => {
