@@ -10,6 +10,8 @@
  *   KMFLEET_MAX_ROWS              default 10,000,000,000 rows of the dataset
  *   KMFLEET_MAX_DATASET_BYTES     default 16 TiB         size of the dataset object
  *   KMFLEET_MAX_CENTROID_BYTES    default 8 GiB          k × dims × 4 (the fp32 centroid matrix a GPU must hold)
+ *   KMFLEET_ALLOWED_BUCKETS       default: any           comma-separated buckets a spec may name (dataset, init,
+ *                                                        output); the credentials may reach more than jobs should
  */
 import { LimitsConfigError } from './errors/limits-config-error.js';
 
@@ -20,6 +22,8 @@ export interface Limits {
   maxRows: number;
   maxDatasetBytes: number;
   maxCentroidBytes: number;
+  /** Buckets a spec may read from or write to; undefined = any bucket the credentials reach. */
+  allowedBuckets?: readonly string[];
 }
 
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
@@ -31,7 +35,11 @@ export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({
   maxCentroidBytes: 8 * 2 ** 30,
 });
 
-export const LIMIT_ENV: Readonly<Record<keyof Limits, string>> = Object.freeze({
+export const ALLOWED_BUCKETS_ENV = 'KMFLEET_ALLOWED_BUCKETS';
+
+type NumericLimit = Exclude<keyof Limits, 'allowedBuckets'>;
+
+export const LIMIT_ENV: Readonly<Record<NumericLimit, string>> = Object.freeze({
   maxK: 'KMFLEET_MAX_K',
   maxDims: 'KMFLEET_MAX_DIMS',
   maxIter: 'KMFLEET_MAX_ITER',
@@ -48,16 +56,26 @@ function positiveInt(value: unknown, what: string): number {
   return n;
 }
 
-/** Defaults, overridden by the KMFLEET_MAX_* variables of `env`, overridden by `overrides`. */
+/** Defaults, overridden by the KMFLEET_MAX_* / KMFLEET_ALLOWED_BUCKETS variables of `env`, overridden by `overrides`. */
 export function resolveLimits(overrides: Partial<Limits> = {}, env: NodeJS.ProcessEnv = process.env): Limits {
-  const out = { ...DEFAULT_LIMITS };
-  for (const key of Object.keys(LIMIT_ENV) as (keyof Limits)[]) {
+  const out: Limits = { ...DEFAULT_LIMITS };
+  for (const key of Object.keys(LIMIT_ENV) as NumericLimit[]) {
     const raw = env[LIMIT_ENV[key]];
     if (raw !== undefined && raw !== '') out[key] = positiveInt(raw, LIMIT_ENV[key]);
     const o = overrides[key];
     if (o !== undefined) out[key] = positiveInt(o, `limits.${key}`);
   }
+  const buckets = overrides.allowedBuckets ?? parseBucketList(env[ALLOWED_BUCKETS_ENV]);
+  if (buckets !== undefined) out.allowedBuckets = Object.freeze([...buckets]);
   return out;
+}
+
+function parseBucketList(raw: string | undefined): string[] | undefined {
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const list = raw.split(',').map((b) => b.trim()).filter(Boolean);
+  const bad = list.filter((b) => !/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(b));
+  if (bad.length > 0) throw new LimitsConfigError(`${ALLOWED_BUCKETS_ENV} holds names that are not S3 buckets: ${bad.join(', ')}`);
+  return list;
 }
 
 /** What a worker learns from the dataset header (and HEAD) before it plans anything. */

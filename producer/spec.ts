@@ -30,7 +30,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { SpecValidationError, type SpecIssue } from './errors/spec-validation-error.js';
-import { resolveLimits, type Limits, LIMIT_ENV } from './limits.js';
+import { ALLOWED_BUCKETS_ENV, resolveLimits, type Limits, LIMIT_ENV } from './limits.js';
 import { parseS3ObjectUri, parseS3PrefixUri } from './s3-uri.js';
 
 import {
@@ -232,6 +232,7 @@ function crossFieldIssues(input: Record<string, unknown>, limits: Limits): SpecI
   if (input.init === 'previous' && input.name === undefined) {
     out.push({ path: 'name', message: 'is required when init is "previous" (warm start from the model\'s latest result)' });
   }
+  out.push(...bucketIssues(input, limits));
   const k = input.k;
   if (
     typeof k === 'number' && Number.isSafeInteger(k) && k >= 1 && k <= limits.maxK &&
@@ -242,6 +243,26 @@ function crossFieldIssues(input: Record<string, unknown>, limits: Limits): SpecI
       path: 'k',
       message: `k × dataset.dims × 4 = ${k * dims * 4} bytes of centroids, over the limit of ${limits.maxCentroidBytes} (${LIMIT_ENV.maxCentroidBytes})`,
     });
+  }
+  return out;
+}
+
+/** Buckets outside KMFLEET_ALLOWED_BUCKETS, for the URIs that are otherwise well-formed. */
+function bucketIssues(input: Record<string, unknown>, limits: Limits): SpecIssue[] {
+  const allowed = limits.allowedBuckets;
+  if (!allowed) return [];
+  const ds = input.dataset as Record<string, unknown> | undefined;
+  const uris: [string, unknown, (u: string) => { bucket: string } | null][] = [
+    ['dataset.uri', ds && typeof ds === 'object' ? ds.uri : undefined, parseS3ObjectUri],
+    ['init', input.init, parseS3ObjectUri],
+    ['output', input.output, parseS3PrefixUri],
+  ];
+  const out: SpecIssue[] = [];
+  for (const [path, uri, parse] of uris) {
+    const loc = typeof uri === 'string' ? parse(uri) : null;
+    if (loc && !allowed.includes(loc.bucket)) {
+      out.push({ path, message: `bucket '${loc.bucket}' is not allowed here (${ALLOWED_BUCKETS_ENV}: ${allowed.join(', ')})` });
+    }
   }
   return out;
 }

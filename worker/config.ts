@@ -33,6 +33,7 @@
  * | KMFLEET_METRICS_PORT             | 9464                     | /metrics /healthz /readyz; 0 = off                               |
  * | KMFLEET_LOG_LEVEL                | info                     | pino level                                                       |
  * | KMFLEET_MAX_*                    | producer/limits.ts       | spec and dataset limits, re-checked by the worker                |
+ * | KMFLEET_ALLOWED_BUCKETS          | producer/limits.ts       | buckets a spec may name (default any), re-checked by the worker  |
  * | AWS_REGION, AWS_ACCESS_KEY_ID, … | AWS standard chain       | S3 credentials and region                                        |
  */
 import { cpus } from 'node:os';
