@@ -82,12 +82,16 @@ function send(res: ServerResponse, status: number, body: string | Buffer, type: 
 const sendJson = (res: ServerResponse, status: number, value: unknown) =>
   send(res, status, JSON.stringify(value), 'application/json; charset=utf-8');
 
+/** A job id or model name from the path; ids with spaces can't exist (keys.ts refuses them). */
 function decodeParam(raw: string): string {
+  let value: string;
   try {
-    return decodeURIComponent(raw);
+    value = decodeURIComponent(raw);
   } catch {
     throw new HttpError(400, 'bad URL encoding');
   }
+  if (/\s/.test(value)) throw new HttpError(404, `${JSON.stringify(value)} not found`);
+  return value;
 }
 
 export async function startDashboard(opts: DashboardOptions): Promise<DashboardServer> {

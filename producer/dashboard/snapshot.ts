@@ -4,7 +4,7 @@
  * renders it (as text, never as markup: names and failure reasons are user data).
  */
 import type { Job } from 'bullmq';
-import type { JobInfo, JobState, KmfleetClient } from '../client.js';
+import type { JobInfo, KmfleetClient } from '../client.js';
 import type { JobData } from '../job-data.js';
 import { readIterations, type IterationRecord } from '../job-state.js';
 import { asJobProgress, type JobProgress } from '../progress.js';
@@ -93,9 +93,7 @@ export async function queueSnapshot(client: KmfleetClient, opts: { limit?: numbe
   };
 }
 
-export type JobDetail = JobInfo & { state: JobState };
-
-export async function jobDetail(client: KmfleetClient, jobId: string): Promise<JobDetail | null> {
+export async function jobDetail(client: KmfleetClient, jobId: string): Promise<JobInfo | null> {
   return client.get(jobId);
 }
 

@@ -136,8 +136,21 @@ describe('dashboard JSON API', () => {
     expect(its.body.map((r) => r.iteration)).toEqual([1, 2, 3, 4, 5]);
     expect(its.body.map((r) => r.inertia)).toEqual([1, 2, 3, 4, 5].map(inertiaAt));
     expect((await getJson('/api/jobs/nope-1')).status).toBe(404);
+    expect((await getJson('/api/jobs/a%20b/iterations')).status).toBe(404);
+    // a scheduler's job id holds ':' (repeat:<name>:<millis>): the page sends it URL-encoded
+    const { body: q } = await getJson<QueueSnapshot>('/api/queue');
+    const scheduled = q.jobs.find((j) => j.scheduler === 'nightly')!;
+    expect(scheduled.id).toMatch(/^repeat:nightly:\d+$/);
+    expect((await getJson<{ state: string }>(`/api/jobs/${encodeURIComponent(scheduled.id)}`)).body.state).toBe('delayed');
     expect((await getJson('/api/nothing')).status).toBe(404);
     expect((await fetch(new URL('/../package.json', dash.url))).status).toBe(404);
+  });
+
+  it("returns a model's result history, newest first", async () => {
+    const { status, body } = await getJson<JobResult[]>('/api/models/emb-v2/history');
+    expect(status).toBe(200);
+    expect(body).toEqual([]); // run-1 has not finished yet: see 'when the job finishes' below
+    expect((await getJson('/api/models/bad%20name/history')).status).toBe(404);
   });
 
   it('refuses a cancel without its header (no cross-site cancels)', async () => {
@@ -212,5 +225,23 @@ describe.skipIf(browserReason !== null)('dashboard in a real browser (Debian chr
       rmSync(profile, { recursive: true, force: true });
       rmSync(shots, { recursive: true, force: true });
     }
+  });
+});
+
+describe('dashboard JSON API when the job finishes', () => {
+  it('counts it as completed with its result, and lists it in the model history', async () => {
+    await worker.pause(true); // finish run-1, take no other job: the counts stay exact
+    release = true;
+    await client.wait('run-1', { timeoutMs: 15_000 });
+    const { body } = await getJson<QueueSnapshot>('/api/queue');
+    expect(body.counts.completed).toBe(1);
+    expect(body.counts.active).toBe(0);
+    expect(body.counts.prioritized).toBe(1);
+    const row = body.jobs.find((j) => j.id === 'run-1')!;
+    expect(row).toMatchObject({ state: 'completed', result: { iterations: written, inertia: inertiaAt(written), converged: true } });
+    const history = await getJson<JobResult[]>('/api/models/emb-v2/history');
+    expect(history.body.map((r) => [r.jobId, r.iterations])).toEqual([['run-1', written]]);
+    const its = await getJson<IterationRecord[]>('/api/jobs/run-1/iterations');
+    expect(its.body).toHaveLength(written);
   });
 });
