@@ -234,6 +234,13 @@ describe('Dockerfile', () => {
     expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && i.args.includes(`/src/${addon} ./${addon}`))).toBe(true);
   });
 
+  it('copies the dashboard static files where the dashboard server looks for them from dist/', () => {
+    const server = readFileSync(join(ROOT, 'producer', 'dashboard', 'server.ts'), 'utf8');
+    expect(server).toContain("'../../../producer/dashboard/static'");
+    expect(existsSync(join(ROOT, 'producer', 'dashboard', 'static', 'index.html'))).toBe(true);
+    expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && i.args.includes('/src/producer/dashboard/static ./producer/dashboard/static'))).toBe(true);
+  });
+
   it('health-checks /healthz on the metrics port, and exposes that port', () => {
     const hc = last(run, 'HEALTHCHECK')!;
     expect(hc).toBeDefined();

@@ -33,7 +33,7 @@ const envOf = (name: string): Record<string, string> => {
 };
 
 const WORKERS = ['worker', 'worker-gpu'];
-const LONG_RUNNING = ['redis', 'minio', 'worker', 'worker-gpu', 'queue-exporter', 'prometheus', 'grafana'];
+const LONG_RUNNING = ['redis', 'minio', 'worker', 'worker-gpu', 'queue-exporter', 'prometheus', 'grafana', 'dashboard'];
 
 /** Environment variables the code reads: env.X, env['X'], and quoted KMFLEET_/REDIS_/AWS_ names. */
 function envVarsReadByCode(): Set<string> {
@@ -73,7 +73,7 @@ describe('infra/compose/compose.yaml', () => {
       ['dashboard', 'grafana', 'minio', 'minio-init', 'prometheus', 'queue-exporter', 'redis', 'worker', 'worker-gpu'].sort(),
     );
     expect(services['worker-gpu'].profiles).toEqual(['gpu']);
-    expect(services.dashboard.profiles).toEqual(['dashboard']);
+    expect(services.dashboard.profiles).toBeUndefined(); // `kmfleet dashboard` exists: part of the default stack
     expect(services.grafana.profiles).toEqual(['grafana']);
     expect(services.worker.profiles).toBeUndefined(); // `up` alone starts CPU workers, which run anywhere
   });
@@ -187,6 +187,16 @@ describe('infra/compose/compose.yaml', () => {
     for (const [name, s] of Object.entries(services)) {
       for (const p of (s.ports ?? []) as string[]) expect(p, name).toMatch(/^127\.0\.0\.1:/);
     }
+  });
+
+  it('the dashboard listens on all interfaces inside its container, on the port published on loopback', () => {
+    const cmd = services.dashboard.command as string[];
+    expect(cmd[0]).toBe('dashboard');
+    const port = cmd[cmd.indexOf('--port') + 1];
+    expect(cmd[cmd.indexOf('--host') + 1]).toBe('0.0.0.0');
+    expect(services.dashboard.ports).toEqual([`127.0.0.1:${port}:${port}`]);
+    expect(services.dashboard.healthcheck.test.join(' ')).toContain(`127.0.0.1:${port}/`);
+    expect(existsSync(join(ROOT, 'cli', 'commands', 'dashboard.ts'))).toBe(true);
   });
 
   it('every environment variable given to kmfleet services is one the code reads', () => {
