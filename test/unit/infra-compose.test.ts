@@ -174,6 +174,9 @@ describe('infra/compose/compose.yaml', () => {
     const script = mi.command.join(' ');
     expect(script).toMatch(/mc alias set local http:\/\/minio:9000/);
     expect(script).toMatch(/mc mb --ignore-existing local\/kmfleet\b/);
+    // the only bucket specs may name is the one created here
+    const bucket = /local\/([a-z0-9.-]+)/.exec(script)![1];
+    for (const w of WORKERS) expect(loadWorkerConfig(envOf(w)).limits.allowedBuckets).toEqual([bucket]);
     expect(envOf('minio-init')).toEqual({
       MINIO_ROOT_USER: envOf('minio').MINIO_ROOT_USER,
       MINIO_ROOT_PASSWORD: envOf('minio').MINIO_ROOT_PASSWORD,
