@@ -74,6 +74,7 @@
     });
     $('#jobs tbody').replaceChildren(...rows);
     $('#jobs-empty').hidden = rows.length > 0;
+    $('#jobs').hidden = rows.length === 0;
   }
 
   function renderSchedules(list) {
@@ -85,6 +86,7 @@
       h('td', {}, s.spec && s.spec.name ? s.spec.name : '–'),
       h('td', {}, s.spec ? s.spec.k : '–'))));
     $('#schedules-empty').hidden = list.length > 0;
+    $('#schedules').hidden = list.length === 0;
   }
 
   async function refreshQueue() {
