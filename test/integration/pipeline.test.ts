@@ -8,6 +8,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Engine } from '../../native/index.js';
 import { JobCancelledError } from '../../producer/errors/index.js';
 import { readIterations } from '../../producer/job-state.js';
 import { generateDataset } from '../../worker/dataset/synthetic.js';
@@ -154,6 +155,33 @@ describe('pipeline: cancel from another process', () => {
     } finally {
       child.kill('SIGTERM');
       await child.exited;
+    }
+  });
+
+  it("releases the engine's memory: a cancelled job's engine is closed and its host buffers detached", async () => {
+    const opened: Engine[] = [];
+    const worker = await stack.startWorker({ ...WORKER_ENV, KMFLEET_THREADS: '1' }, {
+      openEngine: async (o) => {
+        const e = await Engine.open(o);
+        opened.push(e);
+        return e;
+      },
+    });
+    try {
+      await stack.client.enqueue(
+        { dataset: { uri: 's3://data/normal.npy' }, k: 64, maxIter: 300, tol: 0, seed: 1, backend: 'cpu', output: 's3://out/runs' },
+        { jobId: 'to-cancel-2' },
+      );
+      await until(async () => ((await stack.client.get('to-cancel-2'))?.progress?.iteration ?? 0) >= 2, 30_000, 'iteration 2');
+      const buffer = opened[0].buffer(0);
+      expect(buffer.length).toBeGreaterThan(0);
+      await stack.client.cancel('to-cancel-2');
+      await expect(stack.client.wait('to-cancel-2', { timeoutMs: 10_000, pollMs: 20 })).rejects.toBeInstanceOf(JobCancelledError);
+      expect(opened).toHaveLength(1);
+      await until(async () => buffer.length === 0, 5_000, 'engine closed'); // close() detaches the engine's Buffers
+      expect(() => opened[0].buffer(0)).toThrow();
+    } finally {
+      await worker.shutdown('test end');
     }
   });
 });
