@@ -52,9 +52,12 @@ describe('cancel', () => {
     await runPass(e, bytesOf(x), n, 'fit');
     e.beginPass('fit'); // every row is resident: the engine works alone until finishPass
     const done = settle(e.finishPass());
-    setTimeout(() => e.cancel(), 5);
+    let cancelIssued = false;
+    setTimeout(() => { e.cancel(); cancelIssued = true; }, 5);
     const out = await done;
-    // on a fast machine the pass may finish before the cancel lands; either way the engine stays consistent
+    // on a fast machine (or a slow timer) the pass may finish before the cancel lands; either way the engine stays
+    // consistent. Wait for the cancel to be issued, so that it cannot land in the middle of the next pass instead.
+    while (!cancelIssued) await new Promise((r) => setTimeout(r, 5));
     expect(out === 'resolved' || out instanceof CancelledError).toBe(true);
     const again = await runPass<PassResult>(e, bytesOf(x), n, 'fit', { skipBelow: n });
     expect(Array.from(again.counts).reduce((a, b) => a + b)).toBe(n);
