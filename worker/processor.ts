@@ -210,7 +210,7 @@ async function runJob(
       if (device !== undefined) engineOptions.device = device;
     }
     engine = await openEngine(engineOptions);
-    deps.metrics?.deviceInfo({ backend: engine.plan.backend, device: engine.plan.device });
+    reportDevice(deps.metrics, engine, engineOptions.device ?? 0, log);
     log.info({ plan: engine.plan }, 'engine open');
 
     // ---- 4. iterate ----
@@ -353,3 +353,23 @@ async function runJob(
     running?.end(outcome === 'retried' && attempt >= (job.opts.attempts ?? 1) ? 'failed' : outcome);
   }
 }
+
+/**
+ * The engine's device for /metrics: backend and device labels, and on CUDA the compute capability and the device
+ * memory in use once the engine has planned and allocated (what an operator compares with the card's size).
+ */
+function reportDevice(metrics: FleetMetrics | undefined, engine: Engine, ordinal: number, log: Logger): void {
+  if (!metrics) return;
+  if (engine.plan.backend !== 'cuda') {
+    metrics.deviceInfo({ backend: engine.plan.backend, device: engine.plan.device });
+    return;
+  }
+  try {
+    const gpu = native.gpuInfo().devices.find((d) => d.ordinal === ordinal);
+    metrics.deviceInfo({ backend: 'cuda', device: engine.plan.device, computeCapability: gpu?.computeCapability });
+    if (gpu) metrics.deviceMemoryUsed(gpu.totalMemory - gpu.freeMemory, engine.plan.device);
+  } catch (err) {
+    log.warn({ err }, 'device query for metrics failed'); // metrics must never fail a job
+  }
+}
+

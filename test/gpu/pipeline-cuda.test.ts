@@ -64,6 +64,13 @@ describe('pipeline on the GPU: SDK → queue → worker (cuda) → S3', () => {
         expect(Math.sqrt(diff), `centroid ${c}`).toBeLessThanOrEqual(1e-6 * Math.sqrt(norm));
       }
       expect(Math.abs(onCuda.inertia / onCpu.inertia - 1)).toBeLessThan(1e-6);
+
+      // /metrics: the CUDA device with its compute capability, and the device memory in use while the job ran
+      const text = await worker.metrics.registry.metrics();
+      expect(text).toMatch(/kmfleet_device_info\{[^}]*backend="cuda"[^}]*compute_capability="\d+\.\d+"/);
+      const used = /kmfleet_device_memory_used_bytes\{[^}]*\} (\d+(?:\.\d+)?(?:e\+\d+)?)/.exec(text);
+      expect(used, text).not.toBeNull();
+      expect(Number(used![1])).toBeGreaterThan(0);
     } finally {
       await worker.shutdown('test end');
     }
