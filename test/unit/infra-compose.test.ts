@@ -3,12 +3,13 @@
  * pinned images, health checks, volumes, dependencies, and the consistency of the environment with the worker's
  * configuration, the metrics server and the Prometheus scrape jobs.
  */
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { parse } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { loadWorkerConfig } from '../../worker/config.js';
 import { createFleetMetrics, DEFAULT_METRICS_PORT, HEALTH_PATH } from '../../worker/metrics/index.js';
+import { envVarsReadByCode } from '../helpers/env-vars.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const COMPOSE = join(ROOT, 'infra', 'compose', 'compose.yaml');
@@ -34,26 +35,6 @@ const envOf = (name: string): Record<string, string> => {
 
 const WORKERS = ['worker', 'worker-gpu'];
 const LONG_RUNNING = ['redis', 'minio', 'worker', 'worker-gpu', 'queue-exporter', 'prometheus', 'grafana', 'dashboard'];
-
-/** Environment variables the code reads: env.X, env['X'], and quoted KMFLEET_/REDIS_/AWS_ names. */
-function envVarsReadByCode(): Set<string> {
-  const names = new Set<string>();
-  const walk = (dir: string): void => {
-    if (!existsSync(dir)) return;
-    for (const e of readdirSync(dir, { withFileTypes: true })) {
-      const p = join(dir, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts')) {
-        const src = readFileSync(p, 'utf8');
-        for (const m of src.matchAll(/env\.([A-Z_][A-Z0-9_]*)/g)) names.add(m[1]);
-        for (const m of src.matchAll(/env\[['"]([A-Z_][A-Z0-9_]*)['"]\]/g)) names.add(m[1]);
-        for (const m of src.matchAll(/['"`]((?:KMFLEET|REDIS|AWS)_[A-Z0-9_]+)['"`]/g)) names.add(m[1]);
-      }
-    }
-  };
-  for (const d of ['worker', 'producer', 'cli', 'native']) walk(join(ROOT, d));
-  return names;
-}
 
 /** Every series name the fleet's registry can export (histograms: _bucket, _sum, _count). */
 async function exportedSeriesNames(): Promise<Set<string>> {

@@ -7,29 +7,10 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createFleetMetrics } from '../../worker/metrics/index.js';
+import { envVarsReadByCode } from '../helpers/env-vars.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const doc = readFileSync(join(ROOT, 'docs', 'operations.md'), 'utf8');
-
-/** Environment variables the code reads: env.X, env['X'], and quoted KMFLEET_/REDIS_/AWS_ names (config tables). */
-function envVarsReadByCode(): Set<string> {
-  const names = new Set<string>();
-  const walk = (dir: string): void => {
-    if (!existsSync(dir)) return;
-    for (const e of readdirSync(dir, { withFileTypes: true })) {
-      const p = join(dir, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts')) {
-        const src = readFileSync(p, 'utf8');
-        for (const m of src.matchAll(/env\.([A-Z_][A-Z0-9_]*)/g)) names.add(m[1]);
-        for (const m of src.matchAll(/env\[['"]([A-Z_][A-Z0-9_]*)['"]\]/g)) names.add(m[1]);
-        for (const m of src.matchAll(/['"`]((?:KMFLEET|REDIS|AWS)_[A-Z0-9_]+)['"`]/g)) names.add(m[1]);
-      }
-    }
-  };
-  for (const d of ['worker', 'producer', 'cli', 'native']) walk(join(ROOT, d));
-  return names;
-}
 
 /** The rows of the table under "## Configuration reference": first-column variable names. */
 function documentedVars(): Set<string> {

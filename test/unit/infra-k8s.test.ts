@@ -17,6 +17,7 @@ import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { DEFAULT_METRICS_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH } from '../../worker/metrics/index.js';
 import { loadWorkerConfig } from '../../worker/config.js';
+import { envVarsReadByCode } from '../helpers/env-vars.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const K8S = join(ROOT, 'infra', 'k8s');
@@ -60,31 +61,6 @@ const config = get('ConfigMap', 'kmfleet-worker-config');
 const exporter = get('Deployment', 'kmfleet-queue-exporter');
 const scaled = get('ScaledObject', 'kmfleet-worker');
 const redis = get('StatefulSet', 'kmfleet-redis');
-
-/** Environment variables the code reads: env.X, env['X'], and quoted KMFLEET_/REDIS_/AWS_ names (config tables). */
-function envVarsReadByCode(root: string): Set<string> {
-  const names = new Set<string>();
-  const walk = (dir: string): void => {
-    for (const e of readdirSync(dir, { withFileTypes: true })) {
-      const p = join(dir, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts')) {
-        const src = readFileSync(p, 'utf8');
-        for (const m of src.matchAll(/env\.([A-Z_][A-Z0-9_]*)/g)) names.add(m[1]);
-        for (const m of src.matchAll(/env\[['"]([A-Z_][A-Z0-9_]*)['"]\]/g)) names.add(m[1]);
-        for (const m of src.matchAll(/['"`]((?:KMFLEET|REDIS|AWS)_[A-Z0-9_]+)['"`]/g)) names.add(m[1]);
-      }
-    }
-  };
-  for (const d of ['worker', 'producer', 'cli', 'native']) {
-    try {
-      walk(join(root, d));
-    } catch {
-      /* folder not there yet */
-    }
-  }
-  return names;
-}
 
 /** The environment a worker container gets: the ConfigMap, plus the Secret example's keys it references. */
 function podEnv(): Record<string, string> {

@@ -1,0 +1,28 @@
+/**
+ * The environment variables the project's code reads — `env.X`, `env['X']`, and quoted KMFLEET_/REDIS_/AWS_ names
+ * (config tables) in worker/, producer/, cli/ and native/ — so that docs, compose and manifests can be checked
+ * against the code instead of against a hand-kept list.
+ */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+export function envVarsReadByCode(root: string = ROOT): Set<string> {
+  const names = new Set<string>();
+  const walk = (dir: string): void => {
+    if (!existsSync(dir)) return;
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts')) {
+        const src = readFileSync(p, 'utf8');
+        for (const m of src.matchAll(/env\.([A-Z_][A-Z0-9_]*)/g)) names.add(m[1]);
+        for (const m of src.matchAll(/env\[['"]([A-Z_][A-Z0-9_]*)['"]\]/g)) names.add(m[1]);
+        for (const m of src.matchAll(/['"`]((?:KMFLEET|REDIS|AWS)_[A-Z0-9_]+)['"`]/g)) names.add(m[1]);
+      }
+    }
+  };
+  for (const d of ['worker', 'producer', 'cli', 'native']) walk(join(root, d));
+  return names;
+}
