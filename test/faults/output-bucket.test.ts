@@ -7,7 +7,6 @@
  */
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, request, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,6 +15,7 @@ import { readIterations } from '../../producer/job-state.js';
 import { generateDataset } from '../../worker/dataset/synthetic.js';
 import { headObject } from '../../worker/s3/objects.js';
 import { createS3 } from '../../worker/s3/client.js';
+import { accessDenied, startS3FaultProxy, type S3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { startStack, type Stack } from '../integration/pipeline-fixture.js';
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
@@ -25,8 +25,7 @@ describe('output bucket missing or not writable', () => {
   let dir: string;
   let input: Buffer;
   let etag: string | undefined;
-  let proxy: Server;
-  const refused: string[] = [];
+  let proxy: S3FaultProxy;
 
   beforeAll(async () => {
     stack = await startStack();
@@ -35,26 +34,13 @@ describe('output bucket missing or not writable', () => {
     input = readFileSync(path);
     etag = await stack.s3.put('data', 'd.npy', input);
     // writes (PUT/POST/DELETE) to bucket 'out' answer 403 AccessDenied; everything else goes through
-    proxy = createServer((req, res) => {
-      if (req.method !== 'GET' && req.method !== 'HEAD' && /^\/out(\/|\?|$)/.test(req.url ?? '')) {
-        refused.push(`${req.method} ${req.url}`);
-        req.resume();
-        res.writeHead(403, { 'content-type': 'application/xml' });
-        res.end('<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>');
-        return;
-      }
-      const up = request({ host: '127.0.0.1', port: stack.s3.port, method: req.method, path: req.url, headers: req.headers }, (upRes) => {
-        res.writeHead(upRes.statusCode!, upRes.headers);
-        upRes.pipe(res);
-      });
-      req.pipe(up);
+    proxy = await startS3FaultProxy(stack.s3, {
+      fault: (r) => (r.bucket === 'out' && r.method !== 'GET' && r.method !== 'HEAD' ? accessDenied() : undefined),
     });
-    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
   });
   afterAll(async () => {
     await stack?.stop();
-    proxy?.closeAllConnections();
-    await new Promise((r) => proxy?.close(r));
+    await proxy?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
@@ -88,8 +74,7 @@ describe('output bucket missing or not writable', () => {
   });
 
   it('bucket refuses writes (403): one attempt, the reason names the bucket, no partial outputs, input untouched', async () => {
-    const port = (proxy.address() as { port: number }).port;
-    const s3 = createS3({ ...stack.s3.settings, endpoint: `http://127.0.0.1:${port}` });
+    const s3 = createS3(proxy.settings);
     const worker = await stack.startWorker({ KMFLEET_THREADS: '1' }, { s3 });
     try {
       await stack.client.enqueue({ dataset: { uri: 's3://data/d.npy' }, k: 4, maxIter: 5, backend: 'cpu', output: 's3://out/locked' }, { jobId: 'locked-1' });
@@ -99,7 +84,7 @@ describe('output bucket missing or not writable', () => {
       expect(info?.attemptsMade).toBe(1);
       expect(info?.failedReason).toMatch(/access denied/i);
       expect(info?.failedReason).toMatch(/s3:\/\/out\b|bucket 'out'|\bout\//);
-      expect(refused.length).toBeGreaterThan(0);
+      expect(proxy.requests.filter((r) => r.fault === 'AccessDenied').length).toBeGreaterThan(0);
       expect(stack.s3.keys('out')).toEqual([]);
       await expectInputUntouched();
     } finally {

@@ -4,6 +4,7 @@
  * CompleteMultipartUpload and PutObject, and keeps a ledger of multipart uploads (created / completed / aborted by
  * upload id), since s3rver 3.7.1 implements neither ListMultipartUploads nor AbortMultipartUpload (405): the proxy
  * answers AbortMultipartUpload itself (204, as S3 does) and the ledger stands in for ListMultipartUploads.
+ * (The proxy is test/helpers/s3-fault-proxy.ts.)
  *   - the multipart sink survives transient faults on every kind of upload request: object bytes = what was written;
  *   - a part that never goes through: end() fails, the upload is aborted, nothing lingers, no object appears;
  *   - a whole job whose uploads (checkpoints, multipart assignments, centroids, summary) keep hitting faults
@@ -11,7 +12,6 @@
  */
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, request, type IncomingMessage, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,87 +19,67 @@ import { generateDataset } from '../../worker/dataset/synthetic.js';
 import { decodeNpy } from '../../worker/formats/npy-encode.js';
 import { S3MultipartSink } from '../../worker/outputs/multipart-sink.js';
 import { createS3, type S3Handle } from '../../worker/s3/client.js';
+import { reply, reset, slowDown, startS3FaultProxy, type ProxiedRequest, type S3FaultProxy, type S3Operation } from '../helpers/s3-fault-proxy.js';
 import { bytesOf, referenceFit, startStack, type Stack } from '../integration/pipeline-fixture.js';
 
 type Fault = 'slowdown' | 'reset';
-type Op = 'create' | 'part' | 'complete' | 'abort' | 'put' | 'other';
+type Op = 'create' | 'part' | 'complete' | 'abort' | 'put';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 
-function opOf(req: IncomingMessage): Op {
-  const url = new URL(req.url ?? '/', 'http://x');
-  if (req.method === 'POST' && url.searchParams.has('uploads')) return 'create';
-  if (req.method === 'PUT' && url.searchParams.has('partNumber')) return 'part';
-  if (req.method === 'POST' && url.searchParams.has('uploadId')) return 'complete';
-  if (req.method === 'DELETE' && url.searchParams.has('uploadId')) return 'abort';
-  if (req.method === 'PUT') return 'put';
-  return 'other';
-}
+/** The upload requests, by short name; other requests are never faulted. */
+const OPS: Partial<Record<S3Operation, Op>> = {
+  CreateMultipartUpload: 'create',
+  UploadPart: 'part',
+  CompleteMultipartUpload: 'complete',
+  AbortMultipartUpload: 'abort',
+  PutObject: 'put',
+};
 
 describe('faults on S3 uploads', () => {
   let stack: Stack;
-  let proxy: Server;
+  let proxy: S3FaultProxy;
   let client: S3Handle;
   let dir: string;
-  /** decides the fault for each upload request; default none */
+  /** decides the fault for each upload request (n: its number among upload requests); default none */
   let policy: (op: Op, url: URL, n: number) => Fault | undefined = () => undefined;
   const ledger = { created: new Set<string>(), completed: new Set<string>(), aborted: new Set<string>() };
-  const faults: string[] = [];
+  /** "op fault" of the faults injected since `mark` */
+  let mark = 0;
+  const faults = () => proxy.requests.slice(mark).filter((r) => r.fault && !r.fault.startsWith('reply') && OPS[r.operation]).map((r) => `${OPS[r.operation]} ${r.fault}`);
   let n = 0;
   const openUploads = () => [...ledger.created].filter((id) => !ledger.completed.has(id) && !ledger.aborted.has(id));
+
+  const faultOf = (r: ProxiedRequest) => {
+    const op = OPS[r.operation];
+    if (!op) return undefined;
+    const fault = policy(op, r.url, ++n);
+    if (fault) return fault === 'reset' ? reset() : slowDown();
+    if (op === 'abort') {
+      ledger.aborted.add(r.url.searchParams.get('uploadId')!);
+      return reply(204);
+    }
+    return undefined;
+  };
+  const record = (r: ProxiedRequest, status: number, body: Buffer) => {
+    if (status >= 300) return;
+    if (r.operation === 'CreateMultipartUpload') {
+      const id = /<UploadId>([^<]+)<\/UploadId>/.exec(body.toString())?.[1];
+      if (id) ledger.created.add(id);
+    }
+    if (r.operation === 'CompleteMultipartUpload') ledger.completed.add(r.url.searchParams.get('uploadId')!);
+  };
 
   beforeAll(async () => {
     stack = await startStack();
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-s3up-'));
-    proxy = createServer((req, res) => {
-      const op = opOf(req);
-      const url = new URL(req.url ?? '/', 'http://x');
-      const fault = op === 'other' ? undefined : policy(op, url, ++n);
-      if (fault) {
-        faults.push(`${op} ${fault}`);
-        if (fault === 'reset') {
-          req.socket.destroy();
-          return;
-        }
-        req.resume();
-        res.writeHead(503, { 'content-type': 'application/xml' });
-        res.end('<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>');
-        return;
-      }
-      if (op === 'abort') {
-        req.resume();
-        ledger.aborted.add(url.searchParams.get('uploadId')!);
-        res.writeHead(204);
-        res.end();
-        return;
-      }
-      const up = request({ host: '127.0.0.1', port: stack.s3.port, method: req.method, path: req.url, headers: req.headers }, (upRes) => {
-        const chunks: Buffer[] = [];
-        upRes.on('data', (c: Buffer) => chunks.push(c));
-        upRes.on('end', () => {
-          const body = Buffer.concat(chunks);
-          const ok = (upRes.statusCode ?? 500) < 300;
-          if (ok && op === 'create') {
-            const id = /<UploadId>([^<]+)<\/UploadId>/.exec(body.toString())?.[1];
-            if (id) ledger.created.add(id);
-          }
-          if (ok && op === 'complete') ledger.completed.add(url.searchParams.get('uploadId')!);
-          res.writeHead(upRes.statusCode!, upRes.headers);
-          res.end(body);
-        });
-      });
-      up.on('error', () => req.socket.destroy());
-      req.pipe(up);
-    });
-    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
-    const port = (proxy.address() as { port: number }).port;
-    client = createS3({ ...stack.s3.settings, endpoint: `http://127.0.0.1:${port}`, maxAttempts: 5, retry: { attempts: 5, baseMs: 5, maxMs: 50 } });
+    proxy = await startS3FaultProxy(stack.s3, { fault: faultOf, onResponse: record });
+    client = createS3({ ...proxy.settings, maxAttempts: 5, retry: { attempts: 5, baseMs: 5, maxMs: 50 } });
   });
   afterAll(async () => {
     client?.destroy();
     await stack?.stop();
-    proxy?.closeAllConnections();
-    await new Promise((r) => proxy?.close(r));
+    await proxy?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
@@ -118,17 +98,17 @@ describe('faults on S3 uploads', () => {
     for (let off = 0; off < data.length; off += 1 << 20) await sink.write(data.subarray(off, off + (1 << 20)));
     await sink.end();
     expect(sha(await stack.s3.get('out', 'mp/ok.bin'))).toBe(sha(data));
-    expect(faults.filter((f) => f.startsWith('part')).length).toBe(3);
-    expect(faults).toContain('create slowdown');
-    expect(faults).toContain('complete slowdown');
-    expect(faults).toContain('part reset');
+    expect(faults().filter((f) => f.startsWith('part')).length).toBe(3);
+    expect(faults()).toContain('create SlowDown');
+    expect(faults()).toContain('complete SlowDown');
+    expect(faults()).toContain('part reset');
     expect(openUploads()).toEqual([]);
     expect(ledger.completed.size).toBe(1);
   });
 
   it('a part that never goes through: end() fails, the upload is aborted, no open upload, no object', async () => {
     policy = (op, url) => (op === 'part' && url.searchParams.get('partNumber') === '2' ? 'slowdown' : undefined);
-    const quick = createS3({ ...stack.s3.settings, endpoint: client.settings.endpoint, maxAttempts: 2 }); // fewer SDK backoffs
+    const quick = createS3({ ...proxy.settings, maxAttempts: 2 }); // fewer SDK backoffs
     const sink = new S3MultipartSink(quick, { bucket: 'out', key: 'mp/broken.bin' }, { partBytes: 5 * 1024 * 1024 });
     const data = Buffer.alloc(11 * 1024 * 1024, 7);
     let err: unknown;
@@ -149,8 +129,8 @@ describe('faults on S3 uploads', () => {
 
   it('a job whose uploads keep hitting faults completes once; outputs match summary.json checksums and the reference', async () => {
     // every 2nd upload request fails, alternately 503 and reset: checkpoints, multipart assignments, centroids, summary
-    policy = (op, _url, i) => (op === 'other' || op === 'abort' || i % 2 === 1 ? undefined : i % 4 === 0 ? 'slowdown' : 'reset');
-    faults.length = 0;
+    policy = (op, _url, i) => (op === 'abort' || i % 2 === 1 ? undefined : i % 4 === 0 ? 'slowdown' : 'reset');
+    mark = proxy.requests.length;
     const path = (await generateDataset(join(dir, 'big.npy'), { kind: 'blobs', rows: 1_600_000, dims: 2, centers: 4, seed: 5, clusterStd: 1 })).path;
     await stack.s3.put('data', 'big.npy', readFileSync(path));
     const spec = { k: 4, maxIter: 3, tol: 0, seed: 2 };
@@ -168,8 +148,8 @@ describe('faults on S3 uploads', () => {
       expect(bytesOf(decodeNpy(await stack.s3.get('out', 'up/up-1/assignments.npy')).data).equals(bytesOf(ref.labels))).toBe(true);
       expect(stack.s3.keys('out', 'up/up-1/')).toEqual(['up/up-1/assignments.npy', 'up/up-1/centroids.npy', 'up/up-1/summary.json']);
       // the assignments (6.4 MB) went up as a multipart upload, through faults; none is left open
-      expect(faults.some((f) => f.startsWith('part'))).toBe(true);
-      expect(faults.some((f) => f.startsWith('put'))).toBe(true);
+      expect(faults().some((f) => f.startsWith('part'))).toBe(true);
+      expect(faults().some((f) => f.startsWith('put'))).toBe(true);
       expect(openUploads()).toEqual([]);
     } finally {
       await worker.shutdown('test end');
@@ -177,7 +157,7 @@ describe('faults on S3 uploads', () => {
   });
 
   it('a job whose assignments upload never completes: it fails after its attempts, every upload aborted, no visible output', async () => {
-    const failing = createS3({ ...stack.s3.settings, endpoint: client.settings.endpoint, maxAttempts: 2, retry: { attempts: 2, baseMs: 5, maxMs: 20 } });
+    const failing = createS3({ ...proxy.settings, maxAttempts: 2, retry: { attempts: 2, baseMs: 5, maxMs: 20 } });
     // part 2 of every multipart upload (only the assignments are that big) always answers 503
     policy = (op, url) => (op === 'part' && url.searchParams.get('partNumber') === '2' ? 'slowdown' : undefined);
     const before = new Set(ledger.created);

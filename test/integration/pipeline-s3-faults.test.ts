@@ -4,67 +4,38 @@
  * for bodies cut mid-stream).
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, request, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateDataset } from '../../worker/dataset/synthetic.js';
 import { decodeNpy } from '../../worker/formats/npy-encode.js';
 import { createS3 } from '../../worker/s3/client.js';
+import { reset, slowDown, startS3FaultProxy, truncate, type S3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { bytesOf, referenceFit, startStack, type Stack } from './pipeline-fixture.js';
 
 describe('pipeline through a faulty S3', () => {
   let stack: Stack;
-  let proxy: Server;
+  let proxy: S3FaultProxy;
   let dir: string;
   let path: string;
-  const counts = { requests: 0, faults: 0 };
 
   beforeAll(async () => {
     stack = await startStack();
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-s3faults-'));
     path = (await generateDataset(join(dir, 'blobs.npy'), { kind: 'blobs', rows: 60_000, dims: 16, centers: 10, seed: 2, clusterStd: 3 })).path;
     await stack.s3.put('data', 'blobs.npy', readFileSync(path));
-    // every 3rd request fails in turn: 503 SlowDown, a reset before the answer, a GET body cut after 1000 bytes
-    proxy = createServer((req, res) => {
-      const n = ++counts.requests;
-      const fault = n % 3 === 0 ? (['slowdown', 'reset', 'truncate'] as const)[(n / 3) % 3] : undefined;
-      if (fault === 'slowdown') {
-        counts.faults++;
-        res.writeHead(503, { 'content-type': 'application/xml' });
-        res.end('<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>');
-        req.resume();
-        return;
-      }
-      if (fault === 'reset') {
-        counts.faults++;
-        req.socket.destroy();
-        return;
-      }
-      const up = request({ host: '127.0.0.1', port: stack.s3.port, method: req.method, path: req.url, headers: req.headers }, (upRes) => {
-        res.writeHead(upRes.statusCode!, upRes.headers);
-        if (fault === 'truncate' && req.method === 'GET' && Number(upRes.headers['content-length'] ?? 0) > 1000) {
-          counts.faults++;
-          upRes.once('data', (chunk: Buffer) => {
-            res.write(chunk.subarray(0, 1000));
-            setTimeout(() => res.socket?.destroy(), 5);
-          });
-        } else upRes.pipe(res);
-      });
-      req.pipe(up);
-    });
-    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    // every 3rd request fails in turn: 503 SlowDown, a reset before the answer, a body cut after 1000 bytes (bodies
+    // that short, and answers without one, go through whole)
+    proxy = await startS3FaultProxy(stack.s3, { fault: ({ n }) => (n % 3 === 0 ? [slowDown, reset, truncate][(n / 3) % 3]() : undefined) });
   });
   afterAll(async () => {
     await stack?.stop();
-    proxy?.closeAllConnections();
-    await new Promise((r) => proxy?.close(r));
+    await proxy?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   it('completes with the same outputs as on a healthy S3', async () => {
-    const port = (proxy.address() as { port: number }).port;
-    const faulty = createS3({ ...stack.s3.settings, endpoint: `http://127.0.0.1:${port}`, maxAttempts: 6, retry: { attempts: 6, baseMs: 5, maxMs: 50 } });
+    const faulty = createS3({ ...proxy.settings, maxAttempts: 6, retry: { attempts: 6, baseMs: 5, maxMs: 50 } });
     try {
       // small read parts: many GETs, so that every kind of fault hits reads too
       await stack.startWorker({ KMFLEET_CHUNK_ROWS: '4096', KMFLEET_THREADS: '2', KMFLEET_S3_READ_PART_MB: '1' }, { s3: faulty });
@@ -76,7 +47,9 @@ describe('pipeline through a faulty S3', () => {
       expect(bytesOf(decodeNpy(await stack.s3.get('out', 'faulty/faulty-1/centroids.npy')).data).equals(bytesOf(ref.centroids))).toBe(true);
       expect(bytesOf(decodeNpy(await stack.s3.get('out', 'faulty/faulty-1/assignments.npy')).data).equals(bytesOf(ref.labels))).toBe(true);
       expect(result.iterations).toBe(ref.iterations);
-      expect(counts.faults).toBeGreaterThanOrEqual(4);
+      const kinds = new Set(proxy.requests.map((r) => r.fault).filter(Boolean));
+      expect(kinds).toEqual(new Set(['SlowDown', 'reset', 'truncate']));
+      expect(proxy.requests.filter((r) => r.fault).length).toBeGreaterThanOrEqual(4);
     } finally {
       faulty.destroy();
     }

@@ -6,7 +6,9 @@ import { CachedRowSource, MemoryCachedRowSource } from '../../worker/dataset/cac
 import { S3RowSource } from '../../worker/dataset/s3-source.js';
 import { DatasetFormatError } from '../../worker/formats/errors.js';
 import { encodeNpy } from '../../worker/formats/npy-encode.js';
+import { createS3 } from '../../worker/s3/client.js';
 import { S3ObjectChangedError, S3ObjectNotFoundError } from '../../worker/s3/errors.js';
+import { delay, startS3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { startS3Server, type S3ServerHandle } from '../helpers/s3-server.js';
 
 const ROWS = 5000;
@@ -113,20 +115,10 @@ describe('S3RowSource against s3rver', () => {
 
   it('a stop ends a wait for blocks still downloading, while blocks already here are still served', async () => {
     // a slow S3: s3rver behind a proxy that holds every GET of row data for 1.5 s (the header GET goes through)
-    const { createServer, request } = await import('node:http');
-    const proxy = createServer((req, res) => {
-      const hold = req.method === 'GET' && !/bytes=0-/.test(String(req.headers.range)) ? 1500 : 0;
-      setTimeout(() => {
-        const up = request({ host: '127.0.0.1', port: s3.port, method: req.method, path: req.url, headers: req.headers }, (r) => {
-          res.writeHead(r.statusCode!, r.headers);
-          r.pipe(res);
-        });
-        req.pipe(up);
-      }, hold);
+    const proxy = await startS3FaultProxy(s3, {
+      fault: (r) => (r.method === 'GET' && !/bytes=0-/.test(String(r.headers.range)) ? delay(1500) : undefined),
     });
-    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
-    const { createS3 } = await import('../../worker/s3/client.js');
-    const slow = createS3({ ...s3.settings, endpoint: `http://127.0.0.1:${(proxy.address() as { port: number }).port}` });
+    const slow = createS3(proxy.settings);
     try {
       const stop = new AbortController();
       const mem = new MemoryCachedRowSource(await S3RowSource.open(slow, 's3://data/x.npy', { format: 'npy' }), { blockBytes: 10_000, signal: stop.signal });
@@ -139,8 +131,7 @@ describe('S3RowSource against s3rver', () => {
       await mem.close();
     } finally {
       slow.destroy();
-      proxy.closeAllConnections();
-      await new Promise((r) => proxy.close(r));
+      await proxy.stop();
     }
     // and with the rows already downloaded, a stop changes nothing for reads
     const stop = new AbortController();
