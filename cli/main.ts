@@ -4,14 +4,14 @@
  * An error is one line on stderr: "kmfleet: error: <message>".
  */
 import { Command, CommanderError } from 'commander';
-import { commands } from './commands/index.js';
+import { defineCommands } from './commands/index.js';
 
 export function buildProgram(): Command {
   const program = new Command('kmfleet')
     .description('exact k-means on GPU workers: fit local files, generate datasets, run and feed the fleet')
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride();
-  for (const register of commands) register(program);
+  defineCommands(program);
   for (const cmd of program.commands) cmd.exitOverride();
   return program;
 }

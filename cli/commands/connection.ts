@@ -1,33 +1,14 @@
 /**
- * What every queue command of the CLI shares: where Redis is (--redis-url, else REDIS_URL), which prefix and
- * queue (--prefix / KMFLEET_PREFIX, --queue / KMFLEET_QUEUE), a client that is always closed, and the mapping
- * of the SDK's input errors to the CLI's exit code 2.
+ * What every queue command's action shares: a client from the connection flags (cli/options.ts) and the environment
+ * (--redis-url, else REDIS_URL; --prefix / KMFLEET_PREFIX; --queue / KMFLEET_QUEUE) that is always closed, and the
+ * mapping of the SDK's input errors to the CLI's exit code 2.
  */
-import type { Command } from 'commander';
-import type { KmfleetClient } from '../../producer/client.js';
+import { KmfleetClient } from '../../producer/client.js';
 import { KmfleetInputError } from '../../producer/errors/kmfleet-error.js';
-import { DEFAULT_PREFIX, DEFAULT_QUEUE } from '../../producer/keys.js';
-
-export interface ConnectionFlags {
-  redisUrl?: string;
-  prefix?: string;
-  queue?: string;
-  json?: boolean;
-}
-
-/** --redis-url, --prefix, --queue and --json, on a queue command. */
-export function addConnectionOptions(cmd: Command): Command {
-  return cmd
-    .option('--redis-url <url>', 'redis:// or rediss:// URL (default: $REDIS_URL, else redis://127.0.0.1:6379)')
-    .option('--prefix <prefix>', `Redis key prefix (default: $KMFLEET_PREFIX, else ${DEFAULT_PREFIX})`)
-    .option('--queue <name>', `queue name (default: $KMFLEET_QUEUE, else ${DEFAULT_QUEUE})`)
-    .option('--json', 'machine-readable output: one JSON document on stdout');
-}
+import type { ConnectionFlags } from '../options.js';
 
 /** A client from the flags and the environment; closed when `fn` settles. */
 export async function withClient<T>(flags: ConnectionFlags, fn: (client: KmfleetClient) => Promise<T>): Promise<T> {
-  // Loaded here, not at the top: BullMQ + zod cost ~0.3 s of start-up that `kmfleet fit` or `--help` need not pay.
-  const { KmfleetClient } = await import('../../producer/client.js');
   const client = new KmfleetClient({
     connection: flags.redisUrl ?? process.env.REDIS_URL ?? undefined,
     prefix: flags.prefix ?? (process.env.KMFLEET_PREFIX || undefined),

@@ -9,11 +9,17 @@
 import { open, mkdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import type { Command } from 'commander';
+import { KmfleetClient } from '../../producer/client.js';
+import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { loadWorkerConfig } from '../../worker/config.js';
+import { S3MultipartSink } from '../../worker/outputs/multipart-sink.js';
+import { createS3 } from '../../worker/s3/client.js';
+import { getObjectBuffer, putObjectBuffer } from '../../worker/s3/objects.js';
+import { parseS3Uri } from '../../worker/s3/uri.js';
+import { startWorker } from '../../worker/worker.js';
 import { humanCount, ProgressLine } from '../progress.js';
 import { startLocalRedis, startLocalS3, type LocalService } from './demo-stack.js';
 import { renderReportSvg } from './demo-report.js';
-import { positiveInt } from './fit.js';
 
 interface DemoOptions {
   rows: number;
@@ -26,21 +32,8 @@ interface DemoOptions {
   out: string;
 }
 
-export function registerDemo(program: Command): void {
-  program
-    .command('demo')
-    .description('run one job end to end on this machine: local Redis + S3 (unless configured), synthetic data, SDK, worker, report')
-    .option('--rows <n>', 'rows of the synthetic dataset', positiveInt('--rows'), 1_000_000)
-    .option('--dims <d>', 'dimensions', positiveInt('--dims'), 32)
-    .option('--k <n>', 'clusters to fit', positiveInt('--k'), 100)
-    .option('--centers <n>', 'blob centers in the data', positiveInt('--centers'), 100)
-    .option('--max-iter <n>', 'iterations at most', positiveInt('--max-iter'), 20)
-    .option('--seed <n>', 'seed of the data and the init', positiveInt('--seed'), 7)
-    .option('--bucket <name>', 'bucket for data and outputs (created on the local S3)', 'kmfleet-demo')
-    .option('--out <dir>', 'local directory for the report and summary', 'kmfleet-demo-out')
-    .action(async (opts: DemoOptions) => {
-      await demo(opts);
-    });
+export async function action(opts: DemoOptions): Promise<void> {
+  await demo(opts);
 }
 
 const say = (s: string) => process.stdout.write(s + '\n');
@@ -72,15 +65,6 @@ export async function demo(opts: DemoOptions): Promise<void> {
     env.KMFLEET_METRICS_PORT ??= '0';
     env.KMFLEET_LOG_LEVEL ??= 'warn';
 
-    // loaded here: the worker pulls in the native addon
-    const { loadWorkerConfig } = await import('../../worker/config.js');
-    const { startWorker } = await import('../../worker/worker.js');
-    const { createS3 } = await import('../../worker/s3/client.js');
-    const { getObjectBuffer, putObjectBuffer } = await import('../../worker/s3/objects.js');
-    const { S3MultipartSink } = await import('../../worker/outputs/multipart-sink.js');
-    const { generateDataset } = await import('../../worker/dataset/synthetic.js');
-    const { KmfleetClient } = await import('../../producer/client.js');
-    const { parseS3Uri } = await import('../../worker/s3/uri.js');
     const config = loadWorkerConfig(env);
     const s3 = createS3(config.s3);
     cleanups.push(async () => s3.destroy());

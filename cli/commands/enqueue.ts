@@ -5,51 +5,10 @@
  *   kmfleet enqueue --dataset s3://data/emb.npy --k 64 --output s3://models/emb --name emb --job-id emb-2026-11-22 --wait
  */
 import { readFile } from 'node:fs/promises';
-import type { Command } from 'commander';
-import { SPEC_DEFAULTS } from '../../producer/spec-vocabulary.js';
-import { addConnectionOptions, cliAction, printJson, withClient, type ConnectionFlags } from './connection.js';
+import type { ConnectionFlags, SpecFlags } from '../options.js';
+import { cliAction, printJson, withClient } from './connection.js';
 import { formatResult } from './status.js';
-import { followJob, msOption } from './wait.js';
-
-export interface SpecFlags {
-  spec?: string;
-  dataset?: string;
-  format?: string;
-  dims?: string;
-  k?: string;
-  metric?: string;
-  init?: string;
-  maxIter?: string;
-  tol?: string;
-  tolReassign?: string;
-  seed?: string;
-  precision?: string;
-  output?: string;
-  name?: string;
-  checkpointEvery?: string;
-  backend?: string;
-}
-
-/** The spec flags (shared with `schedule`). Defaults are the schema's; `initDefault` documents a different one. */
-export function addSpecOptions(cmd: Command, initDefault: string = SPEC_DEFAULTS.init): Command {
-  return cmd
-    .option('--spec <file.json>', 'read the spec from a JSON file (flags override its fields)')
-    .option('--dataset <uri>', 'dataset: s3://bucket/key')
-    .option('--format <f>', `npy | f32 | f16 (default ${SPEC_DEFAULTS.format})`)
-    .option('--dims <d>', 'dimensions (required for raw f32/f16)')
-    .option('--k <n>', 'number of clusters')
-    .option('--metric <m>', `l2 | cosine (default ${SPEC_DEFAULTS.metric})`)
-    .option('--init <init>', `kmeans++ | random | previous | s3://bucket/centroids.npy (default ${initDefault})`)
-    .option('--max-iter <n>', `iterations at most (default ${SPEC_DEFAULTS.maxIter})`)
-    .option('--tol <x>', `stop when Σ‖Δc‖² ≤ tol × mean feature variance (sklearn; default ${SPEC_DEFAULTS.tol})`)
-    .option('--tol-reassign <x>', `stop when the fraction of rows that changed cluster ≤ x (kmcuda; default ${SPEC_DEFAULTS.tolReassign})`)
-    .option('--seed <n>', `seed (default ${SPEC_DEFAULTS.seed})`)
-    .option('--precision <p>', `auto | fp32 | tf32 | bf16 | fp16 (default ${SPEC_DEFAULTS.precision})`)
-    .option('--output <uri>', 'output prefix: s3://bucket[/prefix]; outputs go under <output>/<jobId>/')
-    .option('--name <name>', 'model name [a-zA-Z0-9._-]: result history and warm starts (init previous)')
-    .option('--checkpoint-every <n>', `checkpoint every n iterations, 0 = never (default ${SPEC_DEFAULTS.checkpointEvery})`)
-    .option('--backend <b>', `auto | cpu | cuda (default ${SPEC_DEFAULTS.backend})`);
-}
+import { followJob } from './wait.js';
 
 /** "64" → 64, "1e-4" → 0.0001; anything else stays a string, so the validator names it with the value given. */
 function numeric(v: string): number | string {
@@ -97,34 +56,22 @@ interface EnqueueFlags extends SpecFlags, ConnectionFlags {
   timeout?: number;
 }
 
-export function registerEnqueue(program: Command): void {
-  const cmd = program
-    .command('enqueue')
-    .description('validate a k-means job spec and add it to the queue (idempotent with --job-id)');
-  addSpecOptions(cmd)
-    .option('--job-id <id>', 'idempotency key: the same id never makes a second job (default: a random UUID)')
-    .option('--priority <n>', '1 (highest) .. 2097152; default none (FIFO, ahead of prioritized jobs)')
-    .option('--wait', 'then follow the job until it ends (like `kmfleet wait`)')
-    .option('--timeout <ms>', 'with --wait: give up waiting after this many ms', msOption('--timeout'));
-  addConnectionOptions(cmd).action(
-    cliAction(async (flags: EnqueueFlags) => {
-      const spec = await specFromFlags(flags);
-      await withClient(flags, async (c) => {
-        const priority = flags.priority === undefined ? undefined : (numeric(flags.priority) as number);
-        const handle = await c.enqueue(spec, { jobId: flags.jobId, priority });
-        if (!handle.created && !handle.sameSpec) {
-          process.stderr.write(`kmfleet: warning: job ${handle.id} already exists with a DIFFERENT spec; the existing job stands\n`);
-        }
-        if (!flags.wait) {
-          if (flags.json) printJson(handle);
-          else process.stdout.write(handle.created ? `enqueued job ${handle.id}\n` : `job ${handle.id} already exists (not enqueued again)\n`);
-          return;
-        }
-        if (!flags.json) process.stderr.write(handle.created ? `enqueued job ${handle.id}\n` : `job ${handle.id} already exists; waiting for it\n`);
-        const result = await followJob(c, handle.id, flags);
-        if (flags.json) printJson({ ...handle, result });
-        else process.stdout.write(`job ${handle.id}: completed\n` + formatResult(result));
-      });
-    }),
-  );
-}
+export const action = cliAction(async (flags: EnqueueFlags) => {
+  const spec = await specFromFlags(flags);
+  await withClient(flags, async (c) => {
+    const priority = flags.priority === undefined ? undefined : (numeric(flags.priority) as number);
+    const handle = await c.enqueue(spec, { jobId: flags.jobId, priority });
+    if (!handle.created && !handle.sameSpec) {
+      process.stderr.write(`kmfleet: warning: job ${handle.id} already exists with a DIFFERENT spec; the existing job stands\n`);
+    }
+    if (!flags.wait) {
+      if (flags.json) printJson(handle);
+      else process.stdout.write(handle.created ? `enqueued job ${handle.id}\n` : `job ${handle.id} already exists (not enqueued again)\n`);
+      return;
+    }
+    if (!flags.json) process.stderr.write(handle.created ? `enqueued job ${handle.id}\n` : `job ${handle.id} already exists; waiting for it\n`);
+    const result = await followJob(c, handle.id, flags);
+    if (flags.json) printJson({ ...handle, result });
+    else process.stdout.write(`job ${handle.id}: completed\n` + formatResult(result));
+  });
+});

@@ -5,7 +5,6 @@
  */
 import { readFile, rename, rm, mkdir, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { InvalidArgumentError, Option, type Command } from 'commander';
 import type { BackendChoice, Metric, Precision } from '../../native/index.js';
 import { LocalFileSource, type DatasetFormat } from '../../worker/dataset/local-file-source.js';
 import { decodeNpy } from '../../worker/formats/npy-encode.js';
@@ -36,48 +35,11 @@ interface FitOptions {
   json?: boolean;
 }
 
-export const positiveInt = (name: string) => (v: string): number => {
-  const n = Number(v);
-  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return n;
-};
-export const nonNegativeInt = (name: string) => (v: string): number => {
-  const n = Number(v);
-  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n)) throw new InvalidArgumentError(`${name} must be a non-negative integer`);
-  return n;
-};
-const nonNegativeNumber = (name: string, max = Infinity) => (v: string): number => {
-  const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n) || n < 0 || n > max) throw new InvalidArgumentError(`${name} must be a number in [0, ${max}]`);
-  return n;
-};
-
-export function registerFit(program: Command): void {
-  program
-    .command('fit')
-    .description('cluster a local .npy / raw f32 / raw f16 file; writes centroids.npy, assignments.npy and summary.json to --out')
-    .requiredOption('--input <file>', 'dataset: .npy (float32 or float16, C order) or raw rows (--format f32|f16 --dims D)')
-    .option('--k <n>', 'number of clusters (default: the rows of --init centroids.npy)', positiveInt('--k'))
-    .addOption(new Option('--metric <metric>', 'distance').choices(['l2', 'cosine']).default('l2'))
-    .option('--init <method>', 'kmeans++ | random | a centroids .npy file (K×D)', 'kmeans++')
-    .option('--max-iter <n>', 'iterations at most', nonNegativeInt('--max-iter'), 300)
-    .option('--tol <x>', "stop when the centroid shift Σ‖Δc‖² ≤ tol × mean feature variance (sklearn's tol)", nonNegativeNumber('--tol'), 1e-4)
-    .option('--tol-reassign <x>', 'stop when the fraction of rows that changed cluster ≤ x (0: only when none did)', nonNegativeNumber('--tol-reassign', 1), 0)
-    .option('--seed <n>', 'seed of the init', nonNegativeInt('--seed'), 0)
-    .addOption(new Option('--precision <p>', 'arithmetic of the distance kernels').choices(['auto', 'fp32', 'tf32', 'bf16', 'fp16']).default('auto'))
-    .addOption(new Option('--backend <b>', 'engine backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
-    .addOption(new Option('--format <f>', 'dataset format (default: npy for *.npy)').choices(['npy', 'f32', 'f16']))
-    .option('--dims <d>', 'dimensions per row (raw formats)', positiveInt('--dims'))
-    .option('--chunk-rows <n>', 'rows per host buffer (default: the planner picks)', positiveInt('--chunk-rows'))
-    .option('--threads <n>', 'CPU threads (default: all cores)', positiveInt('--threads'))
-    .option('--distances', 'also write distances.npy (float32 N: distance of each row to its centroid)')
-    .requiredOption('--out <dir>', 'output directory (created if missing)')
-    .option('--json', 'print the summary as one JSON object on stdout (progress as JSON lines on stderr)')
-    .action(async (opts: FitOptions) => {
-      const summary = await fit(opts);
-      if (opts.json) process.stdout.write(JSON.stringify(summary) + '\n');
-      else process.stdout.write(humanSummary(summary));
-    });
+/** `kmfleet fit`: options as defined in cli/commands/index.ts. */
+export async function action(opts: FitOptions): Promise<void> {
+  const summary = await fit(opts);
+  if (opts.json) process.stdout.write(JSON.stringify(summary) + '\n');
+  else process.stdout.write(humanSummary(summary));
 }
 
 async function loadInitCentroids(path: string, k: number | undefined, dims: number): Promise<Float32Array> {
@@ -115,7 +77,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
     };
     checkSpec(spec, source.rows);
 
-    // loaded here, not at the top: `kmfleet generate` and --help must work without the addon
+    // loaded here, not at the top: bad input is reported even where the addon is not built
     const { Engine } = await import('../../native/index.js');
     const engine = await Engine.open({
       rows: source.rows, dims: source.dims, k, metric: spec.metric, dtype: source.dtype,

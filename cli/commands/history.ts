@@ -1,35 +1,25 @@
 /** `kmfleet history NAME [--limit N]`: results of a named model, newest first. */
-import type { Command } from 'commander';
-import { addConnectionOptions, cliAction, printJson, withClient, type ConnectionFlags } from './connection.js';
+import type { ConnectionFlags } from '../options.js';
+import { cliAction, printJson, withClient } from './connection.js';
 import { formatDuration } from './status.js';
 
 interface HistoryFlags extends ConnectionFlags {
   limit?: string;
 }
 
-export function registerHistory(program: Command): void {
-  addConnectionOptions(
-    program
-      .command('history')
-      .description('results of a named model, newest first')
-      .argument('<name>', 'model name')
-      .option('--limit <n>', 'at most this many results (default 20)'),
-  ).action(
-    cliAction(async (name: string, flags: HistoryFlags) => {
-      const limit = flags.limit === undefined ? 20 : Number(flags.limit);
-      if (!Number.isSafeInteger(limit) || limit < 1) {
-        const e = new Error(`--limit must be a positive integer (got ${flags.limit})`);
-        e.name = 'UsageError';
-        throw e;
-      }
-      const results = await withClient(flags, (c) => c.history(name, { limit }));
-      if (flags.json) return printJson(results);
-      if (results.length === 0) return void process.stdout.write(`no results for model ${name}\n`);
-      const rows = results.map((r) =>
-        [new Date(r.finishedAt).toISOString(), r.jobId, `k=${r.k}`, `iter=${r.iterations}`, r.converged ? r.stopReason : 'maxIter',
-          `inertia=${r.inertia.toPrecision(6)}`, formatDuration(r.timings.totalMs), r.outputs.centroids].join('  '),
-      );
-      process.stdout.write(rows.join('\n') + '\n');
-    }),
+export const action = cliAction(async (name: string, flags: HistoryFlags) => {
+  const limit = flags.limit === undefined ? 20 : Number(flags.limit);
+  if (!Number.isSafeInteger(limit) || limit < 1) {
+    const e = new Error(`--limit must be a positive integer (got ${flags.limit})`);
+    e.name = 'UsageError';
+    throw e;
+  }
+  const results = await withClient(flags, (c) => c.history(name, { limit }));
+  if (flags.json) return printJson(results);
+  if (results.length === 0) return void process.stdout.write(`no results for model ${name}\n`);
+  const rows = results.map((r) =>
+    [new Date(r.finishedAt).toISOString(), r.jobId, `k=${r.k}`, `iter=${r.iterations}`, r.converged ? r.stopReason : 'maxIter',
+      `inertia=${r.inertia.toPrecision(6)}`, formatDuration(r.timings.totalMs), r.outputs.centroids].join('  '),
   );
-}
+  process.stdout.write(rows.join('\n') + '\n');
+});

@@ -2,28 +2,19 @@
  * `kmfleet status JOBID`: state, spec, progress, result or failure of one job. The formatters here are shared
  * with wait, enqueue --wait and history.
  */
-import type { Command } from 'commander';
 import type { JobInfo } from '../../producer/client.js';
 import type { JobProgress } from '../../producer/progress.js';
 import type { JobResult } from '../../producer/results.js';
 import type { JobSpec } from '../../producer/spec.js';
-import { addConnectionOptions, cliAction, CommandFailure, printJson, withClient, type ConnectionFlags } from './connection.js';
+import type { ConnectionFlags } from '../options.js';
+import { cliAction, CommandFailure, printJson, withClient } from './connection.js';
 
-export function registerStatus(program: Command): void {
-  addConnectionOptions(
-    program
-      .command('status')
-      .description('show the state, progress and result of a queued job')
-      .argument('<jobId>', 'job id'),
-  ).action(
-    cliAction(async (jobId: string, flags: ConnectionFlags) => {
-      const info = await withClient(flags, (c) => c.get(jobId));
-      if (!info) throw new CommandFailure(`job ${jobId} not found (never enqueued, removed, or expired)`);
-      if (flags.json) printJson(info);
-      else process.stdout.write(formatInfo(info));
-    }),
-  );
-}
+export const action = cliAction(async (jobId: string, flags: ConnectionFlags) => {
+  const info = await withClient(flags, (c) => c.get(jobId));
+  if (!info) throw new CommandFailure(`job ${jobId} not found (never enqueued, removed, or expired)`);
+  if (flags.json) printJson(info);
+  else process.stdout.write(formatInfo(info));
+});
 
 export function formatDuration(ms: number): string {
   if (!Number.isFinite(ms) || ms < 0) return '?';

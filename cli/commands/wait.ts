@@ -3,41 +3,25 @@
  * inertia, reassigned %, ETA); elsewhere plain lines at most once a second. Exit 0 when it completed, 1 when it
  * failed, was cancelled or the --timeout passed.
  */
-import { InvalidArgumentError, type Command } from 'commander';
 import type { KmfleetClient } from '../../producer/client.js';
 import type { JobProgress } from '../../producer/progress.js';
 import type { JobResult } from '../../producer/results.js';
 import { ProgressLine } from '../progress.js';
-import { addConnectionOptions, cliAction, printJson, withClient, type ConnectionFlags } from './connection.js';
+import type { ConnectionFlags } from '../options.js';
+import { cliAction, printJson, withClient } from './connection.js';
 import { formatDuration, formatProgress, formatResult } from './status.js';
 
 export interface WaitFlags extends ConnectionFlags {
   timeout?: number;
 }
 
-export const msOption = (name: string) => (v: string): number => {
-  const n = Number(v);
-  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive integer of ms`);
-  return n;
-};
-
-export function registerWait(program: Command): void {
-  addConnectionOptions(
-    program
-      .command('wait')
-      .description('follow a job until it completes (live progress); exit 1 if it fails or is cancelled')
-      .argument('<jobId>', 'job id')
-      .option('--timeout <ms>', 'give up after this many ms (the job goes on)', msOption('--timeout')),
-  ).action(
-    cliAction(async (jobId: string, flags: WaitFlags) => {
-      await withClient(flags, async (c) => {
-        const result = await followJob(c, jobId, flags);
-        if (flags.json) printJson(result);
-        else process.stdout.write(`job ${jobId}: completed\n` + formatResult(result));
-      });
-    }),
-  );
-}
+export const action = cliAction(async (jobId: string, flags: WaitFlags) => {
+  await withClient(flags, async (c) => {
+    const result = await followJob(c, jobId, flags);
+    if (flags.json) printJson(result);
+    else process.stdout.write(`job ${jobId}: completed\n` + formatResult(result));
+  });
+});
 
 function bar(p: JobProgress, width = 20): string {
   const done = Math.max(0, Math.min(width, Math.round((p.iteration / Math.max(1, p.maxIter)) * width)));

@@ -16,7 +16,9 @@ const bin = join(root, 'bin/kmfleet.js');
 function ensureBuilt(): void {
   const sources = [
     ...readdirSync(join(root, 'producer'), { recursive: true }).map((f) => join('producer', String(f))),
-    ...['enqueue', 'status', 'wait', 'cancel', 'schedule', 'unschedule', 'history', 'connection', 'index'].map((f) => `cli/commands/${f}.ts`),
+    ...['enqueue', 'status', 'wait', 'cancel', 'schedule', 'schedules', 'unschedule', 'history', 'connection', 'index'].map((f) => `cli/commands/${f}.ts`),
+    'cli/options.ts',
+    'cli/main.ts',
   ].filter((f) => f.endsWith('.ts'));
   const stale = sources.some((src) => {
     const out = join(root, 'dist', src.replace(/\.ts$/, '.js'));

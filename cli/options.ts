@@ -1,0 +1,91 @@
+/**
+ * The CLI's option vocabulary: value parsers and the option groups that several commands share. Every invocation
+ * loads this (through cli/commands/index.ts, `--help` included), so it imports only commander and the producer's
+ * constants; what a command does lives in its own module, loaded when it runs.
+ */
+import { InvalidArgumentError, type Command } from 'commander';
+import { DEFAULT_PREFIX, DEFAULT_QUEUE } from '../producer/keys.js';
+import { SPEC_DEFAULTS } from '../producer/spec-vocabulary.js';
+
+export const positiveInt = (name: string) => (v: string): number => {
+  const n = Number(v);
+  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
+  return n;
+};
+
+export const nonNegativeInt = (name: string) => (v: string): number => {
+  const n = Number(v);
+  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n)) throw new InvalidArgumentError(`${name} must be a non-negative integer`);
+  return n;
+};
+
+export const nonNegativeNumber = (name: string, max = Infinity) => (v: string): number => {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0 || n > max) throw new InvalidArgumentError(`${name} must be a number in [0, ${max}]`);
+  return n;
+};
+
+export const msOption = (name: string) => (v: string): number => {
+  const n = Number(v);
+  if (!/^\d+$/.test(v.trim()) || !Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive integer of ms`);
+  return n;
+};
+
+export interface ConnectionFlags {
+  redisUrl?: string;
+  prefix?: string;
+  queue?: string;
+  json?: boolean;
+}
+
+/** --redis-url, --prefix, --queue and --json, on a queue command. */
+export function addConnectionOptions(cmd: Command): Command {
+  return cmd
+    .option('--redis-url <url>', 'redis:// or rediss:// URL (default: $REDIS_URL, else redis://127.0.0.1:6379)')
+    .option('--prefix <prefix>', `Redis key prefix (default: $KMFLEET_PREFIX, else ${DEFAULT_PREFIX})`)
+    .option('--queue <name>', `queue name (default: $KMFLEET_QUEUE, else ${DEFAULT_QUEUE})`)
+    .option('--json', 'machine-readable output: one JSON document on stdout');
+}
+
+export interface SpecFlags {
+  spec?: string;
+  dataset?: string;
+  format?: string;
+  dims?: string;
+  k?: string;
+  metric?: string;
+  init?: string;
+  maxIter?: string;
+  tol?: string;
+  tolReassign?: string;
+  seed?: string;
+  precision?: string;
+  output?: string;
+  name?: string;
+  checkpointEvery?: string;
+  backend?: string;
+}
+
+/**
+ * The job spec flags of `enqueue` and `schedule`. Values stay strings: the spec validator names every bad field.
+ * Defaults are the schema's; `initDefault` documents a different one.
+ */
+export function addSpecOptions(cmd: Command, initDefault: string = SPEC_DEFAULTS.init): Command {
+  return cmd
+    .option('--spec <file.json>', 'read the spec from a JSON file (flags override its fields)')
+    .option('--dataset <uri>', 'dataset: s3://bucket/key')
+    .option('--format <f>', `npy | f32 | f16 (default ${SPEC_DEFAULTS.format})`)
+    .option('--dims <d>', 'dimensions (required for raw f32/f16)')
+    .option('--k <n>', 'number of clusters')
+    .option('--metric <m>', `l2 | cosine (default ${SPEC_DEFAULTS.metric})`)
+    .option('--init <init>', `kmeans++ | random | previous | s3://bucket/centroids.npy (default ${initDefault})`)
+    .option('--max-iter <n>', `iterations at most (default ${SPEC_DEFAULTS.maxIter})`)
+    .option('--tol <x>', `stop when Σ‖Δc‖² ≤ tol × mean feature variance (sklearn; default ${SPEC_DEFAULTS.tol})`)
+    .option('--tol-reassign <x>', `stop when the fraction of rows that changed cluster ≤ x (kmcuda; default ${SPEC_DEFAULTS.tolReassign})`)
+    .option('--seed <n>', `seed (default ${SPEC_DEFAULTS.seed})`)
+    .option('--precision <p>', `auto | fp32 | tf32 | bf16 | fp16 (default ${SPEC_DEFAULTS.precision})`)
+    .option('--output <uri>', 'output prefix: s3://bucket[/prefix]; outputs go under <output>/<jobId>/')
+    .option('--name <name>', 'model name [a-zA-Z0-9._-]: result history and warm starts (init previous)')
+    .option('--checkpoint-every <n>', `checkpoint every n iterations, 0 = never (default ${SPEC_DEFAULTS.checkpointEvery})`)
+    .option('--backend <b>', `auto | cpu | cuda (default ${SPEC_DEFAULTS.backend})`);
+}
