@@ -94,7 +94,7 @@ describe('S3RowSource against s3rver', () => {
 
   it('the memory cache downloads each block once (prefetched), serves any range, and surfaces a changed object', async () => {
     const inner = await S3RowSource.open(s3.handle, 's3://data/x.npy', { format: 'npy' });
-    const mem = new MemoryCachedRowSource(inner, { blockBytes: 10_000, prefetchConcurrency: 3 });
+    const mem = new MemoryCachedRowSource(inner, { blockBytes: 10_000, concurrency: 3 });
     mem.prefetch();
     const t = Buffer.alloc(ROWS * mem.rowBytes);
     for (const [first, count] of [[0, 1], [350, 700], [4999, 1], [1234, 3000], [0, ROWS]] as const) {

@@ -4,6 +4,15 @@
  */
 import type { DatasetDType } from '../formats/npy-header.js';
 
+/** How a caller would like a read done; sources that have no choice ignore it. */
+export interface ReadHint {
+  /**
+   * The caller already runs its reads in parallel (the memory cache's block scheduler): fetch the range with one
+   * request instead of splitting it into parallel parts.
+   */
+  oneRequest?: boolean;
+}
+
 export interface RowSource {
   readonly rows: number;
   readonly dims: number;
@@ -16,7 +25,7 @@ export interface RowSource {
    * Fill target[0 .. count×rowBytes) with rows [firstRow, firstRow+count), little-endian as stored.
    * Rejects when the range is outside the dataset or target is too small. Calls may overlap.
    */
-  read(firstRow: number, count: number, target: Buffer): Promise<void>;
+  read(firstRow: number, count: number, target: Buffer, hint?: ReadHint): Promise<void>;
   close(): Promise<void>;
 }
 

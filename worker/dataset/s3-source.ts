@@ -13,7 +13,7 @@ import { rawLayout } from '../formats/raw.js';
 import type { S3Handle } from '../s3/client.js';
 import { headObject, readRangeInto } from '../s3/objects.js';
 import { formatS3Uri, parseS3Uri, type S3Location } from '../s3/uri.js';
-import { checkReadRange, type RowSource } from './row-source.js';
+import { checkReadRange, type ReadHint, type RowSource } from './row-source.js';
 
 export type S3DatasetFormat = 'npy' | 'f32' | 'f16';
 
@@ -115,7 +115,7 @@ export class S3RowSource implements RowSource {
     return `${this.uri} (${kind}, ${this.rows} × ${this.dims}, ETag ${this.etag})`;
   }
 
-  async read(firstRow: number, count: number, target: Buffer): Promise<void> {
+  async read(firstRow: number, count: number, target: Buffer, hint?: ReadHint): Promise<void> {
     if (this.closed) throw new Error(`${this.uri}: read after close`);
     checkReadRange(this, firstRow, count, target);
     const t0 = performance.now();
@@ -124,7 +124,8 @@ export class S3RowSource implements RowSource {
     // Byte ranges, not rows, so the split never depends on dims. A read smaller than `concurrency` parts is still split
     // (down to MIN_SPLIT_BYTES) so that one chunk comes over several connections: one S3 stream is far slower than
     // the NIC, and callers often read one engine buffer (a few MB) at a time.
-    const part = Math.min(this.partBytes, Math.max(MIN_SPLIT_BYTES, Math.ceil(total / this.concurrency)));
+    // With hint.oneRequest the caller schedules its own parallel block reads: one GET per read.
+    const part = hint?.oneRequest ? Math.max(1, total) : Math.min(this.partBytes, Math.max(MIN_SPLIT_BYTES, Math.ceil(total / this.concurrency)));
     const parts: { offset: number; length: number }[] = [];
     for (let off = 0; off < total; off += part) parts.push({ offset: off, length: Math.min(part, total - off) });
     // On the first failure the other lanes stop and in-flight GETs are aborted; read() settles only after every lane
