@@ -16,6 +16,7 @@
  * | KMFLEET_CACHE_DIR                | (off)                    | local dataset cache directory (the pod's NVMe)                   |
  * | KMFLEET_WRITE_DISTANCES          | false                    | also write distances.npy                                         |
  * | KMFLEET_KEEP_CHECKPOINTS         | false                    | keep _checkpoints/ after a job completed                         |
+ * | KMFLEET_CHECKPOINT_MIN_INTERVAL_MS | 1000                   | at least this long between checkpoints (checkpoints/pacer.ts)    |
  * | KMFLEET_S3_ENDPOINT              | (AWS)                    | MinIO / s3rver endpoint; implies path-style                      |
  * | KMFLEET_S3_FORCE_PATH_STYLE      | true with an endpoint    | path-style addressing                                            |
  * | KMFLEET_S3_COMPAT                | none                     | 's3rver': its workarounds (checksums WHEN_REQUIRED, abort 405)   |
@@ -56,6 +57,8 @@ export interface WorkerConfig {
   memoryCacheBytes: number;
   writeDistances: boolean;
   keepCheckpoints: boolean;
+  /** ms at least between two periodic checkpoints of a job (worker/checkpoints/pacer.ts); 0 = every checkpointEvery */
+  checkpointMinIntervalMs: number;
   s3: S3Settings;
   readPartBytes: number;
   readConcurrency: number;
@@ -85,6 +88,9 @@ const MB = 1024 * 1024;
  * needs a row in docs/operations.md's configuration reference first.
  */
 export const MEMORY_CACHE_BYTES = 1024 * MB;
+
+/** See worker/checkpoints/pacer.ts: what a crash may lose, traded against checkpoints' share of fast runs. */
+export const DEFAULT_CHECKPOINT_MIN_INTERVAL_MS = 1000;
 
 export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerConfig {
   const problems: string[] = [];
@@ -141,6 +147,7 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     memoryCacheBytes: MEMORY_CACHE_BYTES,
     writeDistances: bool('KMFLEET_WRITE_DISTANCES'),
     keepCheckpoints: bool('KMFLEET_KEEP_CHECKPOINTS'),
+    checkpointMinIntervalMs: int('KMFLEET_CHECKPOINT_MIN_INTERVAL_MS', 0, DEFAULT_CHECKPOINT_MIN_INTERVAL_MS)!,
     s3,
     readPartBytes: int('KMFLEET_S3_READ_PART_MB', 1, 16)! * MB,
     readConcurrency: int('KMFLEET_S3_READ_CONCURRENCY', 1, 8)!,

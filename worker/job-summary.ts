@@ -58,7 +58,8 @@ export function buildJobResult(f: JobFacts): JobResult {
       ...(f.distances ? { distances: outputs.uriOf('distances.npy') } : {}),
       summary: outputs.uriOf('summary.json'),
     },
-    checksums: Object.fromEntries(Object.entries(outputs.files).map(([name, file]) => [name, `sha256:${file.sha256}`])),
+    // by name: the files are uploaded together, so the order they finished in varies
+    checksums: Object.fromEntries(Object.entries(outputs.files).sort(([a], [b]) => (a < b ? -1 : 1)).map(([name, file]) => [name, `sha256:${file.sha256}`])),
     timings: {
       totalMs: Math.round(f.timings.totalMs),
       initMs: Math.round(k.initMs),

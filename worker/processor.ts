@@ -29,9 +29,11 @@ import { recordResult, type JobResult } from '../producer/results.js';
 import { parseJobSpec, specHash as computeSpecHash, type JobSpec } from '../producer/spec.js';
 import { FencedError } from './checkpoints/errors.js';
 import { BackgroundCheckpointSaver } from './checkpoints/background-saver.js';
+import { CheckpointPacer } from './checkpoints/pacer.js';
 import { CheckpointStore } from './checkpoints/store.js';
 import type { WorkerConfig } from './config.js';
-import { CachedRowSource, MemoryCachedRowSource } from './dataset/cache.js';
+import { CachedRowSource } from './dataset/cache.js';
+import { MemoryCachedRowSource } from './dataset/memory-cache.js';
 import type { RowSource } from './dataset/row-source.js';
 import { S3RowSource } from './dataset/s3-source.js';
 import { JobInputError, toJobError } from './failures.js';
@@ -146,18 +148,26 @@ async function runJob(
     });
     const claim = await store.claimJob();
     log.info({ claim, dataset: spec.dataset.uri, k: spec.k, maxIter: spec.maxIter }, 'job started');
-    await assertBucketExists(s3, parseS3Uri(spec.output).bucket);
 
     // ---- 2. open the dataset ----
-    await progress('opening', 0);
-    const s3Source = await S3RowSource.open(s3, spec.dataset.uri, {
-      format: spec.dataset.format,
-      dims: spec.dataset.dims,
-      partBytes: config.readPartBytes,
-      concurrency: config.readConcurrency,
-      // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight
-      // finish and the last completed iteration's checkpoint is still in hand
-    });
+    // The output bucket check, the dataset's HEAD + header GET and the progress write are independent round trips: in
+    // parallel, with the bucket's error first when both fail (a typo in output is named before anything else).
+    const [bucketCheck, opened, progressed] = await Promise.allSettled([
+      assertBucketExists(s3, parseS3Uri(spec.output).bucket),
+      S3RowSource.open(s3, spec.dataset.uri, {
+        format: spec.dataset.format,
+        dims: spec.dataset.dims,
+        partBytes: config.readPartBytes,
+        concurrency: config.readConcurrency,
+        // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight
+        // finish and the last completed iteration's checkpoint is still in hand
+      }),
+      progress('opening', 0),
+    ]);
+    if (bucketCheck.status === 'rejected') throw bucketCheck.reason;
+    if (opened.status === 'rejected') throw opened.reason;
+    if (progressed.status === 'rejected') throw progressed.reason;
+    const s3Source = opened.value;
     source = s3Source;
     etag = s3Source.etag;
     saver = new BackgroundCheckpointSaver(store, hash, etag, (ms) => deps.metrics?.checkpointWritten(ms));
@@ -166,7 +176,7 @@ async function runJob(
     if (config.cacheDir) {
       source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => log.warn({ err }, 'dataset cache off for this job'));
     } else if (s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes) {
-      const memory = new MemoryCachedRowSource(s3Source, { blockBytes: config.readPartBytes, signal: stop });
+      const memory = new MemoryCachedRowSource(s3Source, { blockBytes: config.readPartBytes, concurrency: config.readConcurrency, signal: stop });
       memory.prefetch();
       source = memory;
     }
@@ -215,6 +225,11 @@ async function runJob(
 
     // ---- 4. iterate ----
     await progress(resume ? 'iterating' : 'initializing', resume?.iteration ?? 0, resume?.history);
+    const pacer = new CheckpointPacer(spec.checkpointEvery, config.checkpointMinIntervalMs);
+    // Each iteration's Redis writes (history + progress) go out without the next iteration waiting for them; they are
+    // chained, so the stream stays in iteration order and at most one iteration's writes are in flight; a failure
+    // stops the run at the next iteration (or before the outputs).
+    let redisWrites: Promise<unknown> = Promise.resolve();
     const result: KmeansResult = await runKmeans({
       engine,
       source,
@@ -234,8 +249,8 @@ async function runJob(
       onIteration: async (report, cp) => {
         const tb = performance.now();
         deps.metrics?.iterationDone(report.ms, source!.rows);
-        // the Redis writes go out together, beside the checkpoint: one round trip's wait per iteration, not three
-        const redisWrites = Promise.all([
+        await redisWrites;
+        redisWrites = Promise.all([
           appendIteration(redis, keys, jobId, {
             iteration: report.iteration,
             inertia: report.inertia,
@@ -245,14 +260,14 @@ async function runJob(
           }),
           progress('iterating', report.iteration, cp.history),
         ]);
-        redisWrites.catch(() => {});
-        if (spec!.checkpointEvery > 0 && report.iteration % spec!.checkpointEvery === 0) await saver!.submit(cp, engine!.plan.backend !== 'cpu');
-        await redisWrites;
+        redisWrites.catch(() => {}); // awaited at the next iteration or after the run
+        // on the cpu backend a save is written between iterations: beside a pass it only takes cores from the engine
+        if (pacer.take(report.iteration)) await saver!.submit(cp, engine!.plan.backend !== 'cpu');
         log.info({ iteration: report.iteration, inertia: report.inertia, reassigned: report.reassigned, ms: Math.round(report.ms) }, 'iteration');
         timings.bookkeepingMs += performance.now() - tb;
       },
     });
-    await saver.flush();
+    await Promise.all([saver.flush(), redisWrites]);
     if (s3Source.stats.bytes) deps.metrics?.s3BytesRead(s3Source.stats.bytes);
 
     // ---- 5. outputs, summary.json last ----
@@ -266,9 +281,16 @@ async function runJob(
       partBytes: config.uploadPartBytes,
     });
     const eng = engine;
-    await outputs.writeCentroids(result.centroids, spec.k, source.dims);
-    await outputs.writeRows('assignments.npy', '<i4', source.rows, (f, n) => eng.labels(f, n));
-    if (config.writeDistances) await outputs.writeRows('distances.npy', '<f4', source.rows, (f, n) => eng.distances(f, n));
+    const rows = source.rows;
+    // The files are independent objects (summary.json, the commit point, comes after all of them): uploaded together.
+    // All settle before a failure is thrown, so that discard() sees every object that was written.
+    const uploads = await Promise.allSettled([
+      outputs.writeCentroids(result.centroids, spec.k, source.dims),
+      outputs.writeRows('assignments.npy', '<i4', rows, (f, n) => eng.labels(f, n)),
+      config.writeDistances ? outputs.writeRows('distances.npy', '<f4', rows, (f, n) => eng.distances(f, n)) : undefined,
+    ]);
+    const failedUpload = uploads.find((u) => u.status === 'rejected');
+    if (failedUpload) throw failedUpload.reason;
     timings.uploadMs = performance.now() - tu;
     const jobResult = buildJobResult({
       jobId,

@@ -3,8 +3,7 @@
  * worker configuration built from an env object (as a pod would get it), the producer SDK, and helpers to run a worker
  * in this process or in a child process (node on the compiled dist/, so that SIGKILL / SIGTERM hit a real process).
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { KmfleetClient } from '../../producer/client.js';
@@ -36,6 +35,8 @@ export async function startStack(opts: { redis?: RedisServerOptions; clientJobOp
     KMFLEET_METRICS_PORT: '0',
     KMFLEET_LOG_LEVEL: process.env.KMFLEET_TEST_LOG_LEVEL ?? 'silent',
     KMFLEET_THREADS: '2',
+    // the tests' jobs iterate in milliseconds: checkpoint after every iteration, as the fault tests expect
+    KMFLEET_CHECKPOINT_MIN_INTERVAL_MS: '0',
     ...extra,
   });
   const config = (extra: Record<string, string> = {}) => loadWorkerConfig(env(extra));
@@ -68,35 +69,7 @@ export interface ChildWorker {
   kill(signal: NodeJS.Signals): void;
 }
 
-export function distBuilt(): boolean {
-  return existsSync(join(ROOT, 'dist', 'cli', 'main.js')) && existsSync(join(ROOT, 'dist', 'worker', 'worker.js'));
-}
-
-function newestMtime(dir: string): number {
-  let newest = 0;
-  for (const name of readdirSync(dir)) {
-    const p = join(dir, name);
-    const st = statSync(p);
-    if (st.isDirectory()) newest = Math.max(newest, newestMtime(p));
-    else if (name.endsWith('.ts')) newest = Math.max(newest, st.mtimeMs);
-  }
-  return newest;
-}
-
-/** Child workers run the compiled dist/: compile it (tsc, a few seconds) when a source is newer than the build. */
-export function ensureDistBuilt(): void {
-  const entry = join(ROOT, 'dist', 'cli', 'main.js');
-  const built = existsSync(entry) ? statSync(entry).mtimeMs : 0;
-  const sources = Math.max(...['producer', 'worker', 'native', 'cli'].map((d) => newestMtime(join(ROOT, d))));
-  if (sources > built || !distBuilt()) {
-    try {
-      execFileSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json')], { stdio: 'pipe' });
-    } catch (err) {
-      // tsc still emits on type errors (in someone's file being edited, say): the build is usable unless it is missing
-      if (!distBuilt()) throw err;
-    }
-  }
-}
+export { distBuilt, ensureDistBuilt } from '../helpers/dist-build.js';
 
 export function spawnWorker(env: Record<string, string>): ChildWorker {
   const proc = spawn(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), 'worker'], {
