@@ -12,39 +12,12 @@
 
 #include "cpu/kernels.h"
 #include "engine.h"
+#include "kmeans_plusplus_rng.h"
 #include "row_math.h"
 
 namespace kmfleet {
 
 namespace {
-
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) {
-    for (auto& w : s_) {  // splitmix64
-      seed += 0x9e3779b97f4a7c15ULL;
-      std::uint64_t z = seed;
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-      w = z ^ (z >> 31);
-    }
-  }
-  std::uint64_t next() {  // xoshiro256**
-    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9, t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-
- private:
-  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  std::uint64_t s_[4];
-};
 
 constexpr std::int64_t kBlock = 4096;
 
@@ -53,7 +26,7 @@ constexpr std::int64_t kBlock = 4096;
 std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D, std::int64_t K, std::uint64_t seed,
                                   ThreadPool& pool, const std::atomic<bool>* cancel) {
   const cpu::KernelTable& kt = cpu::selectKernels();
-  const int trials = 2 + static_cast<int>(std::floor(std::log(static_cast<double>(K))));
+  const int trials = kmeansPlusPlusTrials(K);
   const std::int64_t nblocks = (n + kBlock - 1) / kBlock;
   std::vector<float> centers(static_cast<std::size_t>(K * D));
   Array<double> xx(static_cast<std::size_t>(n), "the k-means++ sample norms");
@@ -62,7 +35,7 @@ std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D
   std::vector<double> blockSum(static_cast<std::size_t>(nblocks)), candBlock(static_cast<std::size_t>(nblocks) * trials);
   std::vector<float> candRows(static_cast<std::size_t>(trials * D));
   std::vector<double> candNorm(static_cast<std::size_t>(trials));
-  Rng rng(seed);
+  KmeansPlusPlusRng rng(seed);
 
   auto blocksOf = [&](int tid, int nt, std::int64_t& b0, std::int64_t& b1) { ThreadPool::range(nblocks, tid, nt, 1, b0, b1); };
   // the sample, transposed in blocks of 32 rows (kBlock is a multiple of 32)
@@ -149,8 +122,7 @@ std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D
     return n - 1;
   };
 
-  std::int64_t first = static_cast<std::int64_t>(rng.uniform() * static_cast<double>(n));
-  if (first >= n) first = n - 1;
+  const std::int64_t first = kmeansPlusPlusFirst(rng, n);
   std::memcpy(centers.data(), x + first * D, static_cast<std::size_t>(D) * 4);
   setCandidate(0, first);
   evaluate(1, closest.data(), blockSum.data(), false);
