@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeNpy, encodeNpy } from '../../worker/formats/index.js';
+import { ensureDistBuilt } from '../helpers/dist-build.js';
 
 const root = join(import.meta.dirname, '../..');
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-cli-'));
@@ -23,23 +24,11 @@ function kmfleet(...args: string[]) {
 const N = 20_000, D = 8, K = 10;
 let data: string;
 beforeAll(() => {
-  // scripts/test has just built dist/ (scripts/setup): rebuild only when a source is newer than the build.
-  // tsc emits even when some other module has a type error (scripts/test typechecks separately): judge by the output
-  if (!builtAfterSources()) spawnSync('npm', ['run', '--silent', 'build:ts'], { cwd: root, stdio: 'pipe' });
-  expect(builtAfterSources()).toBe(true);
+  ensureDistBuilt();
   data = join(dir, 'data.npy');
   const g = kmfleet('generate', '--rows', String(N), '--dims', String(D), '--centers', String(K), '--seed', '3', '--cluster-std', '1.5', '--out', data, '--json');
   expect(g.code, g.stderr).toBe(0);
 }, 180_000);
-
-function builtAfterSources(): boolean {
-  const built = join(root, 'dist/cli/main.js');
-  if (!existsSync(built)) return false;
-  const t = statSync(built).mtimeMs;
-  const newer = (d: string): boolean => readdirSync(d, { withFileTypes: true }).some((e) =>
-    e.isDirectory() ? newer(join(d, e.name)) : e.name.endsWith('.ts') && statSync(join(d, e.name)).mtimeMs > t);
-  return !['cli', 'worker', 'native', 'producer'].some((d) => existsSync(join(root, d)) && newer(join(root, d)));
-}
 
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
 

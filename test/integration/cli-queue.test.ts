@@ -1,38 +1,17 @@
 // The queue commands of the `kmfleet` CLI end to end: `node bin/kmfleet.js ...` against a real redis-server,
 // with a real (simulated) BullMQ worker where a job has to run.
-import { execFile, execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { KmfleetClient, keyspace, recordResult, type JobResult } from '../../producer/index.js';
+import { ensureDistBuilt } from '../helpers/dist-build.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 import { startSimWorker, type SimWorker } from './producer-sim-worker.js';
 
 const root = new URL('../../', import.meta.url).pathname;
 const bin = join(root, 'bin/kmfleet.js');
-
-/** dist/ must hold this checkout's queue commands: build when a source is newer than its output. */
-function ensureBuilt(): void {
-  const sources = [
-    ...readdirSync(join(root, 'producer'), { recursive: true }).map((f) => join('producer', String(f))),
-    ...['enqueue', 'status', 'wait', 'cancel', 'schedule', 'schedules', 'unschedule', 'history', 'connection', 'index'].map((f) => `cli/commands/${f}.ts`),
-    'cli/options.ts',
-    'cli/main.ts',
-  ].filter((f) => f.endsWith('.ts'));
-  const stale = sources.some((src) => {
-    const out = join(root, 'dist', src.replace(/\.ts$/, '.js'));
-    return !existsSync(out) || statSync(out).mtimeMs < statSync(join(root, src)).mtimeMs;
-  });
-  if (stale) {
-    try {
-      execFileSync('npx', ['tsc', '-p', 'tsconfig.json'], { cwd: root, stdio: 'pipe' });
-    } catch {
-      // tsc emits even with type errors elsewhere in the tree; what matters is that our outputs exist
-    }
-  }
-  expect(existsSync(join(root, 'dist/cli/commands/enqueue.js'))).toBe(true);
-}
 
 let server: RedisServerHandle;
 let prefixN = 0;
@@ -41,7 +20,7 @@ const open: { close(): Promise<void> }[] = [];
 let tmp: string;
 
 beforeAll(async () => {
-  ensureBuilt();
+  ensureDistBuilt();
   server = await startRedisServer();
   tmp = mkdtempSync(join(tmpdir(), 'kmfleet-cli-'));
 }, 120_000);
