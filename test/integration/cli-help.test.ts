@@ -1,0 +1,69 @@
+/**
+ * `kmfleet --help` on the compiled CLI: it lists every command with its options, and it loads only the command table
+ * (cli/commands/index.ts, cli/options.ts): no command module, no engine, BullMQ, ioredis or AWS SDK. Start-up time
+ * itself is measured, not asserted (see the commit that made commands lazy).
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ensureDistBuilt } from '../helpers/dist-build.js';
+
+const root = join(import.meta.dirname, '../..');
+const dir = mkdtempSync(join(tmpdir(), 'kmfleet-help-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const COMMANDS = ['fit', 'generate', 'worker', 'demo', 'enqueue', 'status', 'wait', 'cancel', 'schedule', 'schedules', 'unschedule', 'history', 'dashboard'];
+
+/** Runs bin/kmfleet.js with a module loader hook that lists every module it resolves. */
+let runs = 0;
+function kmfleetTraced(...args: string[]) {
+  const list = join(dir, `loaded-${++runs}.txt`);
+  const hooks = join(dir, 'hooks.mjs');
+  writeFileSync(hooks, `import { appendFileSync } from 'node:fs';\nexport async function resolve(s, c, next) {\n  const r = await next(s, c);\n  appendFileSync(${JSON.stringify(list)}, r.url + '\\n');\n  return r;\n}\n`);
+  const register = `data:text/javascript,import { register } from 'node:module'; register(${JSON.stringify(pathToFileURL(hooks).href)});`;
+  writeFileSync(list, '');
+  const r = spawnSync(process.execPath, ['--import', register, join(root, 'bin/kmfleet.js'), ...args], { cwd: dir, encoding: 'utf8', timeout: 60_000 });
+  const loaded = [...new Set(readFileSync(list, 'utf8').split('\n').filter(Boolean))];
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr, loaded };
+}
+
+/** what a module URL is: "cli/commands/index" for our dist/ files, the package name for node_modules */
+const nameOf = (url: string) =>
+  url.includes('/node_modules/')
+    ? url.split('/node_modules/').pop()!.split('/').slice(0, url.split('/node_modules/').pop()!.startsWith('@') ? 2 : 1).join('/')
+    : url.replace(/^.*\/dist\//, '').replace(/\.js$/, '');
+
+beforeAll(() => ensureDistBuilt(), 180_000);
+
+describe('kmfleet --help', () => {
+  it('lists every command', () => {
+    const r = kmfleetTraced('--help');
+    expect(r.code, r.stderr).toBe(0);
+    const listed = [...r.stdout.matchAll(/^ {2}(\w+) /gm)].map((m) => m[1]).filter((c) => c !== 'help');
+    expect(listed).toEqual(COMMANDS);
+  });
+
+  it('loads the command table only: no command module, engine, queue or S3 code', () => {
+    const r = kmfleetTraced('--help');
+    const ours = r.loaded.filter((u) => u.includes('/dist/')).map(nameOf).sort();
+    expect(ours).toEqual(['cli/commands/index', 'cli/main', 'cli/options', 'producer/keys', 'producer/spec-vocabulary']);
+    const packages = new Set(r.loaded.filter((u) => u.includes('/node_modules/')).map(nameOf));
+    expect([...packages]).toEqual(['commander']);
+  });
+
+  it('a command\'s help shows its options without loading it; running it loads it', () => {
+    const help = kmfleetTraced('fit', '--help');
+    expect(help.code, help.stderr).toBe(0);
+    expect(help.stdout).toMatch(/--input <file>/);
+    expect(help.stdout).toMatch(/--json/);
+    expect(help.loaded.map(nameOf)).not.toContain('cli/commands/fit');
+    const bad = kmfleetTraced('fit', '--input', join(dir, 'missing.npy'), '--k', '2', '--out', join(dir, 'out'));
+    expect(bad.code).toBe(2); // a missing input file is bad input
+    expect(bad.stderr).toMatch(/missing\.npy/);
+    expect(bad.loaded.map(nameOf)).toContain('cli/commands/fit');
+    expect(bad.loaded.map(nameOf)).not.toContain('cli/commands/enqueue');
+  });
+});
