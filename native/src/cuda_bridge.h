@@ -2,7 +2,10 @@
 // Compiled in only when CMake found nvcc and KMFLEET_CUDA=ON: then KMFLEET_WITH_CUDA is defined.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "backend.h"
 
@@ -15,5 +18,12 @@ GpuInfo queryCudaDevices();
 // A CUDA backend for config (config.device is the ordinal). The config is already validated by the engine
 // (rows, dims, k >= 1, k <= rows). Throws EngineError: Device (no device, CUDA error), OutOfMemory (with the numbers).
 std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config);
+
+// Greedy k-means++ on the GPU (cuda/kmeans_plusplus.cu): the algorithm and the seeded draws of the CPU's
+// kmeansPlusPlus (engine.h) over n fp32 rows (already normalized for cosine), K×D centers that are rows of the
+// sample. Deterministic: the same seed gives bitwise the same centers on a given device. The cancel flag is
+// polled between centers. Throws EngineError: OutOfMemory (with the numbers), Device, Cancelled.
+std::vector<float> cudaKmeansPlusPlus(const float* sample, std::int64_t n, std::int64_t D, std::int64_t K,
+                                      std::uint64_t seed, int device, const std::atomic<bool>* cancel);
 
 }  // namespace kmfleet

@@ -371,7 +371,14 @@ void Engine::runInit(std::uint64_t gen, const void* sample, DType dtype, std::in
       for (std::int64_t d = 0; d < D; ++d) xr[d] = static_cast<float>(xr[d] * inv);
     }
   }
+#ifdef KMFLEET_WITH_CUDA
+  // the engine's device does the distances when the backend is CUDA (same draws, same algorithm)
+  std::vector<float> c = plan().backend == BackendKind::Cuda
+                             ? cudaKmeansPlusPlus(x.data(), sampleRows, D, K, seed, cfg_.device, &cancelFlag_)
+                             : kmeansPlusPlus(x.data(), sampleRows, D, K, seed, *pool_, &cancelFlag_);
+#else
   std::vector<float> c = kmeansPlusPlus(x.data(), sampleRows, D, K, seed, *pool_, &cancelFlag_);
+#endif
   if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
   std::lock_guard<std::mutex> lock(mu_);
   centroids_ = std::move(c);

@@ -102,7 +102,8 @@ class Engine {
   double passStartMs_ = 0;
 };
 
-// Greedy k-means++ (scikit-learn's _kmeans_plusplus) over n fp32 rows (already normalized for cosine).
+// Greedy k-means++ (scikit-learn's _kmeans_plusplus) over n fp32 rows (already normalized for cosine). An engine
+// on the CUDA backend runs cudaKmeansPlusPlus (cuda_bridge.h) instead: the same draws, distances on the device.
 std::vector<float> kmeansPlusPlus(const float* x, std::int64_t n, std::int64_t D, std::int64_t K, std::uint64_t seed,
                                   ThreadPool& pool, const std::atomic<bool>* cancel);
 
