@@ -14,21 +14,10 @@ import { DatasetFormatError } from '../../worker/formats/errors.js';
 import { decodeNpy, encodeNpyHeader } from '../../worker/formats/npy-encode.js';
 import { NPY_MAX_HEADER_BYTES, npyHeaderLength, parseNpyHeader } from '../../worker/formats/npy-header.js';
 import { rawLayout } from '../../worker/formats/raw.js';
+import { Rng } from '../helpers/reference.js';
 
 const SEED = Number(process.env.KMFLEET_FUZZ_SEED ?? (Date.now() % 2 ** 31));
 const CASES = Number(process.env.KMFLEET_FUZZ_CASES ?? 120_000);
-
-/** mulberry32: small, seedable, good enough to pick mutations */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const DESCRS = ['<f4', '<f2', '>f4', '>f8', '<f8', '|O', 'O', '<O8', '<i4', '|u1', '<c8', 'f4', '=f4', '<U10', '', "<f4'", '<f4\\'];
 const SHAPE_ITEMS = ['0', '1', '3', '-1', '-9223372036854775808', '18446744073709551616', '4294967296', '9007199254740993',
@@ -119,7 +108,8 @@ function expectCleanOutcome<T>(fn: () => T, describeCase: () => string): T | und
 
 describe(`npy/raw format fuzzing (seed ${SEED}, ${CASES} cases; replay with KMFLEET_FUZZ_SEED)`, () => {
   it('every case is a DatasetFormatError or a parse consistent with the file size; no hang; no attacker-sized allocation', () => {
-    const r = prng(SEED);
+    const rng = new Rng(SEED); // the reference's mulberry32: a seed replays the same cases
+    const r = () => rng.uniform();
     let parsed = 0;
     let decoded = 0;
     const t0 = Date.now();
