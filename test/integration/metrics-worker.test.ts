@@ -10,18 +10,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateDataset } from '../../worker/dataset/synthetic.js';
 import { startQueueExporter, type QueueExporter } from '../../worker/metrics/index.js';
+import { parsePrometheus } from '../helpers/prometheus.js';
 import { freePort } from '../helpers/redis-server.js';
 import { startStack, until, type Stack } from './pipeline-fixture.js';
-
-function parse(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (\S+)$/.exec(line);
-    if (m) out.set(m[1], Number(m[2]));
-  }
-  return out;
-}
 
 const ROWS = 6_000;
 const DIMS = 8;
@@ -58,7 +49,7 @@ describe('worker metrics, end to end', () => {
     );
     const result = await stack.client.wait('metrics-1', { timeoutMs: 60_000, pollMs: 20 });
 
-    const m = parse(await (await fetch(`${url}/metrics`)).text());
+    const m = parsePrometheus(await (await fetch(`${url}/metrics`)).text());
     expect(m.get('kmfleet_jobs_started_total')).toBe(1);
     expect(m.get('kmfleet_jobs_total{outcome="completed"}')).toBe(1);
     expect(m.get('kmfleet_jobs_total{outcome="failed"}')).toBe(0);
@@ -77,7 +68,7 @@ describe('worker metrics, end to end', () => {
     // the process metrics come along (default metrics on)
     expect(m.has('process_cpu_user_seconds_total')).toBe(true);
 
-    const q = parse(await (await fetch(`${exporter.server.url}/metrics`)).text());
+    const q = parsePrometheus(await (await fetch(`${exporter.server.url}/metrics`)).text());
     expect(q.get('kmfleet_queue_pending{queue="jobs"}')).toBe(0);
     expect(q.get('kmfleet_queue_up{queue="jobs"}')).toBe(1);
 

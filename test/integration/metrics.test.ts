@@ -4,6 +4,7 @@
  */
 import { Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parsePrometheus } from '../helpers/prometheus.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 import {
   createFleetMetrics,
@@ -12,22 +13,11 @@ import {
   type MetricsServer,
 } from '../../worker/metrics/index.js';
 
-/** Parse the Prometheus text format into name{labels} -> value (only the lines we need). */
-function parse(text: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (\S+)$/.exec(line);
-    if (m) out.set(m[1], Number(m[2]));
-  }
-  return out;
-}
-
 async function scrape(server: MetricsServer): Promise<Map<string, number>> {
   const res = await fetch(`${server.url}/metrics`);
   expect(res.status).toBe(200);
   expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
-  return parse(await res.text());
+  return parsePrometheus(await res.text());
 }
 
 const QUEUE = 'metrics-test';
