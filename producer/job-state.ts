@@ -70,19 +70,36 @@ export interface CheckpointRecord {
   /** specHash of the spec it belongs to; a resume with another hash must ignore it. */
   specHash: string;
   updatedAt: number;
+  /** ETag of the dataset it was computed on (a resume on another version must ignore it); set by every worker write. */
+  datasetEtag?: string;
+  /** sha256 (hex) of the checkpoint object's bytes, checked on load; set by every worker write. */
+  sha256?: string;
+  /** size of the checkpoint object; set by every worker write. */
+  bytes?: number;
 }
 
-/** The last checkpoint record of a job, or null if none was written. */
-export async function readCheckpointRecord(redis: RedisClient, keys: Keys, jobId: string): Promise<CheckpointRecord | null> {
-  const h = await redis.hgetall(keys.checkpoint(jobId));
+/**
+ * The one parser of the checkpoint record HASH (HGETALL's answer), shared by this module and the worker's checkpoint
+ * store: null when there is no record. Fields the hash lacks are left out, not invented.
+ */
+export function parseCheckpointRecord(h: Record<string, string>): CheckpointRecord | null {
   if (!h.uri) return null;
-  return {
+  const rec: CheckpointRecord = {
     generation: Number(h.generation),
     iteration: Number(h.iteration),
     uri: h.uri,
     specHash: h.specHash,
     updatedAt: Number(h.updatedAt),
   };
+  if (h.datasetEtag !== undefined) rec.datasetEtag = h.datasetEtag;
+  if (h.sha256 !== undefined) rec.sha256 = h.sha256;
+  if (h.bytes !== undefined) rec.bytes = Number(h.bytes);
+  return rec;
+}
+
+/** The last checkpoint record of a job, or null if none was written. */
+export async function readCheckpointRecord(redis: RedisClient, keys: Keys, jobId: string): Promise<CheckpointRecord | null> {
+  return parseCheckpointRecord(await redis.hgetall(keys.checkpoint(jobId)));
 }
 
 /** Removes a job's iteration history, checkpoint record and cancel flag. */

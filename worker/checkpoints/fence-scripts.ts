@@ -9,9 +9,9 @@
  * took the job; (2) makes ownership monotonic. (2) alone would let a worker whose lock expired keep writing until the
  * next worker claims. The scripts touch only keys under the queue's hash tag, so they run on Redis Cluster too.
  *
- * The record is the HASH keys.checkpoint(jobId) with producer/job-state.ts's field names (so readCheckpointRecord
- * there reads what this writes): claimed, generation (the writer's claim), iteration, uri, specHash, updatedAt; plus
- * ours: claimToken, datasetEtag, sha256, bytes, prevUri.
+ * The record is the HASH keys.checkpoint(jobId) with producer/job-state.ts's field names (its parseCheckpointRecord is
+ * the one parser, for the SDK and for store.ts): generation (the writer's claim), iteration, uri, specHash, updatedAt,
+ * datasetEtag, sha256, bytes; plus the fencing's own: claimed, claimToken, prevUri.
  */
 
 /** KEYS: lock, record · ARGV: token, ttlMs → claim generation, or -1 if the lock is not ours. */

@@ -11,7 +11,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { JOB_STATE_TTL_MS } from '../../producer/job-state.js';
+import { JOB_STATE_TTL_MS, parseCheckpointRecord, type CheckpointRecord as ProducerCheckpointRecord } from '../../producer/job-state.js';
 import type { S3Handle } from '../s3/client.js';
 import { S3ObjectNotFoundError } from '../s3/errors.js';
 import { deleteKeys, getObjectBuffer, putObjectBuffer } from '../s3/objects.js';
@@ -19,16 +19,11 @@ import { childOf, formatS3Uri, parseS3Uri, type S3Location } from '../s3/uri.js'
 import { FencedError } from './errors.js';
 import { CHECK_SCRIPT, CLAIM_SCRIPT, SAVE_SCRIPT } from './fence-scripts.js';
 
-export interface CheckpointRecord {
-  /** the claim generation of the worker that wrote it */
-  generation: number;
-  iteration: number;
-  uri: string;
-  specHash: string;
+/** The record as the worker writes it: every field present (producer/job-state.ts parses it). */
+export interface CheckpointRecord extends ProducerCheckpointRecord {
   datasetEtag: string;
   sha256: string;
   bytes: number;
-  updatedAt: number;
 }
 
 export interface CheckpointStoreOptions {
@@ -78,18 +73,10 @@ export class CheckpointStore {
 
   /** The recorded checkpoint, if any (whatever its spec or dataset). */
   async record(): Promise<CheckpointRecord | null> {
-    const h = await this.o.redis.hgetall(this.o.recordKey);
-    if (!h.uri) return null;
-    return {
-      generation: Number(h.generation),
-      iteration: Number(h.iteration),
-      uri: h.uri,
-      specHash: h.specHash,
-      datasetEtag: h.datasetEtag,
-      sha256: h.sha256,
-      bytes: Number(h.bytes),
-      updatedAt: Number(h.updatedAt),
-    };
+    const r = parseCheckpointRecord(await this.o.redis.hgetall(this.o.recordKey));
+    if (!r) return null;
+    // a record without these was not written by a worker: it matches no dataset and fails its checksum, so no resume
+    return { ...r, datasetEtag: r.datasetEtag ?? '', sha256: r.sha256 ?? '', bytes: r.bytes ?? 0 };
   }
 
   /**
