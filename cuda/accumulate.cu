@@ -5,7 +5,8 @@
 //   segment and the partials in segment order into the K×D fp64 totals (clusterKernel).
 // Given the chunking, every addition happens in one fixed order: bitwise-identical results run to run.
 // For D ≤ 256 the same kernels also compute each row's fp64 distance (one read of the rows instead of two);
-// wider rows take rowDistances (exact.cu) first.
+// wider rows take rowDistances (exact.cu) first. The rows are read as RowValues: fp32, or f16/bf16 data as it is
+// (exact in fp32: the same bits from half the bytes).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -14,6 +15,7 @@
 #include <type_traits>
 
 #include "kernels.h"
+#include "row_values.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -53,7 +55,8 @@ __global__ void extrasKernel(const int* counts, int k, int* extras) {
 }
 
 // Sum sorted positions [p0, p1) of the cluster: columns over threads, rows in order, fp64.
-__device__ void segmentSum(const float* xf, int d, const int* sortedIndex, const double* dist, int p0, int p1,
+template <InType IN>
+__device__ void segmentSum(const void* xv, int d, const int* sortedIndex, const double* dist, int p0, int p1,
                            bool sums, double* out, double* inertia, int* idx) {
   const int m = p1 - p0;
   for (int i = threadIdx.x; i < m; i += blockDim.x) idx[i] = sortedIndex[p0 + i];
@@ -63,13 +66,13 @@ __device__ void segmentSum(const float* xf, int d, const int* sortedIndex, const
       double s = 0;
       int i = 0;
       for (; i + 4 <= m; i += 4) {
-        const float a = xf[static_cast<size_t>(idx[i]) * d + j];
-        const float b = xf[static_cast<size_t>(idx[i + 1]) * d + j];
-        const float c = xf[static_cast<size_t>(idx[i + 2]) * d + j];
-        const float e = xf[static_cast<size_t>(idx[i + 3]) * d + j];
+        const float a = loadValue<IN>(xv, static_cast<size_t>(idx[i]) * d + j);
+        const float b = loadValue<IN>(xv, static_cast<size_t>(idx[i + 1]) * d + j);
+        const float c = loadValue<IN>(xv, static_cast<size_t>(idx[i + 2]) * d + j);
+        const float e = loadValue<IN>(xv, static_cast<size_t>(idx[i + 3]) * d + j);
         s += a; s += b; s += c; s += e;
       }
-      for (; i < m; ++i) s += xf[static_cast<size_t>(idx[i]) * d + j];
+      for (; i < m; ++i) s += loadValue<IN>(xv, static_cast<size_t>(idx[i]) * d + j);
       out[j] = s;
     }
   }
@@ -80,7 +83,8 @@ __device__ void segmentSum(const float* xf, int d, const int* sortedIndex, const
   }
 }
 
-__global__ void segmentKernel(const float* xf, int d, int k, const int* sortedIndex, const double* dist,
+template <InType IN>
+__global__ void segmentKernel(const void* xv, int d, int k, const int* sortedIndex, const double* dist,
                               const int* counts, const int* starts, const int* extraOff, bool sums,
                               double* partials, double* partialInertia) {
   __shared__ int idx[S];
@@ -95,10 +99,11 @@ __global__ void segmentKernel(const float* xf, int d, int k, const int* sortedIn
   const int seg = b - extraOff[c] + 1;
   const int p0 = starts[c] + seg * S;
   const int p1 = min(p0 + S, starts[c] + counts[c]);
-  segmentSum(xf, d, sortedIndex, dist, p0, p1, sums, partials + static_cast<size_t>(b) * d, partialInertia + b, idx);
+  segmentSum<IN>(xv, d, sortedIndex, dist, p0, p1, sums, partials + static_cast<size_t>(b) * d, partialInertia + b, idx);
 }
 
-__global__ void clusterKernel(const float* xf, int d, const int* sortedIndex, const double* dist, const int* counts,
+template <InType IN>
+__global__ void clusterKernel(const void* xv, int d, const int* sortedIndex, const double* dist, const int* counts,
                               const int* starts, const int* extraOff, bool sums, double* partials,
                               const double* partialInertia, double* sumsOut, long long* countsOut,
                               double* inertiaOut) {
@@ -115,7 +120,7 @@ __global__ void clusterKernel(const float* xf, int d, const int* sortedIndex, co
   if (sums) {
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
       double s = 0;
-      for (int i = 0; i < m; ++i) s += xf[static_cast<size_t>(idx[i]) * d + j];
+      for (int i = 0; i < m; ++i) s += loadValue<IN>(xv, static_cast<size_t>(idx[i]) * d + j);
       for (int e = e0; e < e1; ++e) s += partials[static_cast<size_t>(e) * d + j];
       sumsOut[static_cast<size_t>(c) * d + j] += s;
     }
@@ -154,8 +159,8 @@ struct FusedShared {
 
 // Segment = sorted positions [p0, p0 + m) of cluster c. Leaves the column sums in sh.col, writes every row's
 // distance (dist, dist32), returns the segment's inertia in thread 0.
-template <int T>
-__device__ double fusedSegment(const float* xf, int d, const int* sortedIndex, int p0, int m, const float* cRow,
+template <int T, InType IN>
+__device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, int p0, int m, const float* cRow,
                                bool cosine, bool sums, double* dist, float* dist32, FusedShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int i = tid; i < m; i += blockDim.x) sh.idx[i] = sortedIndex[p0 + i];
@@ -176,11 +181,11 @@ __device__ double fusedSegment(const float* xf, int d, const int* sortedIndex, i
     float v[R][T];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const float* x = xf + static_cast<size_t>(sh.idx[i + r * W]) * d;
+      const size_t x = static_cast<size_t>(sh.idx[i + r * W]) * d;
 #pragma unroll
       for (int t = 0; t < T; ++t) {
         const int j = lane + 32 * t;
-        v[r][t] = j < d ? x[j] : 0.f;
+        v[r][t] = j < d ? loadValue<IN>(xv, x + j) : 0.f;
       }
     }
     double q[R];
@@ -208,13 +213,13 @@ __device__ double fusedSegment(const float* xf, int d, const int* sortedIndex, i
     }
   }
   for (; i < m; i += W) {
-    const float* x = xf + static_cast<size_t>(sh.idx[i]) * d;
+    const size_t x = static_cast<size_t>(sh.idx[i]) * d;
     double q = 0;
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       const int j = lane + 32 * t;
       if (j < d) {
-        const float v = x[j];
+        const float v = loadValue<IN>(xv, x + j);
         cs[t] += v;
         if (cosine) {
           q = fma(static_cast<double>(v), static_cast<double>(cj[t]), q);
@@ -253,8 +258,8 @@ __device__ double fusedSegment(const float* xf, int d, const int* sortedIndex, i
   return in;
 }
 
-template <int T>
-__global__ void fusedSegmentKernel(const float* xf, int d, int k, const float* cf, int cosine, const int* sortedIndex,
+template <int T, InType IN>
+__global__ void fusedSegmentKernel(const void* xv, int d, int k, const float* cf, int cosine, const int* sortedIndex,
                                    const int* counts, const int* starts, const int* extraOff, bool sums,
                                    double* dist, float* dist32, double* partials, double* partialInertia) {
   __shared__ FusedShared sh;
@@ -269,15 +274,15 @@ __global__ void fusedSegmentKernel(const float* xf, int d, int k, const float* c
   const int seg = b - extraOff[c] + 1;
   const int p0 = starts[c] + seg * S;
   const int m = min(S, starts[c] + counts[c] - p0);
-  const double in = fusedSegment<T>(xf, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums, dist,
+  const double in = fusedSegment<T, IN>(xv, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums, dist,
                                  dist32, sh);
   if (sums)
     for (int j = threadIdx.x; j < d; j += blockDim.x) partials[static_cast<size_t>(b) * d + j] = sh.col[j];
   if (threadIdx.x == 0) partialInertia[b] = in;
 }
 
-template <int T>
-__global__ void fusedClusterKernel(const float* xf, int d, const float* cf, int cosine, const int* sortedIndex,
+template <int T, InType IN>
+__global__ void fusedClusterKernel(const void* xv, int d, const float* cf, int cosine, const int* sortedIndex,
                                    const int* counts, const int* starts, const int* extraOff, bool sums,
                                    double* dist, float* dist32, const double* partials, const double* partialInertia,
                                    double* sumsOut, long long* countsOut, double* inertiaOut) {
@@ -285,7 +290,7 @@ __global__ void fusedClusterKernel(const float* xf, int d, const float* cf, int 
   const int c = blockIdx.x;
   const int cnt = counts[c];
   if (cnt == 0) return;
-  const double in = fusedSegment<T>(xf, d, sortedIndex, starts[c], min(cnt, S), cf + static_cast<size_t>(c) * d, cosine,
+  const double in = fusedSegment<T, IN>(xv, d, sortedIndex, starts[c], min(cnt, S), cf + static_cast<size_t>(c) * d, cosine,
                                  sums, dist, dist32, sh);
   const int e0 = extraOff[c], e1 = extraOff[c + 1];
   if (sums)
@@ -365,12 +370,12 @@ void freeAccumulateScratch(AccumulateScratch& a) {
   a = AccumulateScratch{};
 }
 
-void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
+void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
                 double* dist, float* dist32, bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut,
                 double* inertiaOut, cudaStream_t s) {
   if (n <= 0) return;
   const bool fused = d <= kFusedMaxDims;
-  if (!fused) rowDistances(xf, n, d, cf, labels, cosine, dist, dist32, s);
+  if (!fused) rowDistances(x, n, d, cf, labels, cosine, dist, dist32, s);
   const int ni = static_cast<int>(n);
   cudaMemsetAsync(a.chunkCounts, 0, (k + 1) * sizeof(int), s);
   if (k <= kSharedHistBins) {
@@ -392,25 +397,31 @@ void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_
   const unsigned segBlocks = static_cast<unsigned>(n / S + 1);
   if (fused) {
     // T = columns per lane: 4 up to D = 128 (half the registers of the general 8: more blocks per SM)
-    auto run = [&](auto tTag) {
+    auto run = [&](auto tTag, auto inTag) {
       constexpr int T = decltype(tTag)::value;
-      fusedSegmentKernel<T><<<segBlocks, W * 32, 0, s>>>(xf, d, k, cf, cosine ? 1 : 0, a.sortedIndex, a.chunkCounts,
-                                                         a.starts, a.extraOffsets, sums, dist, dist32, a.partials,
-                                                         a.partialInertia);
-      fusedClusterKernel<T><<<static_cast<unsigned>(k), W * 32, 0, s>>>(
-          xf, d, cf, cosine ? 1 : 0, a.sortedIndex, a.chunkCounts, a.starts, a.extraOffsets, sums, dist, dist32,
+      constexpr InType IN = decltype(inTag)::value;
+      fusedSegmentKernel<T, IN><<<segBlocks, W * 32, 0, s>>>(x.p, d, k, cf, cosine ? 1 : 0, a.sortedIndex,
+                                                             a.chunkCounts, a.starts, a.extraOffsets, sums, dist,
+                                                             dist32, a.partials, a.partialInertia);
+      fusedClusterKernel<T, IN><<<static_cast<unsigned>(k), W * 32, 0, s>>>(
+          x.p, d, cf, cosine ? 1 : 0, a.sortedIndex, a.chunkCounts, a.starts, a.extraOffsets, sums, dist, dist32,
           a.partials, a.partialInertia, sumsOut, countsOut, inertiaOut);
     };
-    if (d <= 128) run(std::integral_constant<int, 4>{});
-    else run(std::integral_constant<int, kFusedMaxDims / 32>{});
+    withValueType(x.type, [&](auto inTag) {
+      if (d <= 128) run(std::integral_constant<int, 4>{}, inTag);
+      else run(std::integral_constant<int, kFusedMaxDims / 32>{}, inTag);
+    });
     return;
   }
   const int threads = d >= 256 ? 256 : 128;
-  segmentKernel<<<segBlocks, threads, 0, s>>>(xf, d, k, a.sortedIndex, dist, a.chunkCounts, a.starts,
-                                              a.extraOffsets, sums, a.partials, a.partialInertia);
-  clusterKernel<<<static_cast<unsigned>(k), threads, 0, s>>>(xf, d, a.sortedIndex, dist, a.chunkCounts, a.starts,
-                                                             a.extraOffsets, sums, a.partials, a.partialInertia,
-                                                             sumsOut, countsOut, inertiaOut);
+  withValueType(x.type, [&](auto inTag) {
+    constexpr InType IN = decltype(inTag)::value;
+    segmentKernel<IN><<<segBlocks, threads, 0, s>>>(x.p, d, k, a.sortedIndex, dist, a.chunkCounts, a.starts,
+                                                    a.extraOffsets, sums, a.partials, a.partialInertia);
+    clusterKernel<IN><<<static_cast<unsigned>(k), threads, 0, s>>>(x.p, d, a.sortedIndex, dist, a.chunkCounts,
+                                                                   a.starts, a.extraOffsets, sums, a.partials,
+                                                                   a.partialInertia, sumsOut, countsOut, inertiaOut);
+  });
 }
 
 }  // namespace cuda

@@ -10,6 +10,12 @@
 // Resident rows: the first plan.residentRows rows (whole chunks), prepared once into device arrays and
 // processed in later passes by processResident with the same chunk boundaries as when they were fed, so
 // sums are added in the same order as a fully streamed run: bitwise-identical centroids.
+// Rows of f16/bf16 data (l2) are kept as they are (no fp32 copy, kernels.h RowValues): a streamed chunk's values
+// are its slot's raw rows, so the slot is released (rawFree) only after the chunk's kernels.
+// Per pass on the host: the centroids go up through pinned staging in pieces (memcpy of piece i+1 overlaps the
+// DMA of piece i); their statistics and operands are computed on the device (operands.cu prepareCentroidOps), and
+// only scale and maxNorm come back (8 bytes) before the first assignment. Sums, counts and inertia come down
+// through a ring of two pinned pieces (the DMA of piece i+1 overlaps the host's copy of piece i).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -93,6 +99,7 @@ class CudaBackend final : public Backend {
     kp_ = padCentroids(k_);
     rowBytes_ = static_cast<std::size_t>(d_) * dtypeBytes(cfg.dtype);
     cosine_ = cfg.metric == Metric::Cosine;
+    rows16_ = keepsRows16(inType(cfg.dtype), cosine_);
     plan_.backend = BackendKind::Cuda;
     plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     plan_.precision = mp_.precision;
@@ -125,9 +132,7 @@ class CudaBackend final : public Backend {
     rowsSeen_ = 0;
     retainedThisPass_ = 0;
     far_.clear();
-    std::memcpy(hostCentroids_, spec.centroids, sizeof(float) * std::size_t(k_) * d_);
-    check(cudaMemcpyAsync(cf_, hostCentroids_, sizeof(float) * std::size_t(k_) * d_, cudaMemcpyHostToDevice, compute_),
-          "centroid upload");
+    uploadCentroids(spec.centroids);
     check(cudaMemsetAsync(sums_, 0, sizeof(double) * std::size_t(k_) * d_, compute_), "memset");
     check(cudaMemsetAsync(counts_, 0, sizeof(long long) * k_, compute_), "memset");
     check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
@@ -163,12 +168,15 @@ class CudaBackend final : public Backend {
     // Rows of [0, residentRows) not yet held are retained: prepared straight into the resident arrays.
     const bool retain = residentHeld_ == 0 && firstRow < mp_.residentRows && firstRow == retainedThisPass_ &&
                         firstRow + rows <= mp_.residentRows;
-    const RowOps ops = retain ? residentOps(firstRow) : streamOps_;
+    RowOps ops = retain ? residentOps(firstRow) : streamOps_;
+    const bool valuesInSlot = rows16_ && !retain;  // the 16-bit rows are read where they landed
+    if (valuesInSlot) ops.x16 = slot.raw;
     if (!muReady_) establishMu(slot.raw, rows);
     prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, bad_, bad_ + 1, compute_);
     check(cudaGetLastError(), "prepareRows");
-    check(cudaEventRecord(slot.rawFree, compute_), "cudaEventRecord");
+    if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, compute_), "cudaEventRecord");
     computeChunk(ops, firstRow, rows, &slot);
+    if (valuesInSlot) check(cudaEventRecord(slot.rawFree, compute_), "cudaEventRecord");
     if (retain) retainedThisPass_ += rows;
     // The engine may refill the host buffer once its copy is done.
     check(cudaEventSynchronize(slot.copied), "H2D");
@@ -176,13 +184,20 @@ class CudaBackend final : public Backend {
 
   PassTotals finishPass() override {
     check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+    if (residentPending_) {
+      // Resident labels (and distances) chunk by chunk as each chunk's D2H completes: the host's copies overlap
+      // the device's work on the later chunks instead of following all of it.
+      for (std::int64_t first = 0, ci = 0; first < residentHeld_; first += mp_.chunkRows, ++ci) {
+        const std::size_t rows = std::size_t(std::min(mp_.chunkRows, residentHeld_ - first));
+        check(cudaEventSynchronize(resChunkDone_[std::size_t(ci)]), "D2H");
+        std::memcpy(spec_.labels + first, hResLabels_ + first, sizeof(int) * rows);
+        if (spec_.distances) std::memcpy(spec_.distances + first, hResDist_ + first, sizeof(float) * rows);
+      }
+    }
     check(cudaStreamSynchronize(compute_), "compute");
     check(cudaStreamSynchronize(d2h_), "D2H");
     for (Slot& s : slots_) drain(s);
     if (residentPending_) {
-      const std::size_t r = std::size_t(residentHeld_);
-      std::memcpy(spec_.labels, hResLabels_, sizeof(int) * r);
-      if (spec_.distances) std::memcpy(spec_.distances, hResDist_, sizeof(float) * r);
       if (fit_ && spec_.farthest > 0) {
         for (std::int64_t first = 0, ci = 0; first < residentHeld_; first += mp_.chunkRows, ++ci) {
           const std::int64_t m = farCandidates(spec_.farthest, std::min(mp_.chunkRows, residentHeld_ - first));
@@ -192,8 +207,11 @@ class CudaBackend final : public Backend {
       }
       residentPending_ = false;
     }
-    unsigned long long bad[2];
-    check(cudaMemcpy(bad, bad_, sizeof bad, cudaMemcpyDeviceToHost), "D2H");
+    check(cudaMemcpyAsync(hostFlags_, bad_, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
+    check(cudaMemcpyAsync(hostFlags_ + 2, flaggedTotal_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
+          "D2H");
+    check(cudaStreamSynchronize(compute_), "D2H");
+    const unsigned long long bad[2] = {hostFlags_[0], hostFlags_[1]};
     if (bad[0] != ~0ULL)
       throw EngineError(ErrorCode::NonFiniteInput, "non-finite value in row " + std::to_string(bad[0]),
                         static_cast<std::int64_t>(bad[0]));
@@ -201,18 +219,10 @@ class CudaBackend final : public Backend {
       throw EngineError(ErrorCode::InvalidArgument,
                         "row " + std::to_string(bad[1]) + " has zero norm (cosine needs non-zero rows)");
     PassTotals t;
-    t.counts.resize(k_);
-    t.inertia.resize(k_);
-    std::vector<long long> counts(k_);
-    check(cudaMemcpy(counts.data(), counts_, sizeof(long long) * k_, cudaMemcpyDeviceToHost), "D2H");
-    check(cudaMemcpy(t.inertia.data(), inertia_, sizeof(double) * k_, cudaMemcpyDeviceToHost), "D2H");
-    for (int c = 0; c < k_; ++c) t.counts[c] = counts[c];
-    if (fit_) {
-      t.sums.resize(std::size_t(k_) * d_);
-      check(cudaMemcpy(t.sums.data(), sums_, sizeof(double) * t.sums.size(), cudaMemcpyDeviceToHost), "D2H");
-    }
-    unsigned long long flagged = 0;
-    check(cudaMemcpy(&flagged, flaggedTotal_, sizeof flagged, cudaMemcpyDeviceToHost), "D2H");
+    download(counts_, std::size_t(k_), t.counts);
+    download(inertia_, std::size_t(k_), t.inertia);
+    if (fit_) download(sums_, std::size_t(k_) * d_, t.sums);
+    const unsigned long long flagged = hostFlags_[2];
     lastRecheckRows_ = static_cast<std::int64_t>(flagged);
     if (spec_.farthest > 0) {
       std::stable_sort(far_.begin(), far_.end(), [](const FarRow& a, const FarRow& b) {
@@ -272,6 +282,14 @@ class CudaBackend final : public Backend {
     check(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking), "cudaStreamCreate");
     for (int b = 0; b < mp_.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * rowBytes_, "host buffers"));
     hostCentroids_ = hostAlloc<float>(std::size_t(k_) * d_, "centroids");
+    hostStats_ = hostAlloc<CentroidStats>(1, "centroid statistics");
+    hostFlags_ = hostAlloc<unsigned long long>(3, "flags");
+    for (int i = 0; i < 2; ++i) {
+      ring_[i] = hostAlloc<char>(kRingBytes, "download staging");
+      check(cudaEventCreateWithFlags(&ringDone_[i], cudaEventDisableTiming), "cudaEventCreate");
+    }
+    check(cudaEventCreateWithFlags(&statsReady_, cudaEventDisableTiming), "cudaEventCreate");
+    cstats_ = devAlloc<CentroidStatsDevice>(1, "centroid statistics");
     // centroids and totals
     cf_ = devAlloc<float>(std::size_t(k_) * d_, "centroids");
     bhi_ = devAlloc<unsigned short>(std::size_t(kp_) * dp_, "centroid operands");
@@ -285,7 +303,7 @@ class CudaBackend final : public Backend {
     flaggedTotal_ = devAlloc<unsigned long long>(1, "flags");
     flaggedCount_ = devAlloc<unsigned>(1, "flags");
     // streamed rows' scratch (one: only the compute stream uses it)
-    streamOps_ = allocOps(chunk, "chunk scratch");
+    streamOps_ = allocOps(chunk, "chunk scratch", true);
     flagged_ = devAlloc<int>(chunk, "chunk scratch");
     flaggedThr_ = devAlloc<float>(chunk, "chunk scratch");
     candCount_ = devAlloc<int>(chunk, "chunk scratch");
@@ -296,7 +314,7 @@ class CudaBackend final : public Backend {
     // resident rows
     if (mp_.residentRows > 0) {
       const std::size_t r = std::size_t(mp_.residentRows);
-      resident_ = allocOps(r, "resident rows");
+      resident_ = allocOps(r, "resident rows", false);
       resLabels_ = devAlloc<int>(r, "resident rows");
       resDist_ = devAlloc<float>(r, "resident rows");
       hResLabels_ = hostAlloc<int>(r, "resident label staging");
@@ -304,6 +322,8 @@ class CudaBackend final : public Backend {
     }
     check(cudaEventCreateWithFlags(&resComputed_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&resOutDone_, cudaEventDisableTiming), "cudaEventCreate");
+    resChunkDone_.resize(std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows), nullptr);
+    for (cudaEvent_t& e : resChunkDone_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     for (Slot& s : slots_) {
       s.raw = devAlloc<char>(chunk * rowBytes_, "chunk slots");
       s.labels = devAlloc<int>(chunk, "chunk slots");
@@ -315,9 +335,12 @@ class CudaBackend final : public Backend {
     }
   }
 
-  RowOps allocOps(std::size_t rows, const char* what) {
+  // streamed: the scratch of streamed chunks (no values when the 16-bit rows are read in their slot).
+  RowOps allocOps(std::size_t rows, const char* what, bool streamed) {
     RowOps o;
-    o.xf = devAlloc<float>(rows * d_, what);
+    o.x16Type = inType(cfg_.dtype);
+    if (!rows16_) o.xf = devAlloc<float>(rows * d_, what);
+    else if (!streamed) o.x16 = devAlloc<unsigned short>(rows * d_, what);
     o.ahi = devAlloc<unsigned short>(rows * dp_, what);
     o.alo = opTerms(mp_.op) > 1 ? devAlloc<unsigned short>(rows * dp_, what) : nullptr;
     o.rowScale = devAlloc<float>(rows, what);
@@ -326,7 +349,7 @@ class CudaBackend final : public Backend {
   }
   static void freeOps(RowOps& o) {
     for (void* p : {static_cast<void*>(o.xf), o.ahi, o.alo, static_cast<void*>(o.rowScale),
-                    static_cast<void*>(o.rowNorm)})
+                    static_cast<void*>(o.rowNorm), o.x16})
       if (p) cudaFree(p);
     o = RowOps{};
   }
@@ -358,6 +381,9 @@ class CudaBackend final : public Backend {
     for (cudaEvent_t e : {resComputed_, resOutDone_})
       if (e) cudaEventDestroy(e);
     resComputed_ = resOutDone_ = nullptr;
+    for (cudaEvent_t e : resChunkDone_)
+      if (e) cudaEventDestroy(e);
+    resChunkDone_.clear();
     freeAccumulateScratch(acc_);
     for (void* p : {static_cast<void*>(cf_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                     static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),
@@ -370,6 +396,15 @@ class CudaBackend final : public Backend {
     host_.clear();
     if (hostCentroids_) cudaFreeHost(hostCentroids_);
     hostCentroids_ = nullptr;
+    for (void* p : {static_cast<void*>(hostStats_), static_cast<void*>(hostFlags_), static_cast<void*>(ring_[0]),
+                    static_cast<void*>(ring_[1])})
+      if (p) cudaFreeHost(p);
+    hostStats_ = nullptr; hostFlags_ = nullptr; ring_[0] = ring_[1] = nullptr;
+    for (cudaEvent_t e : {ringDone_[0], ringDone_[1], statsReady_})
+      if (e) cudaEventDestroy(e);
+    ringDone_[0] = ringDone_[1] = statsReady_ = nullptr;
+    if (cstats_) cudaFree(cstats_);
+    cstats_ = nullptr;
     for (cudaStream_t s : {copy_, compute_, d2h_})
       if (s) cudaStreamDestroy(s);
     copy_ = compute_ = d2h_ = nullptr;
@@ -379,7 +414,8 @@ class CudaBackend final : public Backend {
   RowOps residentOps(std::int64_t firstRow) const {
     RowOps o = resident_;
     const std::size_t r = std::size_t(firstRow);
-    o.xf += r * d_;
+    if (o.xf) o.xf += r * d_;
+    if (o.x16) o.x16 = static_cast<unsigned short*>(o.x16) + r * d_;
     o.ahi = static_cast<unsigned short*>(o.ahi) + r * dp_;
     if (o.alo) o.alo = static_cast<unsigned short*>(o.alo) + r * dp_;
     o.rowScale += r;
@@ -388,9 +424,11 @@ class CudaBackend final : public Backend {
   }
 
   // μ: the mean of the first rows of the first chunk ever fed (deterministic: the engine feeds in row order).
-  void establishMu(const void* raw, std::int64_t rows) {
-    prepareRows(raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, 0, nullptr, streamOps_, bad_, bad_ + 1, compute_);
-    rowMean(streamOps_.xf, rows, d_, mu_, compute_);
+  void establishMu(void* raw, std::int64_t rows) {
+    RowOps ops = streamOps_;
+    if (rows16_) ops.x16 = raw;
+    prepareRows(raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, 0, nullptr, ops, bad_, bad_ + 1, compute_);
+    rowMean(rowValues(ops), rows, d_, mu_, compute_);
     hostMu_.resize(d_);
     check(cudaMemcpyAsync(hostMu_.data(), mu_, sizeof(float) * d_, cudaMemcpyDeviceToHost, compute_), "D2H");
     check(cudaStreamSynchronize(compute_), "mean");
@@ -403,18 +441,53 @@ class CudaBackend final : public Backend {
     prepareCentroidOps();
   }
 
+  // Statistics and operands on the device; scale and maxNorm come back for the launch arguments (awaited by the
+  // first computeChunk of the pass).
   void prepareCentroidOps() {
-    const CentroidStats st = centroidStats(hostCentroids_, hostMu_.data(), k_, d_);
-    prepareCentroids(cf_, mu_, k_, d_, mp_.op, st.scale, bhi_, blo_, cnorm_, compute_);
-    check(cudaGetLastError(), "prepareCentroids");
+    cuda::prepareCentroidOps(cf_, mu_, k_, d_, mp_.op, cstats_, bhi_, blo_, cnorm_, compute_);
+    check(cudaGetLastError(), "prepareCentroidOps");
+    check(cudaMemcpyAsync(hostStats_, &cstats_->out, sizeof(CentroidStats), cudaMemcpyDeviceToHost, compute_), "D2H");
+    check(cudaEventRecord(statsReady_, compute_), "cudaEventRecord");
     cops_.bhi = bhi_;
     cops_.blo = blo_;
     cops_.cnorm = cnorm_;
     cops_.cf = cf_;
-    cops_.scale = st.scale;
-    cops_.maxNorm = st.maxNorm;
     cops_.shifted = true;
+    statsPending_ = true;
     centroidsReady_ = true;
+  }
+
+  // The pass's centroids up through the pinned staging, in pieces: the DMA of a piece overlaps the copy of the next.
+  void uploadCentroids(const float* c) {
+    const std::size_t total = sizeof(float) * std::size_t(k_) * d_;
+    char* h = reinterpret_cast<char*>(hostCentroids_);
+    for (std::size_t off = 0; off < total; off += kRingBytes) {
+      const std::size_t n = std::min(kRingBytes, total - off);
+      std::memcpy(h + off, reinterpret_cast<const char*>(c) + off, n);
+      check(cudaMemcpyAsync(reinterpret_cast<char*>(cf_) + off, h + off, n, cudaMemcpyHostToDevice, compute_),
+            "centroid upload");
+    }
+  }
+
+  // count values of src (device) appended to out through the two pinned ring pieces (compute stream).
+  template <typename T, typename U>
+  void download(const T* src, std::size_t count, std::vector<U>& out) {
+    static_assert(sizeof(T) == sizeof(U), "same representation");
+    out.clear();
+    out.reserve(count);
+    const std::size_t per = kRingBytes / sizeof(T), pieces = (count + per - 1) / per;
+    auto enqueue = [&](std::size_t i) {
+      const std::size_t n = std::min(per, count - i * per);
+      check(cudaMemcpyAsync(ring_[i % 2], src + i * per, n * sizeof(T), cudaMemcpyDeviceToHost, compute_), "D2H");
+      check(cudaEventRecord(ringDone_[i % 2], compute_), "cudaEventRecord");
+    };
+    if (pieces > 0) enqueue(0);
+    for (std::size_t i = 0; i < pieces; ++i) {
+      if (i + 1 < pieces) enqueue(i + 1);  // into the other piece, whose data the host took in step i − 1
+      check(cudaEventSynchronize(ringDone_[i % 2]), "D2H");
+      const U* p = reinterpret_cast<const U*>(ring_[i % 2]);
+      out.insert(out.end(), p, p + std::min(per, count - i * per));
+    }
   }
 
   Slot& nextSlot() {
@@ -501,7 +574,7 @@ class CudaBackend final : public Backend {
     std::vector<float> vals(std::size_t(m) * d_);
     cudaError_t e = cudaMemcpy(dRows, rows.data(), sizeof(long long) * m, cudaMemcpyHostToDevice);
     if (e == cudaSuccess) {
-      gatherRows(resident_.xf, d_, dRows, 0, m, dVals, compute_);
+      gatherRows(rowValues(resident_), d_, dRows, 0, m, dVals, compute_);
       e = cudaMemcpyAsync(vals.data(), dVals, sizeof(float) * vals.size(), cudaMemcpyDeviceToHost, compute_);
       if (e == cudaSuccess) e = cudaStreamSynchronize(compute_);
     }
@@ -519,6 +592,13 @@ class CudaBackend final : public Backend {
   // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
   void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp) {
     if (!centroidsReady_) prepareCentroidOps();
+    if (statsPending_) {
+      check(cudaEventSynchronize(statsReady_), "centroid statistics");
+      cops_.scale = hostStats_->scale;
+      cops_.maxNorm = hostStats_->maxNorm;
+      statsPending_ = false;
+    }
+    const RowValues values = rowValues(ops);
     const int far = fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;  // candidates
     Slot dummy;
     Slot& slot = slotp ? *slotp : dummy;
@@ -528,7 +608,7 @@ class CudaBackend final : public Backend {
       slot.hLabels = hResLabels_ + firstRow;
       slot.hDist = hResDist_ + firstRow;
       slot.computed = resComputed_;
-      slot.outDone = resOutDone_;
+      slot.outDone = resChunkDone_[std::size_t(firstRow / mp_.chunkRows)];  // finishPass copies the chunk after it
     }
     if (far > 0 && slotp) ensureFarBuffers(slot, far);
     if (far > 0 && !slotp) ensureResidentFar(far);
@@ -538,15 +618,15 @@ class CudaBackend final : public Backend {
     check(cudaGetLastError(), "assignRows");
     if (mp_.op == OpKind::F16x3) {
       candidateRows(ops, rows, d_, cops_, k_, flagged_, flaggedCount_, flaggedThr_, candCount_, cand_, compute_);
-      recheckRows(ops.xf, d_, cf_, k_, flagged_, flaggedCount_, rows, candCount_, cand_, slot.labels, compute_);
+      recheckRows(values, d_, cf_, k_, flagged_, flaggedCount_, rows, candCount_, cand_, slot.labels, compute_);
       addFlagged(compute_);
     }
     const bool wantDist = spec_.distances != nullptr;
-    accumulate(ops.xf, rows, d_, k_, slot.labels, cf_, cosine_, dist_, wantDist ? slot.dist32 : nullptr, fit_, acc_,
+    accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist_, wantDist ? slot.dist32 : nullptr, fit_, acc_,
                sums_, counts_, inertia_, compute_);
     const std::int64_t ci = firstRow / mp_.chunkRows;  // resident chunk index
     if (far > 0 && slotp)
-      farRows(dist_, ops.xf, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,
+      farRows(dist_, values, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,
               compute_);
     if (far > 0 && !slotp)
       farTop(dist_, rows, firstRow, spec_.farthest, farScratch_, resFarDist_ + ci * resFarCap_,
@@ -592,10 +672,19 @@ class CudaBackend final : public Backend {
   std::int64_t dp_ = 0, kp_ = 0;
   std::size_t rowBytes_ = 0;
   bool cosine_ = false;
+  bool rows16_ = false;  // 16-bit rows kept as they are (kernels.h keepsRows16)
 
   cudaStream_t copy_ = nullptr, compute_ = nullptr, d2h_ = nullptr;
   std::vector<void*> host_;
   float* hostCentroids_ = nullptr;
+  static constexpr std::size_t kRingBytes = std::size_t(1) << 20;  // pieces of the centroid upload and downloads
+  char* ring_[2] = {nullptr, nullptr};
+  cudaEvent_t ringDone_[2] = {nullptr, nullptr};
+  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total
+  CentroidStats* hostStats_ = nullptr;       // pinned: scale and maxNorm of the pass's centroids
+  CentroidStatsDevice* cstats_ = nullptr;
+  cudaEvent_t statsReady_ = nullptr;
+  bool statsPending_ = false;
   Slot slots_[2];
   int slotNext_ = 0;
 
@@ -630,6 +719,7 @@ class CudaBackend final : public Backend {
   int* hResLabels_ = nullptr;
   float* hResDist_ = nullptr;
   cudaEvent_t resComputed_ = nullptr, resOutDone_ = nullptr;
+  std::vector<cudaEvent_t> resChunkDone_;  // per resident chunk: its labels/distances are in the pinned staging
   bool residentPending_ = false;
   double* resFarDist_ = nullptr;
   long long* resFarRow_ = nullptr;

@@ -6,6 +6,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "far_rows.h"
+#include "row_values.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -26,12 +27,13 @@ __global__ void pickKernel(const double* dist, const int* idx, int m, long long 
   topRow[i] = firstRow + idx[i];
 }
 
-__global__ void gatherKernel(const float* xf, int d, const long long* rows, long long firstRow, int f, float* out) {
+template <InType IN>
+__global__ void gatherKernel(const void* xv, int d, const long long* rows, long long firstRow, int f, float* out) {
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<long long>(f) * d) return;
   const long long r = i / d;
   const int j = static_cast<int>(i % d);
-  out[i] = xf[static_cast<size_t>(rows[r] - firstRow) * d + j];
+  out[i] = loadValue<IN>(xv, static_cast<size_t>(rows[r] - firstRow) * d + j);
 }
 
 std::size_t cubBytes(std::int64_t maxRows) {
@@ -48,17 +50,19 @@ std::size_t farRowsScratchBytes(std::int64_t maxRows) {
   return cubBytes(maxRows) + static_cast<std::size_t>(maxRows) * 16 + 1024;
 }
 
-void farRows(const double* dist, const float* xf, std::int64_t n, int d, std::int64_t firstRow, int f, void* scratch,
+void farRows(const double* dist, RowValues x, std::int64_t n, int d, std::int64_t firstRow, int f, void* scratch,
              double* topDist, long long* topRow, float* topValues, cudaStream_t s) {
   if (n <= 0 || f <= 0) return;
   farTop(dist, n, firstRow, f, scratch, topDist, topRow, s);
-  gatherRows(xf, d, topRow, firstRow, farCandidates(f, n), topValues, s);
+  gatherRows(x, d, topRow, firstRow, farCandidates(f, n), topValues, s);
 }
 
-void gatherRows(const float* xf, int d, const long long* rows, std::int64_t firstRow, int f, float* out, cudaStream_t s) {
+void gatherRows(RowValues x, int d, const long long* rows, std::int64_t firstRow, int f, float* out, cudaStream_t s) {
   if (f <= 0) return;
-  gatherKernel<<<static_cast<unsigned>((static_cast<long long>(f) * d + 255) / 256), 256, 0, s>>>(xf, d, rows, firstRow,
-                                                                                                 f, out);
+  const unsigned blocks = static_cast<unsigned>((static_cast<long long>(f) * d + 255) / 256);
+  withValueType(x.type, [&](auto inTag) {
+    gatherKernel<decltype(inTag)::value><<<blocks, 256, 0, s>>>(x.p, d, rows, firstRow, f, out);
+  });
 }
 
 void farTop(const double* dist, std::int64_t n, std::int64_t firstRow, int f, void* scratch, double* topDist,

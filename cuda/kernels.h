@@ -2,7 +2,8 @@
 // harness cuda/tools/kmbench.cu both drive the kernels through this header).
 //
 // Data flow of one chunk of n rows (all device pointers, one stream):
-//   prepareRows   raw rows (f32/f16/bf16) → xf (fp32, unit length for cosine), tensor-core operands
+//   prepareRows   raw rows (f32/f16/bf16) → values (fp32 xf, unit length for cosine; or the 16-bit rows kept as
+//                 they are, see RowValues), tensor-core operands
 //                 ahi/alo (fp16 or bf16, each row scaled by a power of two), per-row scale and norm,
 //                 first non-finite / zero-norm row
 //   assignRows    fused distance + argmin on tensor cores → labels; exact mode also flags the rows whose
@@ -37,7 +38,8 @@ inline std::int64_t padDims(std::int64_t d) { return (d + kDimChunk - 1) / kDimC
 inline std::int64_t padCentroids(std::int64_t k) { return (k + kBlockCentroids - 1) / kBlockCentroids * kBlockCentroids; }
 inline int opTerms(OpKind op) { return op == OpKind::F16x3 ? 2 : 1; }  // 16-bit arrays per operand
 
-// Centroid operands of one pass, prepared on the host (centroid_operands.cpp) and uploaded.
+// Centroid operands of one pass, prepared on the device from the K×D fp32 centroids (operands.cu
+// prepareCentroidOps); scale and maxNorm are copied back to the host for the launch arguments.
 struct CentroidOps {
   const void* bhi = nullptr;   // Kp × Dp, 16-bit
   const void* blo = nullptr;   // Kp × Dp (F16x3 only)
@@ -49,14 +51,37 @@ struct CentroidOps {
 };
 
 struct RowOps {
-  float* xf = nullptr;         // n × D fp32 rows
+  float* xf = nullptr;         // n × D fp32 rows; null when x16 holds the rows' values
   void* ahi = nullptr;         // n × Dp, 16-bit
   void* alo = nullptr;         // n × Dp (F16x3 only)
   float* rowScale = nullptr;   // n: power-of-two scale sx of the row's operands
   float* rowNorm = nullptr;    // n: ‖x̂‖ of the scaled row (error bound)
+  void* x16 = nullptr;         // n × D raw 16-bit input rows (f16/bf16 data, l2) when xf is null
+  InType x16Type = InType::F16;
 };
 
-// prepareRows: raw → RowOps. badRow (int64, device) receives atomicMin(first non-finite global row),
+// The rows' values as the fp64 kernels (sums, distances, recheck, farthest rows) read them: the fp32 rows, or the
+// raw 16-bit input rows when those are the values (f16/bf16 data with l2: 16-bit → fp32 is exact, so every fp64
+// result has the same bits as from an fp32 copy, and the pass reads half the bytes). Cosine rows are normalized
+// in fp32, so they keep the fp32 copy.
+struct RowValues {
+  const void* p = nullptr;
+  InType type = InType::F32;
+  std::size_t elementBytes() const { return type == InType::F32 ? 4 : 2; }
+  // The values of row `first` onwards.
+  RowValues rows(std::int64_t first, int d) const {
+    return {static_cast<const char*>(p) + static_cast<std::size_t>(first) * d * elementBytes(), type};
+  }
+};
+inline RowValues rowValues(const RowOps& o) {
+  return o.xf ? RowValues{o.xf, InType::F32} : RowValues{o.x16, o.x16Type};
+}
+// Whether the backend keeps 16-bit input rows as they are (no fp32 copy): f16/bf16 data and l2.
+inline bool keepsRows16(InType in, bool cosine) { return in != InType::F32 && !cosine; }
+
+// prepareRows: raw → RowOps. Writes xf when not null; else copies raw into x16 unless x16 == raw (a streamed
+// chunk's slot). Non-finite rows are written as zeros (xf, x16 — also when x16 == raw).
+// badRow (int64, device) receives atomicMin(first non-finite global row),
 // zeroRow atomicMin(first zero-norm global row) when cosine.
 // mu: the fixed shift of the operands (D floats, device) or null.
 void prepareRows(const void* raw, InType in, std::int64_t n, int d, OpKind op, bool cosine, std::int64_t firstRow,
@@ -81,12 +106,12 @@ void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const Centro
 // recheckRows: exact fp64 argmin for the flagged rows (count read on the device): over the candidate window
 // when it held at most kCandidates centroids (the true argmin is always inside it), else over all K.
 // candCount/cand may be null: then over all K.
-void recheckRows(const float* xf, int d, const float* cf, int k, const std::int32_t* flagged,
+void recheckRows(RowValues x, int d, const float* cf, int k, const std::int32_t* flagged,
                  const unsigned int* flaggedCount, std::int64_t maxFlagged, const int* candCount, const int* cand,
                  std::int32_t* labels, cudaStream_t s);
 
 // rowDistances: fp64 Σ(x−c)² (or 1 − x·c for cosine) to the labelled centroid.
-void rowDistances(const float* xf, std::int64_t n, int d, const float* cf, const std::int32_t* labels, bool cosine,
+void rowDistances(RowValues x, std::int64_t n, int d, const float* cf, const std::int32_t* labels, bool cosine,
                   double* dist, float* dist32, cudaStream_t s);
 
 // Deterministic per-cluster accumulation of one chunk into sums (K×D fp64), counts, inertia.
@@ -107,7 +132,7 @@ void allocAccumulateScratch(AccumulateScratch& a, std::int64_t maxRows, int d, i
 void freeAccumulateScratch(AccumulateScratch& a);
 // Also writes every row's fp64 distance to its label's centroid (dist; dist32 too when not null), as
 // rowDistances does: the inertia, the farthest rows and the assign pass's distances come from it.
-void accumulate(const float* xf, std::int64_t n, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
+void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
                 double* dist, float* dist32, bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut,
                 double* inertiaOut, cudaStream_t s);
 

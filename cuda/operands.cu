@@ -11,10 +11,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels.h"
 #include "operands.h"
+#include "row_values.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -85,12 +87,20 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
       inv = static_cast<float>(1.0 / sqrt(ss));
     }
   }
-  // xf (the row as every later kernel sees it) and the largest |x − μ| for the operand scale
+  // the row's values as every later kernel sees them (xf, or the 16-bit rows as they are: x16, which may be raw
+  // itself) and the largest |x − μ| for the operand scale
+  unsigned short* x16 = static_cast<unsigned short*>(rows.x16);
+  const unsigned short* raw16 = static_cast<const unsigned short*>(raw);
   float mx = 0.f;
   for (int j = lane; j < d; j += 32) {
     float v = finite ? loadIn<IN>(raw, base + j) : 0.f;
     if (cosine) v *= inv;
-    rows.xf[base + j] = v;
+    if (rows.xf) {
+      rows.xf[base + j] = v;
+    } else if constexpr (IN != InType::F32) {
+      if (x16 != raw16) x16[base + j] = finite ? raw16[base + j] : 0;
+      else if (!finite) x16[base + j] = 0;  // the same zeros as an fp32 copy would hold (this lane's own element)
+    }
     mx = fmaxf(mx, fabsf(v - (mu ? mu[j] : 0.f)));
   }
   mx = warpMax(mx);
@@ -100,7 +110,11 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
   unsigned short* lo = static_cast<unsigned short*>(rows.alo);
   const size_t obase = static_cast<size_t>(r) * dp;
   for (int j = lane; j < dp; j += 32) {
-    const float v = j < d ? rows.xf[base + j] - (mu ? mu[j] : 0.f) : 0.f;
+    float v = 0.f;
+    if (j < d) {
+      const float x = rows.xf ? rows.xf[base + j] : (finite ? loadIn<IN>(raw, base + j) : 0.f);  // x16: no cosine
+      v = x - (mu ? mu[j] : 0.f);
+    }
     const float vs = v * sx;
     sn += static_cast<double>(vs) * vs;
     if (hi) storeOps(hi, lo, obase + j, vs, op);
@@ -112,12 +126,13 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
   }
 }
 
-// One warp per (padded) centroid.
+// One warp per (padded) centroid. The scale: scDevice when not null (computed on the device), else sc.
 __global__ void centroidKernel(const float* cf, const float* mu, int k, int kp, int d, int dp, int op, float sc,
-                               unsigned short* bhi, unsigned short* blo, float* cnorm) {
+                               const float* scDevice, unsigned short* bhi, unsigned short* blo, float* cnorm) {
   const int c = static_cast<int>((static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
   const int lane = threadIdx.x & 31;
   if (c >= kp) return;
+  if (scDevice) sc = *scDevice;
   double ss = 0;
   const size_t obase = static_cast<size_t>(c) * dp;
   for (int j = lane; j < dp; j += 32) {
@@ -127,6 +142,54 @@ __global__ void centroidKernel(const float* cf, const float* mu, int k, int kp, 
   }
   ss = warpSum(ss);
   if (lane == 0) cnorm[c] = c < k ? static_cast<float>(ss) : INFINITY;
+}
+
+// centroidStats (below, on the host) on the device, with the same bits: per centroid Σ (c_j − μ_j)² in fp64 in
+// column order (each product of two floats is exact in fp64, so only the order of the additions matters, and lane
+// 0's running sum adds them in the host's order), max |c_j − μ_j| in fp32. Maxima of non-negative values compare
+// as their unsigned bit patterns: atomicMax gives the same result in any order. NaN is skipped, as std::fmax does.
+__global__ void centroidStatsKernel(const float* cf, const float* mu, int k, int d, CentroidStatsDevice* st) {
+  __shared__ float bAbs[8];
+  __shared__ double bN2[8];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
+  float mx = 0.f;
+  double mn2 = 0;
+  for (long long c = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; c < k; c += warps) {
+    const float* row = cf + static_cast<size_t>(c) * d;
+    double sum = 0;
+    for (int j0 = 0; j0 < d; j0 += 32) {
+      const int j = j0 + lane;
+      const float v = j < d ? __fsub_rn(row[j], mu ? mu[j] : 0.f) : 0.f;
+      mx = fmaxf(mx, fabsf(v));
+      const double p = static_cast<double>(v) * static_cast<double>(v);  // exact
+      const int m = min(32, d - j0);
+      for (int l = 0; l < m; ++l) sum = __dadd_rn(sum, __shfl_sync(0xffffffffu, p, l));
+    }
+    if (!isnan(sum)) mn2 = fmax(mn2, sum);
+  }
+  mx = warpMax(mx);
+  if (lane == 0) { bAbs[warp] = mx; bN2[warp] = mn2; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) { mx = fmaxf(mx, bAbs[w]); mn2 = fmax(mn2, bN2[w]); }
+    atomicMax(&st->maxAbsBits, __float_as_uint(mx));
+    atomicMax(&st->maxN2Bits, static_cast<unsigned long long>(__double_as_longlong(mn2)));
+  }
+}
+
+// The host's formulas of scale and maxNorm (centroidStats) from the maxima.
+__global__ void centroidStatsFinish(CentroidStatsDevice* st) {
+  const float maxAbs = __uint_as_float(st->maxAbsBits);
+  const double maxN2 = __longlong_as_double(static_cast<long long>(st->maxN2Bits));
+  float scale = 1.f;
+  if (maxAbs > 0) {
+    int e = 0;
+    frexpf(maxAbs, &e);  // +inf: e = 0, as glibc's frexpf
+    scale = ldexpf(1.f, max(-126, min(127, 15 - e)));
+  }
+  st->out.scale = scale;
+  st->out.maxNorm = __fmul_rn(__double2float_rn(sqrt(maxN2)), 1 + 1e-6f);
 }
 
 }  // namespace
@@ -156,7 +219,20 @@ void prepareCentroids(const float* cfDevice, const float* mu, int k, int d, OpKi
                       float* cnorm, cudaStream_t s) {
   const int kp = static_cast<int>(padCentroids(k)), dp = static_cast<int>(padDims(d));
   const unsigned blocks = static_cast<unsigned>((static_cast<long long>(kp) * 32 + 255) / 256);
-  centroidKernel<<<blocks, 256, 0, s>>>(cfDevice, mu, k, kp, d, dp, static_cast<int>(op), scale,
+  centroidKernel<<<blocks, 256, 0, s>>>(cfDevice, mu, k, kp, d, dp, static_cast<int>(op), scale, nullptr,
+                                        static_cast<unsigned short*>(bhi), static_cast<unsigned short*>(blo), cnorm);
+}
+
+void prepareCentroidOps(const float* cfDevice, const float* mu, int k, int d, OpKind op, CentroidStatsDevice* stats,
+                        void* bhi, void* blo, float* cnorm, cudaStream_t s) {
+  cudaMemsetAsync(stats, 0, sizeof(CentroidStatsDevice), s);
+  // a warp per centroid, a bounded grid (each warp takes centroids c, c + all warps, …): ≤ 1024 atomics per max
+  const long long warps = std::min<long long>(k, 1024LL * 8);
+  centroidStatsKernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, s>>>(cfDevice, mu, k, d, stats);
+  centroidStatsFinish<<<1, 1, 0, s>>>(stats);
+  const int kp = static_cast<int>(padCentroids(k)), dp = static_cast<int>(padDims(d));
+  const unsigned blocks = static_cast<unsigned>((static_cast<long long>(kp) * 32 + 255) / 256);
+  centroidKernel<<<blocks, 256, 0, s>>>(cfDevice, mu, k, kp, d, dp, static_cast<int>(op), 1.f, &stats->out.scale,
                                         static_cast<unsigned short*>(bhi), static_cast<unsigned short*>(blo), cnorm);
 }
 
@@ -190,17 +266,21 @@ namespace kmfleet {
 namespace cuda {
 namespace {
 // One thread per column, rows in order: fp64, deterministic.
-__global__ void meanKernel(const float* xf, long long n, int d, float* mu) {
+template <InType IN>
+__global__ void meanKernel(const void* x, long long n, int d, float* mu) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= d) return;
   double s = 0;
-  for (long long r = 0; r < n; ++r) s += xf[static_cast<size_t>(r) * d + j];
+  for (long long r = 0; r < n; ++r) s += loadValue<IN>(x, static_cast<size_t>(r) * d + j);
   mu[j] = static_cast<float>(s / static_cast<double>(n));
 }
 }  // namespace
 
-void rowMean(const float* xf, std::int64_t n, int d, float* mu, cudaStream_t s) {
-  meanKernel<<<static_cast<unsigned>((d + 127) / 128), 128, 0, s>>>(xf, std::min<std::int64_t>(n, 4096), d, mu);
+void rowMean(RowValues x, std::int64_t n, int d, float* mu, cudaStream_t s) {
+  withValueType(x.type, [&](auto inTag) {
+    meanKernel<decltype(inTag)::value>
+        <<<static_cast<unsigned>((d + 127) / 128), 128, 0, s>>>(x.p, std::min<std::int64_t>(n, 4096), d, mu);
+  });
 }
 
 }  // namespace cuda

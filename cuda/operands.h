@@ -1,4 +1,4 @@
-// Centroid operands of one pass (host statistics + device conversion); see operands.cu.
+// Centroid operands of one pass, prepared on the device (statistics and conversion); see operands.cu.
 #pragma once
 
 #include <cstdint>
@@ -14,14 +14,27 @@ struct CentroidStats {
   float scale = 1;    // power of two s_c with max|ĉ| ∈ [2^14, 2^15)
   float maxNorm = 0;  // max ‖c − μ‖, rounded up
 };
-// Statistics of c − μ (mu may be null: μ = 0).
+// Statistics of c − μ on the host (mu may be null: μ = 0): the reference of the device version (kmbench check).
 CentroidStats centroidStats(const float* c, const float* mu, std::int64_t k, std::int64_t d);
 
-// cfDevice (K×D fp32) → bhi/blo (Kp×Dp 16-bit, zero padded) and cnorm (Kp, +inf for padding).
+// Device scratch of prepareCentroidOps: the maxima (as bits) and the resulting statistics.
+struct CentroidStatsDevice {
+  unsigned maxAbsBits;
+  unsigned pad_;
+  unsigned long long maxN2Bits;
+  CentroidStats out;  // the same bits as centroidStats(c, μ) on the host
+};
+
+// The pass's centroid operands, all on the device: stats->out = the statistics of cfDevice − μ, then bhi/blo
+// (Kp×Dp 16-bit, zero padded) and cnorm (Kp: ‖c − μ‖², +inf for padding) with that scale. No host work, no sync:
+// copy stats->out back for the launch arguments (CentroidOps.scale, maxNorm).
+void prepareCentroidOps(const float* cfDevice, const float* muDevice, int k, int d, OpKind op,
+                        CentroidStatsDevice* stats, void* bhi, void* blo, float* cnorm, cudaStream_t s);
+// The same operands with a given scale (the host-statistics path, kept as the check's reference).
 void prepareCentroids(const float* cfDevice, const float* muDevice, int k, int d, OpKind op, float scale, void* bhi,
                       void* blo, float* cnorm, cudaStream_t s);
-// μ = mean of the n rows of xf (fp64 sums, fixed order), on the device.
-void rowMean(const float* xf, std::int64_t n, int d, float* mu, cudaStream_t s);
+// μ = mean of the first min(n, 4096) rows (fp64 sums, fixed order), on the device.
+void rowMean(RowValues x, std::int64_t n, int d, float* mu, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace kmfleet

@@ -51,15 +51,24 @@ std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op) {
   (void)op;
 }
 
-std::size_t residentRowBytes(std::int64_t d, OpKind op) {
-  // xf + operands + scale/norm + label/distance outputs (device) 
-  return std::size_t(d) * 4 + std::size_t(padDims(d)) * 2 * opTerms(op) + 8 + 8;
+bool keepsRows16(DType t, Metric m) { return t != DType::F32 && m == Metric::L2; }
+
+namespace {
+// tensor-core operands + scale/norm
+std::size_t operandRowBytes(std::int64_t d, OpKind op) { return std::size_t(padDims(d)) * 2 * opTerms(op) + 8; }
+}  // namespace
+
+std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m) {
+  // values (16-bit rows as they are, else fp32) + operands + scale/norm + label/distance outputs (device)
+  return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8;
 }
 
-std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op) {
+std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m) {
   const std::size_t r = rows, rowBytes = std::size_t(d) * dtypeBytes(t);
   const std::size_t slots = 2 * (r * rowBytes + r * 8);          // raw input + labels/distances out, ×2 slots
-  const std::size_t scratch = r * residentRowBytes(d, op)         // streamed rows' xf + operands
+  // streamed rows' fp32 copy (none when the 16-bit rows are read in their slot) + operands
+  const std::size_t values = keepsRows16(t, m) ? 0 : std::size_t(d) * 4;
+  const std::size_t scratch = r * (values + operandRowBytes(d, op))
                               + r * (4 + 8 + 8 + 4 * kCandidates) // flagged list + windows, fp64 distances, candidates
                               + accumulateScratchBytes(rows, int(d), int(k)) + farRowsScratchBytes(rows);
   return slots + scratch;
@@ -91,7 +100,7 @@ MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
   const std::size_t usable = freeMemory > headroom ? freeMemory - headroom : 0;
   // Shrink an automatic chunk until the streaming part fits (a given chunkRows is kept and checked).
   for (;;) {
-    p.streamBytes = chunkBytes(p.chunkRows, d, k, cfg.dtype, p.op);
+    p.streamBytes = chunkBytes(p.chunkRows, d, k, cfg.dtype, p.op, cfg.metric);
     if (p.fixedBytes + p.streamBytes <= usable || cfg.chunkRows > 0 || p.chunkRows <= 1024) break;
     p.chunkRows = std::max<std::int64_t>(1024, p.chunkRows / 2);
   }
@@ -102,7 +111,7 @@ MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
                           std::to_string(p.chunkRows) + " rows, but the device has " + mib(freeMemory) +
                           " free (" + mib(headroom) + " kept as headroom)");
 
-  p.residentRowBytes = residentRowBytes(d, p.op);
+  p.residentRowBytes = residentRowBytes(d, p.op, cfg.dtype, cfg.metric);
   const std::size_t left = usable - p.fixedBytes - p.streamBytes;
   p.residentBudget = cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), left) : left;
   const std::int64_t fit = std::int64_t(p.residentBudget / p.residentRowBytes);

@@ -31,8 +31,10 @@ Precision resolvePrecision(Precision p, DType t);
 OpKind opFor(Precision resolved);
 
 std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op);
-std::size_t chunkBytes(std::int64_t chunkRows, std::int64_t d, std::int64_t k, DType t, OpKind op);
-std::size_t residentRowBytes(std::int64_t d, OpKind op);
+// Rows of f16/bf16 data with l2 are kept as they are (16-bit, kernels.h RowValues), else as an fp32 copy.
+bool keepsRows16(DType t, Metric m);
+std::size_t chunkBytes(std::int64_t chunkRows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m);
+std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m);
 
 // freeMemory: the device's free bytes now. Throws EngineError OutOfMemory (with the numbers) when even
 // streaming with the smallest chunk can't fit, InvalidArgument for a chunkRows that can't work.

@@ -1,7 +1,10 @@
 // kmbench: standalone check + benchmark of the CUDA kernels (no Node, no engine).
 //   kmbench check            awkward shapes × every operand kind, against a float64 CPU reference
-//   kmbench bench [quick|10m] ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
+//   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
 //   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
+//   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
+// KMBENCH_LEGACY=1 (bench): the update path as it was before the device-side centroid statistics — statistics
+// on the host, pageable copies, sums from the fp32 copy of 16-bit rows — for same-run A/B.
 // Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -106,6 +109,11 @@ struct Problem {
   CentroidOps cops{};
   std::vector<float> hc;  // host centroids
   std::vector<float> hmu;
+  RowValues vals{};              // what the fp64 kernels read: xf, or the 16-bit rows as the backend keeps them
+  CentroidStatsDevice* cstats = nullptr;
+  CentroidStats* hstats = nullptr;  // pinned
+  float* hcPinned = nullptr;        // pinned staging of the centroids
+  bool legacy = false;
 
   void alloc(long long n_, int d_, int k_, OpKind op_, InType in_) {
     n = n_; d = d_; k = k_; op = op_; in = in_;
@@ -133,14 +141,21 @@ struct Problem {
     CK(cudaMalloc(&inertia, static_cast<size_t>(k) * 8));
     CK(cudaMalloc(&bad, 16));
     CK(cudaMalloc(&mu, static_cast<size_t>(d) * 4));
+    CK(cudaMalloc(&cstats, sizeof(CentroidStatsDevice)));
+    CK(cudaHostAlloc(&hstats, sizeof(CentroidStats), cudaHostAllocPortable));
+    CK(cudaHostAlloc(&hcPinned, static_cast<size_t>(k) * d * 4, cudaHostAllocPortable));
     allocAccumulateScratch(acc, n, d, k);
+    const char* lg = std::getenv("KMBENCH_LEGACY");
+    legacy = lg && *lg && *lg != '0';
   }
   void release() {
     if (raw != rows.xf) cudaFree(raw);
     for (void* p : {(void*)rows.xf, rows.ahi, rows.alo, (void*)rows.rowScale, (void*)rows.rowNorm, (void*)cf, bhi, blo,
                     (void*)cnorm, (void*)labels, (void*)flagged, (void*)flaggedThr, (void*)candCount, (void*)cand, (void*)flaggedCount, (void*)dist, (void*)sums,
-                    (void*)counts, (void*)inertia, (void*)bad, (void*)mu})
+                    (void*)counts, (void*)inertia, (void*)bad, (void*)mu, (void*)cstats})
       if (p) cudaFree(p);
+    cudaFreeHost(hstats);
+    cudaFreeHost(hcPinned);
     freeAccumulateScratch(acc);
     *this = Problem{};
   }
@@ -153,38 +168,57 @@ struct Problem {
     CK(cudaMemset(bad, 0xff, 16));
     // μ from the first rows (as the backend does with its first chunk): needs xf, so prepare twice
     prepareRows(raw, in, n, d, op, cosine, 0, nullptr, rows, bad, bad + 1, 0);
-    rowMean(rows.xf, n, d, mu, 0);
+    rowMean(RowValues{rows.xf, InType::F32}, n, d, mu, 0);
     hmu.resize(d);
     CK(cudaMemcpy(hmu.data(), mu, d * 4, cudaMemcpyDeviceToHost));
     if (in != InType::F32) prepareRows(raw, in, n, d, op, cosine, 0, mu, rows, bad, bad + 1, 0);
     else prepareRows(rows.xf, InType::F32, n, d, op, false, 0, mu, rows, bad, bad + 1, 0);
     CK(cudaGetLastError());
+    // as the backend reads them (xf stays for the CPU reference)
+    vals = keepsRows16(in, cosine) && !legacy ? RowValues{raw, in} : RowValues{rows.xf, InType::F32};
     // initial centroids: rows spread over the data
     hc.resize(static_cast<size_t>(k) * d);
     spreadRows<<<static_cast<unsigned>((static_cast<long long>(k) * d + 255) / 256), 256>>>(rows.xf, n, d, k, cf);
     CK(cudaGetLastError());
     CK(cudaMemcpy(hc.data(), cf, hc.size() * 4, cudaMemcpyDeviceToHost));
   }
-  void setCentroids() {  // hc → device operands
-    CK(cudaMemcpy(cf, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
-    const CentroidStats st = centroidStats(hc.data(), hmu.data(), k, d);
-    prepareCentroids(cf, mu, k, d, op, st.scale, bhi, blo, cnorm, 0);
-    cops.bhi = bhi; cops.blo = blo; cops.cnorm = cnorm; cops.cf = cf; cops.scale = st.scale; cops.maxNorm = st.maxNorm;
+  void setCentroids() {  // hc → device operands, as the backend's beginPass does
+    if (legacy) {  // before: pageable upload, statistics on the host
+      CK(cudaMemcpy(cf, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
+      const CentroidStats st = centroidStats(hc.data(), hmu.data(), k, d);
+      prepareCentroids(cf, mu, k, d, op, st.scale, bhi, blo, cnorm, 0);
+      *hstats = st;
+    } else {
+      const size_t total = hc.size() * 4, piece = size_t(1) << 20;
+      for (size_t off = 0; off < total; off += piece) {
+        const size_t m = std::min(piece, total - off);
+        std::memcpy(reinterpret_cast<char*>(hcPinned) + off, reinterpret_cast<const char*>(hc.data()) + off, m);
+        CK(cudaMemcpyAsync(reinterpret_cast<char*>(cf) + off, reinterpret_cast<char*>(hcPinned) + off, m,
+                           cudaMemcpyHostToDevice, 0));
+      }
+      prepareCentroidOps(cf, mu, k, d, op, cstats, bhi, blo, cnorm, 0);
+      CK(cudaMemcpyAsync(hstats, &cstats->out, sizeof(CentroidStats), cudaMemcpyDeviceToHost, 0));
+      CK(cudaStreamSynchronize(0));
+    }
+    cops.bhi = bhi; cops.blo = blo; cops.cnorm = cnorm; cops.cf = cf; cops.scale = hstats->scale;
+    cops.maxNorm = hstats->maxNorm;
     cops.shifted = true;
   }
-  void assign() {
+  void assign() { assign(vals); }
+  void assign(RowValues v) {
     CK(cudaMemsetAsync(flaggedCount, 0, 4, 0));
     assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, 0);
     if (op == OpKind::F16x3) {
       candidateRows(rows, n, d, cops, k, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
-      recheckRows(rows.xf, d, cf, k, flagged, flaggedCount, n, candCount, cand, labels, 0);
+      recheckRows(v, d, cf, k, flagged, flaggedCount, n, candCount, cand, labels, 0);
     }
   }
-  void update(bool cosine) {
+  void update(bool cosine) { update(cosine, vals); }
+  void update(bool cosine, RowValues v) {
     CK(cudaMemsetAsync(sums, 0, static_cast<size_t>(k) * d * 8, 0));
     CK(cudaMemsetAsync(counts, 0, static_cast<size_t>(k) * 8, 0));
     CK(cudaMemsetAsync(inertia, 0, static_cast<size_t>(k) * 8, 0));
-    accumulate(rows.xf, n, d, k, labels, cf, cosine, dist, nullptr, true, acc, sums, counts, inertia, 0);
+    accumulate(v, n, d, k, labels, cf, cosine, dist, nullptr, true, acc, sums, counts, inertia, 0);
   }
   unsigned flaggedNow() {
     unsigned f = 0;
@@ -194,6 +228,77 @@ struct Problem {
 };
 
 // ---------------------------------------------------------------- check
+// The device statistics (prepareCentroidOps) against centroidStats on the host, bit for bit, and the operands they
+// give against the operands from the host's scale (prepareCentroids), bit for bit.
+static bool sameBytes(const void* a, const void* b, size_t n) { return std::memcmp(a, b, n) == 0; }
+template <typename T>
+static std::vector<T> toHost(const void* dev, size_t count) {
+  std::vector<T> v(count);
+  CK(cudaMemcpy(v.data(), dev, count * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+static bool centroidOpsMatch(const float* cfDev, const float* muDev, const std::vector<float>& hc,
+                             const std::vector<float>& hmu, int k, int d, OpKind op) {
+  const size_t kp = padCentroids(k), dp = padDims(d);
+  void *b1, *l1, *b2, *l2;
+  float *n1, *n2;
+  CentroidStatsDevice* st;
+  CK(cudaMalloc(&b1, kp * dp * 2)); CK(cudaMalloc(&l1, kp * dp * 2)); CK(cudaMalloc(&n1, kp * 4));
+  CK(cudaMalloc(&b2, kp * dp * 2)); CK(cudaMalloc(&l2, kp * dp * 2)); CK(cudaMalloc(&n2, kp * 4));
+  CK(cudaMalloc(&st, sizeof(CentroidStatsDevice)));
+  CK(cudaMemset(l1, 0, kp * dp * 2)); CK(cudaMemset(l2, 0, kp * dp * 2));
+  const CentroidStats h = centroidStats(hc.data(), hmu.empty() ? nullptr : hmu.data(), k, d);
+  prepareCentroids(cfDev, muDev, k, d, op, h.scale, b1, l1, n1, 0);
+  prepareCentroidOps(cfDev, muDev, k, d, op, st, b2, l2, n2, 0);
+  CK(cudaDeviceSynchronize());
+  CentroidStats g{};
+  CK(cudaMemcpy(&g, &st->out, sizeof g, cudaMemcpyDeviceToHost));
+  bool ok = sameBytes(&g, &h, sizeof g);
+  ok &= sameBytes(toHost<unsigned short>(b1, kp * dp).data(), toHost<unsigned short>(b2, kp * dp).data(), kp * dp * 2);
+  ok &= sameBytes(toHost<unsigned short>(l1, kp * dp).data(), toHost<unsigned short>(l2, kp * dp).data(), kp * dp * 2);
+  ok &= sameBytes(toHost<float>(n1, kp).data(), toHost<float>(n2, kp).data(), kp * 4);
+  if (!ok)
+    std::printf("  centroid statistics: host scale=%a maxNorm=%a, device scale=%a maxNorm=%a\n", h.scale, h.maxNorm,
+                g.scale, g.maxNorm);
+  for (void* p : {b1, l1, b2, l2, (void*)n1, (void*)n2, (void*)st}) cudaFree(p);
+  return ok;
+}
+
+// Synthetic centroid sets for the statistics: magnitudes from subnormal to huge, all zero, D = 1 … 4096.
+static int checkCentroidStats() {
+  struct C { int k, d; float mag; bool withMu; };
+  const C cases[] = {{1, 1, 1.f, false},    {7, 3, 1e-3f, true},  {1000, 17, 1e30f, true}, {3, 4096, 1.f, true},
+                     {129, 100, 1e-41f, false}, {64, 64, 0.f, true},  {4096, 256, 3.f, true},  {100000, 8, 1e5f, true}};
+  int fails = 0;
+  for (const C& c : cases) {
+    std::vector<float> hc(static_cast<size_t>(c.k) * c.d), hmu;
+    unsigned long long z = 99 + c.k * 31 + c.d;
+    for (float& v : hc) {
+      z = z * 6364136223846793005ULL + 1442695040888963407ULL;
+      v = c.mag * (static_cast<float>((z >> 40) & 0xffffff) / 8388608.f - 1.f);
+    }
+    if (c.withMu) {
+      hmu.resize(c.d);
+      for (int j = 0; j < c.d; ++j) hmu[j] = hc[j] * 0.5f + c.mag * 0.25f;
+    }
+    float *cf, *mu = nullptr;
+    CK(cudaMalloc(&cf, hc.size() * 4));
+    CK(cudaMemcpy(cf, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
+    if (c.withMu) {
+      CK(cudaMalloc(&mu, c.d * 4));
+      CK(cudaMemcpy(mu, hmu.data(), c.d * 4, cudaMemcpyHostToDevice));
+    }
+    bool ok = true;
+    for (OpKind op : {OpKind::F16x3, OpKind::F16x1, OpKind::BF16x1}) ok &= centroidOpsMatch(cf, mu, hc, hmu, c.k, c.d, op);
+    std::printf("%-4s centroid statistics k=%d d=%d magnitude=%g mu=%d (device = host, bit for bit)\n", ok ? "ok" : "FAIL",
+                c.k, c.d, c.mag, c.withMu ? 1 : 0);
+    fails += ok ? 0 : 1;
+    cudaFree(cf);
+    if (mu) cudaFree(mu);
+  }
+  return fails;
+}
+
 struct CheckResult { long long checked = 0, wrong = 0, ties = 0; double inertia = 0, best = 0; };
 
 static CheckResult reference(const std::vector<float>& x, const std::vector<float>& c, const std::vector<int>& lab,
@@ -243,11 +348,29 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
       for (int j = 0; j < d; ++j) P.hc[c * d + j] = static_cast<float>(P.hc[c * d + j] / std::sqrt(s));
     }
   P.setCentroids();
+  const bool statsOk = centroidOpsMatch(P.cf, P.mu, P.hc, P.hmu, k, d, op);
   P.assign();
   CK(cudaGetLastError());
   P.update(cosine);
   CK(cudaDeviceSynchronize());
   const unsigned flagged = P.flaggedNow();
+  // 16-bit rows read as they are: labels (recheck), sums, counts, inertia and distances bit for bit as from xf
+  int rows16 = -1;  // not applicable
+  if (P.vals.type != InType::F32) {
+    const size_t kd = static_cast<size_t>(k) * d;
+    const auto l1 = toHost<int>(P.labels, n);
+    const auto s1 = toHost<double>(P.sums, kd), d1 = toHost<double>(P.dist, n), i1 = toHost<double>(P.inertia, k);
+    const auto c1 = toHost<long long>(P.counts, k);
+    const RowValues xf{P.rows.xf, InType::F32};
+    P.assign(xf);
+    P.update(cosine, xf);
+    CK(cudaDeviceSynchronize());
+    rows16 = sameBytes(l1.data(), toHost<int>(P.labels, n).data(), n * 4) &&
+             sameBytes(s1.data(), toHost<double>(P.sums, kd).data(), kd * 8) &&
+             sameBytes(d1.data(), toHost<double>(P.dist, n).data(), n * 8) &&
+             sameBytes(i1.data(), toHost<double>(P.inertia, k).data(), k * 8) &&
+             sameBytes(c1.data(), toHost<long long>(P.counts, k).data(), k * 8);
+  }
   std::vector<float> x(n * d);
   std::vector<int> lab(n);
   CK(cudaMemcpy(x.data(), P.rows.xf, x.size() * 4, cudaMemcpyDeviceToHost));
@@ -282,23 +405,23 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
   CK(cudaMemcpy(sums2.data(), P.sums, sums2.size() * 8, cudaMemcpyDeviceToHost));
   const bool deterministic = std::memcmp(sums.data(), sums2.data(), sums.size() * 8) == 0;
   const double rel = R.best > 0 ? R.inertia / R.best - 1 : 0;
-  bool ok = labelsInRange && countsOk && sumErr < 1e-9 && deterministic;
+  bool ok = labelsInRange && countsOk && sumErr < 1e-9 && deterministic && statsOk && rows16 != 0;
   // Low-precision modes: labels may differ; their inertia is reported (the 0.1% criterion applies after
   // Lloyd iterations, test/gpu), here only gross errors fail (centroids sitting on data rows make the
   // relative inertia of a pass meaningless).
   if (op == OpKind::F16x3) ok &= R.wrong == 0;
   else ok &= rel <= 5e-2 || R.best < 1e-2 * R.checked;
   std::printf("%-4s %-10s %-4s %s n=%-7lld d=%-5d k=%-6d checked=%-7lld wrong=%-5lld ties=%-4lld inertia+%.2e "
-              "flagged=%.4f%% sumErr=%.1e det=%d\n",
+              "flagged=%.4f%% sumErr=%.1e det=%d stats=%d rows16=%d\n",
               ok ? "ok" : "FAIL", opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16",
               blobs ? (cosine ? "blobs-cos" : "blobs    ") : (cosine ? "rand-cos " : "random   "), n, d, k, R.checked,
-              R.wrong, R.ties, rel, 100.0 * flagged / n, sumErr, deterministic ? 1 : 0);
+              R.wrong, R.ties, rel, 100.0 * flagged / n, sumErr, deterministic ? 1 : 0, statsOk ? 1 : 0, rows16);
   P.release();
   return ok ? 0 : 1;
 }
 
 static int runCheck() {
-  int fails = 0;
+  int fails = checkCentroidStats();
   const OpKind ops[] = {OpKind::F16x3, OpKind::F16x1, OpKind::BF16x1};
   struct S { long long n; int d, k; };
   const S shapes[] = {{3001, 1, 7},    {5003, 3, 7},     {4099, 17, 1},   {10007, 17, 1000}, {20011, 100, 7},
@@ -317,6 +440,9 @@ static int runCheck() {
   fails += checkOne(20011, 128, 1000, OpKind::F16x1, InType::F16, 16, 0.f, false);
   fails += checkOne(20011, 128, 1000, OpKind::F16x3, InType::F16, 16, 0.f, false);
   fails += checkOne(20011, 128, 1000, OpKind::BF16x1, InType::BF16, 16, 0.f, false);
+  fails += checkOne(20011, 300, 77, OpKind::F16x3, InType::F16, 8, 0.f, false);  // D > 256: segment sums, distances
+  fails += checkOne(20011, 300, 77, OpKind::BF16x1, InType::BF16, 0, 0.f, false);
+  fails += checkOne(20011, 64, 256, OpKind::F16x3, InType::F16, 0, 0.f, true);   // cosine f16: the fp32 copy
   // K = 10^6 (the largest K the design targets), sampled reference rows
   fails += checkOne(1000003, 4, 1000000, OpKind::F16x3, InType::F32, 0, 0.f, false);
   fails += checkOne(1000003, 4, 1000000, OpKind::F16x1, InType::F32, 0, 0.f, false);
@@ -325,38 +451,71 @@ static int runCheck() {
 }
 
 // ---------------------------------------------------------------- bench
-// One Lloyd iteration as the engine runs it with resident data: centroids up (+ operands), assign (+ recheck),
-// distances, deterministic sums, sums/counts down, new centroids on the host.
-static double iterate(Problem& P, int iters, std::vector<double>& hs, std::vector<long long>& hcnt, unsigned* flagged) {
+// One Lloyd iteration as the engine runs it with resident data: centroids up (+ statistics and operands), assign
+// (+ recheck), distances, deterministic sums, sums/counts down, new centroids on the host. The host-side stages
+// are synchronous here, so their wall times add up: prep (upload + statistics + operands, until the statistics are
+// back), down (sums and counts D2H), div (the host division).
+struct HostStages { double prep = 0, down = 0, div = 0; };
+static double msSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsigned* flagged, HostStages* st) {
   const auto t0 = std::chrono::steady_clock::now();
+  const size_t kd = static_cast<size_t>(P.k) * P.d;
   for (int it = 0; it < iters; ++it) {
+    auto t = std::chrono::steady_clock::now();
     P.setCentroids();
+    if (st) st->prep += msSince(t);
     P.assign();
     P.update(false);
-    CK(cudaMemcpyAsync(hs.data(), P.sums, hs.size() * 8, cudaMemcpyDeviceToHost, 0));
-    CK(cudaMemcpyAsync(hcnt.data(), P.counts, hcnt.size() * 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaStreamSynchronize(0));
+    t = std::chrono::steady_clock::now();
+    CK(cudaMemcpyAsync(hs, P.sums, kd * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaMemcpyAsync(hcnt, P.counts, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaStreamSynchronize(0));
+    if (st) st->down += msSince(t);
     if (flagged) *flagged = P.flaggedNow();
+    t = std::chrono::steady_clock::now();
     for (int c = 0; c < P.k; ++c)
       if (hcnt[c] > 0)
         for (int j = 0; j < P.d; ++j) P.hc[static_cast<size_t>(c) * P.d + j] = static_cast<float>(hs[static_cast<size_t>(c) * P.d + j] / hcnt[c]);
+    if (st) st->div += msSince(t);
   }
   CK(cudaGetLastError());
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return msSince(t0);
 }
 
 static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs) {
   Problem P;
   P.alloc(n, d, k, op, in);
   P.generate(blobs, 42, 0.f, false);
-  std::vector<double> hs(static_cast<size_t>(k) * d);
-  std::vector<long long> hcnt(k);
+  // the sums' destination: pinned (as the backend's download ring), or pageable as before (legacy)
+  std::vector<double> hsv;
+  std::vector<long long> hcv;
+  double* hs = nullptr;
+  long long* hcnt = nullptr;
+  if (P.legacy) {
+    hsv.resize(static_cast<size_t>(k) * d);
+    hcv.resize(k);
+    hs = hsv.data();
+    hcnt = hcv.data();
+  } else {
+    CK(cudaHostAlloc(&hs, static_cast<size_t>(k) * d * 8, cudaHostAllocPortable));
+    CK(cudaHostAlloc(&hcnt, static_cast<size_t>(k) * 8, cudaHostAllocPortable));
+  }
   unsigned f0 = 0, f1 = 0;
-  iterate(P, 1, hs, hcnt, &f0);  // warm-up (module load, first-touch)
+  iterate(P, 1, hs, hcnt, &f0, nullptr);  // warm-up (module load, first-touch)
   const int S = 3, L = 13;
-  const double ts = iterate(P, S, hs, hcnt, nullptr);
-  const double tl = iterate(P, L, hs, hcnt, &f1);
+  HostStages hsS, hsL;
+  const double ts = iterate(P, S, hs, hcnt, nullptr, &hsS);
+  const double tl = iterate(P, L, hs, hcnt, &f1, &hsL);
   const double ms = (tl - ts) / (L - S);
+  const double prepMs = (hsL.prep - hsS.prep) / (L - S), downMs = (hsL.down - hsS.down) / (L - S),
+               divMs = (hsL.div - hsS.div) / (L - S);
+  if (!P.legacy) {
+    cudaFreeHost(hs);
+    cudaFreeHost(hcnt);
+  }
   // assignment alone, for the split
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -384,13 +543,20 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   });
   const float distMs = 0.f;  // fused into the sums for D ≤ 256
   const float sumMs = timeIt([&] {
-    accumulate(P.rows.xf, n, d, k, P.labels, P.cf, false, P.dist, nullptr, true, P.acc, P.sums, P.counts, P.inertia, 0);
+    accumulate(P.vals, n, d, k, P.labels, P.cf, false, P.dist, nullptr, true, P.acc, P.sums, P.counts, P.inertia, 0);
+  });
+  // the centroid side on the device alone (statistics + operands; legacy: operands only)
+  const float cprepMs = timeIt([&] {
+    if (P.legacy) prepareCentroids(P.cf, P.mu, k, d, op, P.cops.scale, P.bhi, P.blo, P.cnorm, 0);
+    else prepareCentroidOps(P.cf, P.mu, k, d, op, P.cstats, P.bhi, P.blo, P.cnorm, 0);
   });
   const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
   std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f assign_ms=%.3f tflops=%.1f "
-              "recheck_first=%.5f%% recheck_last=%.5f%% mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f\n",
+              "recheck_first=%.5f%% recheck_last=%.5f%% mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f "
+              "host_prep_ms=%.3f host_down_ms=%.3f host_div_ms=%.3f centroid_kernels_ms=%.3f rows=%s%s\n",
               opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16", blobs ? "blobs" : "random", n,
-              d, k, ms, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, mmaMs, am - mmaMs, distMs, sumMs);
+              d, k, ms, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, mmaMs, am - mmaMs, distMs, sumMs, prepMs, downMs,
+              divMs, cprepMs, P.vals.type == InType::F32 ? "f32" : "16bit", P.legacy ? " legacy=1" : "");
   std::fflush(stdout);
   P.release();
 }
@@ -400,6 +566,11 @@ static int runBench(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "10m") {  // the two headline rows only (A/B runs)
     benchOne(10000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
     benchOne(10000000, 128, 1024, OpKind::F16x3, InType::F32, 0);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "fp16") {  // the two fp16 targets (update-path A/B runs)
+    benchOne(10000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
+    benchOne(1000000, 256, 4096, OpKind::F16x1, InType::F16, 0);
     return 0;
   }
   if (quick) {
@@ -437,19 +608,26 @@ static double h2dBandwidth() {
   return 4.0 * bytes / s / 1e9;
 }
 
+// Host wall time per stage of a pass through the Backend (averaged over 3 extra passes): begin (beginPass:
+// centroids up, statistics), resident (processResident: launches, and the wait for the statistics), gpu (until
+// the device is idle), finish (finishPass after that: labels, sums/counts down, farthest rows), update (the
+// engine's division, as done here).
+struct PassStages { double begin = 0, resident = 0, gpu = 0, finish = 0, update = 0; int passes = 0; };
+
 static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long long budget, long long* residentOut,
-                     long long* chunkOut) {
+                     long long* chunkOut, kmfleet::DType dtype = kmfleet::DType::F32, PassStages* stages = nullptr) {
   using namespace kmfleet;
   EngineConfig cfg;
-  cfg.rows = n; cfg.dims = d; cfg.k = k; cfg.dtype = DType::F32; cfg.backend = BackendKind::Cuda;
+  cfg.rows = n; cfg.dims = d; cfg.k = k; cfg.dtype = dtype; cfg.backend = BackendKind::Cuda;
   cfg.precision = prec; cfg.memoryBudget = budget;
   std::unique_ptr<Backend> b = makeCudaBackend(cfg);
   const Plan& pl = b->plan();
   *residentOut = pl.residentRows;
   *chunkOut = pl.chunkRows;
+  std::vector<float> c(static_cast<size_t>(k) * d);
   // fill the host buffers once (normal data, distinct per buffer)
   for (int i = 0; i < pl.buffers; ++i) {
-    float* h = static_cast<float*>(b->hostBuffer(i));
+    std::vector<float> h(static_cast<size_t>(pl.chunkRows) * d);
     unsigned long long z = 12345 + i;
     for (long long j = 0; j < pl.chunkRows * d; j += 2) {
       z = z * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -460,26 +638,58 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
       h[j] = float(r * std::cos(6.283185307179586 * u2));
       if (j + 1 < pl.chunkRows * d) h[j + 1] = float(r * std::sin(6.283185307179586 * u2));
     }
+    if (dtype == DType::F32) {
+      std::memcpy(b->hostBuffer(i), h.data(), h.size() * 4);
+    } else {
+      unsigned short* o = static_cast<unsigned short*>(b->hostBuffer(i));
+      for (size_t j = 0; j < h.size(); ++j) {
+        if (dtype == DType::F16) {
+          const __half v = __float2half_rn(h[j]);
+          o[j] = __half_as_ushort(v);
+          h[j] = __half2float(v);
+        } else {
+          const __nv_bfloat16 v = __float2bfloat16_rn(h[j]);
+          o[j] = __bfloat16_as_ushort(v);
+          h[j] = __bfloat162float(v);
+        }
+      }
+    }
+    if (i == 0) std::memcpy(c.data(), h.data(), c.size() * 4);  // K <= chunkRows here
   }
-  std::vector<float> c(static_cast<size_t>(k) * d);
-  std::memcpy(c.data(), b->hostBuffer(0), c.size() * 4);  // K <= chunkRows here
   std::vector<int> labels(n);
+  bool timing = false;
   auto pass = [&]() {
+    using clk = std::chrono::steady_clock;
     PassSpec spec;
     spec.mode = PassMode::Fit;
     spec.centroids = c.data();
     spec.labels = labels.data();
     spec.farthest = std::min(k - 1, 1024);  // as the engine asks (re-seed candidates on every fit pass)
+    auto t = clk::now();
     b->beginPass(spec);
+    const double tBegin = msSince(t);
+    t = clk::now();
     const long long held = b->residentHeld();
     if (held > 0) b->processResident();
     long long i = 0;
     for (long long first = held; first < n; first += pl.chunkRows, ++i)
       b->processChunk(static_cast<int>(i % pl.buffers), first, std::min<long long>(pl.chunkRows, n - first));
-    PassTotals t = b->finishPass();
+    const double tRes = msSince(t);
+    t = clk::now();
+    if (timing) CK(cudaDeviceSynchronize());  // stage passes only: splits the device's time from the host's
+    const double tGpu = msSince(t);
+    t = clk::now();
+    PassTotals tot = b->finishPass();
+    const double tFin = msSince(t);
+    t = clk::now();
     for (int q = 0; q < k; ++q)
-      if (t.counts[q] > 0)
-        for (int j = 0; j < d; ++j) c[size_t(q) * d + j] = float(t.sums[size_t(q) * d + j] / double(t.counts[q]));
+      if (tot.counts[q] > 0)
+        for (int j = 0; j < d; ++j) c[size_t(q) * d + j] = float(tot.sums[size_t(q) * d + j] / double(tot.counts[q]));
+    if (stages && timing) {
+      stages->begin += tBegin; stages->resident += tRes; stages->gpu += tGpu; stages->finish += tFin;
+      stages->update += msSince(t);
+      stages->passes++;
+    }
   };
   pass();  // first pass: feeds everything, retains the resident rows
   auto timed = [&](int m) {
@@ -488,7 +698,31 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   const double ts = timed(2), tl = timed(6);
+  if (stages) {  // extra passes for the split (the sync before finishPass takes away its overlap with the device)
+    timing = true;
+    for (int i = 0; i < 3; ++i) pass();
+  }
   return (tl - ts) / 4;
+}
+
+// All rows resident, through the Backend: ms/pass and where the host's time goes.
+static int runPass(int argc, char** argv) {
+  const long long n = argc > 2 ? std::atoll(argv[2]) : 10000000;
+  const int d = argc > 3 ? std::atoi(argv[3]) : 128;
+  const int k = argc > 4 ? std::atoi(argv[4]) : 1024;
+  const bool f32 = argc > 5 && std::string(argv[5]) == "f32";
+  const kmfleet::DType dt = f32 ? kmfleet::DType::F32 : kmfleet::DType::F16;
+  const kmfleet::Precision prec = f32 ? kmfleet::Precision::FP32 : kmfleet::Precision::FP16;
+  long long res = 0, chunk = 0;
+  PassStages st;
+  const double ms = oocRun(n, d, k, prec, -1, &res, &chunk, dt, &st);
+  const double m = st.passes > 0 ? st.passes : 1;
+  std::printf("RESULT_PASS kernel=%s in=%s n=%lld d=%d k=%d chunk=%lld resident=%lld ms_per_pass=%.3f begin_ms=%.3f "
+              "resident_ms=%.3f gpu_wait_ms=%.3f finish_ms=%.3f update_ms=%.3f\n",
+              f32 ? "fp32-exact" : "fp16", f32 ? "f32" : "f16", n, d, k, chunk, res, ms, st.begin / m, st.resident / m,
+              st.gpu / m, st.finish / m, st.update / m);
+  std::fflush(stdout);
+  return 0;
 }
 
 static int runOoc(int argc, char** argv) {
@@ -499,7 +733,8 @@ static int runOoc(int argc, char** argv) {
   std::printf("RESULT_H2D gbps=%.1f\n", bw);
   for (kmfleet::Precision prec : {kmfleet::Precision::FP32, kmfleet::Precision::FP16}) {
     const char* pn = prec == kmfleet::Precision::FP32 ? "fp32-exact" : "fp16";
-    const size_t rrb = kmfleet::cuda::residentRowBytes(d, kmfleet::cuda::opFor(prec));
+    const size_t rrb = kmfleet::cuda::residentRowBytes(d, kmfleet::cuda::opFor(prec), kmfleet::DType::F32,
+                                                       kmfleet::Metric::L2);
     long long res = 0, chunk = 0;
     double compute = 0;
     for (int frac : {100, 50, 0}) {
@@ -532,6 +767,7 @@ int main(int argc, char** argv) {
   if (mode == "check") return runCheck();
   if (mode == "bench") return runBench(argc, argv);
   if (mode == "ooc") return runOoc(argc, argv);
-  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m] | ooc [N D K]\n");
+  if (mode == "pass") return runPass(argc, argv);
+  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m|fp16] | ooc [N D K] | pass [N D K f16|f32]\n");
   return 2;
 }
