@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import {
   CancelledError, Engine, InvalidArgumentError, NonFiniteInputError, OutOfMemoryError, type PassResult, type Precision,
 } from '../../native/index.js';
-import { blobData, bytesOf, isTie, assign, normalData, pickRows, runPass, toF16 } from '../helpers/reference.js';
+import { blobData, bytesOf, fromF16, isTie, assign, normalData, pickRows, runPass, toF16 } from '../helpers/reference.js';
 import { distinctRows, engineTracker, fit } from './gpu-helpers.js';
 
 const open = engineTracker();
@@ -106,6 +106,48 @@ describe('bitwise reproducibility', () => {
     const b = await centroidsWith(undefined);
     expect(sameBits(a.c, b.c)).toBe(true);
   });
+});
+
+// f16 data (l2) stays 16-bit on the device: sums, distances, the exact recheck and the re-seeding rows read the
+// 16-bit rows. 16-bit → fp32 is exact, so everything must have the same bits as the same values given as f32 data
+// (which the backend copies to fp32), whether the rows are resident, partly streamed or streamed.
+describe('f16 data read as 16-bit rows', () => {
+  const n = 60000, d = 48, k = 64, chunk = 4096;
+  const x32 = fromF16(toF16(blobData(n, d, 40, 71)));  // values that f16 holds exactly
+  const h = toF16(x32);
+  const rows = distinctRows(n, k, 17);
+  rows[1] = rows[0];  // a duplicate centroid: one of the two ends up empty and is re-seeded with a farthest row
+  const init = pickRows(x32, d, rows);
+
+  async function run(dtype: 'f16' | 'f32', precision: Precision, memoryBudget: number | undefined) {
+    const e = await open({ rows: n, dims: d, k, dtype, precision, chunkRows: chunk, ...(memoryBudget === undefined ? {} : { memoryBudget }) });
+    e.setCentroids(init);
+    const r = await fit(e, bytesOf(dtype === 'f16' ? h : x32), n, 4);
+    return {
+      c: e.centroids(), labels: e.labels(), resident: e.plan.residentRows,
+      inertia: r.map((p) => p.inertia), reseeded: r.reduce((a, p) => a + p.emptyReseeded, 0),
+    };
+  }
+
+  for (const precision of ['fp16', 'fp32'] as Precision[]) {
+    it(`${precision}: the same bits as the values given as f32 data, resident, partly streamed or streamed`, async () => {
+      const ref = await run('f32', precision, undefined);
+      expect(ref.reseeded).toBeGreaterThan(0);
+      const residents: number[] = [];
+      for (const budget of [undefined, 3 * chunk * 200, 0]) {
+        const r = await run('f16', precision, budget);
+        residents.push(r.resident);
+        expect(sameBits(r.c, ref.c), `centroids, budget ${budget}`).toBe(true);
+        expect(Buffer.from(r.labels.buffer).equals(Buffer.from(ref.labels.buffer)), `labels, budget ${budget}`).toBe(true);
+        expect(r.inertia, `inertia, budget ${budget}`).toEqual(ref.inertia);
+        expect(r.reseeded).toBe(ref.reseeded);
+      }
+      expect(residents[0]).toBe(n);
+      expect(residents[1]).toBeGreaterThan(0);
+      expect(residents[1]).toBeLessThan(n);
+      expect(residents[2]).toBe(0);
+    });
+  }
 });
 
 describe('cancel and typed errors', () => {
