@@ -271,7 +271,8 @@ async function runJob(
     if (s3Source.stats.bytes) deps.metrics?.s3BytesRead(s3Source.stats.bytes);
 
     // ---- 5. outputs, summary.json last ----
-    await progress('writing', result.iterations, result.history);
+    const writing = progress('writing', result.iterations, result.history);
+    writing.catch(() => {}); // awaited after the uploads
     const tu = performance.now();
     outputs = new OutputWriter({
       s3,
@@ -291,6 +292,7 @@ async function runJob(
     ]);
     const failedUpload = uploads.find((u) => u.status === 'rejected');
     if (failedUpload) throw failedUpload.reason;
+    await writing;
     timings.uploadMs = performance.now() - tu;
     const jobResult = buildJobResult({
       jobId,
@@ -323,9 +325,12 @@ async function runJob(
     await outputs.commit(summary);
 
     // ---- 6. record ----
-    if (spec.name) await recordResult(redis, keys, spec.name, jobResult);
-    await progress('done', result.iterations, result.history);
-    if (!config.keepCheckpoints) await store.cleanup();
+    // independent writes after the commit point: together
+    await Promise.all([
+      spec.name ? recordResult(redis, keys, spec.name, jobResult) : undefined,
+      progress('done', result.iterations, result.history),
+      config.keepCheckpoints ? undefined : store.cleanup(),
+    ]);
     outcome = 'completed';
     log.info({ iterations: result.iterations, inertia: result.inertia, stopReason: result.stopReason, ms: jobResult.timings.totalMs }, 'job completed');
     return jobResult;

@@ -12,6 +12,7 @@
  */
 import type { DatasetDType } from '../formats/npy-header.js';
 import type { CacheStats } from './cache.js';
+import { giveBackHostBuffer, takeHostBuffer } from './host-buffer-pool.js';
 import { checkReadRange, type RowSource } from './row-source.js';
 
 export interface MemoryCacheOptions {
@@ -59,7 +60,7 @@ export class MemoryCachedRowSource implements RowSource {
     this.dims = inner.dims;
     this.dtype = inner.dtype;
     this.rowBytes = inner.rowBytes;
-    this.data = Buffer.allocUnsafe(inner.rows * inner.rowBytes);
+    this.data = takeHostBuffer(inner.rows * inner.rowBytes);
     this.blockRows = Math.max(1, Math.floor((opts.blockBytes ?? 16 * 1024 * 1024) / inner.rowBytes));
     this.blockCount = Math.ceil(inner.rows / this.blockRows);
     this.concurrency = Math.max(1, opts.concurrency ?? 8);
@@ -207,6 +208,7 @@ export class MemoryCachedRowSource implements RowSource {
       }
     }
     await Promise.allSettled([...this.inFlight]);
+    if (this.data) giveBackHostBuffer(this.data);
     this.data = undefined;
     await this.inner.close();
   }
