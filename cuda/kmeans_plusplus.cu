@@ -55,50 +55,78 @@ __global__ void maxAbsKernel(const float* x, long long count, unsigned* out) {
   if ((threadIdx.x & 31) == 0) atomicMax(out, __float_as_uint(m));  // non-negative floats order as their bits
 }
 
+// cp.async (sm_80+): 4 bytes global → shared without a register; src-size 0 writes a zero and reads nothing.
+__device__ inline void copyAsync4(float* dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ inline void copyCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int Pending>
+__device__ inline void copyWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory"); }
+
 // D² of every row to `count` candidates (rows ids[0..count)), folded with the current D² (cand + best·n) when
 // best is given. Row i is read and written by one thread only, so the candidates' distances may overwrite the
 // previous D² in place. blockSums[t·nb + b]: Σ over block b's rows, in a fixed order.
+// Tiles of 32 columns (rows and candidates) are double-buffered in shared memory with cp.async: the next tile is
+// in flight while the current one is computed, so a block waits for memory once, not once per tile.
 template <int MaxT, typename Acc>
-__global__ void __launch_bounds__(kRows, MaxT > 16 ? 2 : 4) distanceKernel(const float* __restrict__ x, long long n, int D,
-                                                        const long long* __restrict__ ids, int count,
-                                                        const int* best, double* cand, double* blockSums, int nb) {
-  __shared__ float xs[kRows][kCols + 1];
-  __shared__ __align__(16) float cs[kCols][MaxT];
+__global__ void __launch_bounds__(kRows, MaxT > 16 ? 2 : 4)
+    distanceKernel(const float* __restrict__ x, long long n, int D, const long long* __restrict__ ids, int count,
+                   const int* best, double* cand, double* blockSums, int nb) {
+  __shared__ float xs[2][kRows][kCols + 1];
+  __shared__ __align__(16) float cs[2][kCols][MaxT];
   __shared__ long long sid[MaxT];
   __shared__ double ws[kRows / 32][MaxT];
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const long long r0 = static_cast<long long>(blockIdx.x) * kRows, i = r0 + tid;
   if (tid < MaxT) sid[tid] = tid < count ? ids[tid] : 0;
+  __syncthreads();
+  // this thread copies rows warp + 4j of the tile at column lane, and candidate values tid + 128j
+  auto issue = [&](int buf, int d0) {
+    const bool colOk = d0 + lane < D;
+#pragma unroll 1
+    for (int j = 0; j < kRows / 4; ++j) {
+      const long long gi = r0 + warp + 4 * j;
+      const bool ok = colOk && gi < n;
+      copyAsync4(&xs[buf][warp + 4 * j][lane], ok ? x + gi * D + d0 + lane : x, ok);
+    }
+#pragma unroll 1
+    for (int e = tid; e < kCols * MaxT; e += kRows) {
+      const int t = e / kCols, c = e % kCols;
+      const bool ok = t < count && d0 + c < D;
+      copyAsync4(&cs[buf][c][t], ok ? x + sid[t] * D + d0 + c : x, ok);
+    }
+    copyCommit();
+  };
   double tot[MaxT];
 #pragma unroll
   for (int t = 0; t < MaxT; ++t) tot[t] = 0;
 
-  for (int d0 = 0; d0 < D; d0 += kCols) {
-    __syncthreads();  // sid written / the previous tile consumed
-    for (int e = tid; e < kRows * kCols; e += kRows) {
-      const int r = e / kCols, c = e % kCols;
-      const long long gi = r0 + r;
-      xs[r][c] = gi < n && d0 + c < D ? x[gi * D + d0 + c] : 0.0f;
+  issue(0, 0);
+  int buf = 0;
+  for (int d0 = 0; d0 < D; d0 += kCols, buf ^= 1) {
+    if (d0 + kCols < D) {
+      issue(buf ^ 1, d0 + kCols);  // that buffer was last read before the previous iteration's closing barrier
+      copyWait<1>();
+    } else {
+      copyWait<0>();
     }
-    for (int e = tid; e < kCols * MaxT; e += kRows) {
-      const int t = e / kCols, c = e % kCols;
-      cs[c][t] = t < count && d0 + c < D ? x[sid[t] * D + d0 + c] : 0.0f;
-    }
-    __syncthreads();
+    __syncthreads();  // every thread's copies of this tile have landed
     Acc part[MaxT];
 #pragma unroll
     for (int t = 0; t < MaxT; ++t) part[t] = 0;
 #pragma unroll 4
     for (int c = 0; c < kCols; ++c) {  // padding columns are 0 in both: they add nothing
-      const Acc xv = xs[tid][c];
+      const Acc xv = xs[buf][tid][c];
 #pragma unroll
       for (int t = 0; t < MaxT; ++t) {
-        const Acc diff = xv - static_cast<Acc>(cs[c][t]);
+        const Acc diff = xv - static_cast<Acc>(cs[buf][c][t]);
         part[t] = fmaT(diff, diff, part[t]);
       }
     }
 #pragma unroll
     for (int t = 0; t < MaxT; ++t) tot[t] += static_cast<double>(part[t]);
+    __syncthreads();  // done reading this buffer before the next iteration's copies overwrite it
   }
 
   const double closest = best && i < n ? cand[static_cast<long long>(*best) * n + i] : 0.0;
@@ -111,7 +139,6 @@ __global__ void __launch_bounds__(kRows, MaxT > 16 ? 2 : 4) distanceKernel(const
     tot[t] = d;
   }
   // block partials: a fixed shuffle tree per warp, then the warps in order
-  const int warp = tid / 32, lane = tid % 32;
 #pragma unroll
   for (int t = 0; t < MaxT; ++t) {
     double s = tot[t];
@@ -164,32 +191,30 @@ __global__ void __launch_bounds__(kRows) drawKernel(const double* u, const doubl
   if (tid == 0) ids[blockIdx.x] = found;
 }
 
-// The candidates' potentials (fixed-order sums of their block partials), the first minimum, and the inclusive
-// prefix of its partials for the next draw. chosen[0] = the winner's row.
+// The candidates' potentials (one warp per candidate: lanes add strided partials in order, then a fixed shuffle
+// tree), the first minimum, and the inclusive prefix of its partials for the next draw. chosen[0] = the winner's row.
 __global__ void __launch_bounds__(kChooseThreads) chooseKernel(const double* blockSums, int nb, int count,
                                                                const long long* ids, int* best, long long* chosen,
                                                                double* prefix) {
-  using Reduce = cub::BlockReduce<double, kChooseThreads>;
   using Scan = cub::BlockScan<double, kChooseThreads>;
-  __shared__ union {
-    typename Reduce::TempStorage reduce;
-    typename Scan::TempStorage scan;
-  } tmp;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ double pot[kMaxTrials];
   __shared__ int bestT;
-  const int tid = threadIdx.x;
-  double bestPot = 0;
-  int bt = 0;
-  for (int t = 0; t < count; ++t) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  for (int t = warp; t < count; t += kChooseThreads / 32) {
+    const double* bs = blockSums + static_cast<long long>(t) * nb;
     double s = 0;
-    for (int b = tid; b < nb; b += kChooseThreads) s += blockSums[static_cast<long long>(t) * nb + b];
-    s = Reduce(tmp.reduce).Sum(s);
-    if (tid == 0 && (t == 0 || s < bestPot)) {
-      bestPot = s;
-      bt = t;
-    }
-    __syncthreads();
+    for (int b = lane; b < nb; b += 32) s += bs[b];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if (lane == 0) pot[t] = s;
   }
-  if (tid == 0) bestT = bt;
+  __syncthreads();
+  if (tid == 0) {
+    int bt = 0;
+    for (int t = 1; t < count; ++t)
+      if (pot[t] < pot[bt]) bt = t;
+    bestT = bt;
+  }
   __syncthreads();
   const double* bs = blockSums + static_cast<long long>(bestT) * nb;
   const int seg = (nb + kChooseThreads - 1) / kChooseThreads;
@@ -197,7 +222,7 @@ __global__ void __launch_bounds__(kChooseThreads) chooseKernel(const double* blo
   double local = 0;
   for (int b = b0; b < b1; ++b) local += bs[b];
   double a;
-  Scan(tmp.scan).ExclusiveSum(local, a);
+  Scan(scan).ExclusiveSum(local, a);
   for (int b = b0; b < b1; ++b) {
     a += bs[b];
     prefix[b] = a;
