@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -100,6 +101,7 @@ class CudaBackend final : public Backend {
     rowBytes_ = static_cast<std::size_t>(d_) * dtypeBytes(cfg.dtype);
     cosine_ = cfg.metric == Metric::Cosine;
     rows16_ = keepsRows16(inType(cfg.dtype), cosine_);
+    stats_ = std::getenv("KMFLEET_CUDA_STATS") != nullptr;
     plan_.backend = BackendKind::Cuda;
     plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     plan_.precision = mp_.precision;
@@ -234,10 +236,21 @@ class CudaBackend final : public Backend {
     }
     far_.clear();
     t.rowsSeen = rowsSeen_;
-    if (std::getenv("KMFLEET_CUDA_STATS"))
-      std::fprintf(stderr, "[kmfleet cuda] pass rows=%lld resident=%lld recheck=%llu (%.4f%%)\n",
-                   static_cast<long long>(rowsSeen_), static_cast<long long>(residentHeld_), flagged,
-                   rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0);
+    if (stats_) {
+      float ms[3] = {0, 0, 0};
+      for (std::size_t i = 0; i < stagesUsed_; ++i)
+        for (int j = 0; j < 3; ++j) {
+          float t = 0;
+          check(cudaEventElapsedTime(&t, stageEv_[i][j], stageEv_[i][j + 1]), "cudaEventElapsedTime");
+          ms[j] += t;
+        }
+      std::fprintf(stderr,
+                   "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) device ms: "
+                   "assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
+                   static_cast<long long>(rowsSeen_), static_cast<long long>(residentHeld_), stagesUsed_, flagged,
+                   rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);
+    }
+    stagesUsed_ = 0;
     if (residentHeld_ == 0 && retainedThisPass_ == mp_.residentRows) residentHeld_ = mp_.residentRows;
     return t;
   }
@@ -251,6 +264,7 @@ class CudaBackend final : public Backend {
     for (Slot& s : slots_) s.pending = false;
     residentPending_ = false;
     far_.clear();
+    stagesUsed_ = 0;
     retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
   }
 
@@ -373,6 +387,15 @@ class CudaBackend final : public Backend {
     for (void* p : {static_cast<void*>(hResFarDist_), static_cast<void*>(hResFarRow_)})
       if (p) cudaFreeHost(p);
     resFarDist_ = nullptr; resFarRow_ = nullptr; hResFarDist_ = nullptr; hResFarRow_ = nullptr; resFarCap_ = 0;
+    for (void* p : {static_cast<void*>(gatherRows_), static_cast<void*>(gatherVals_)})
+      if (p) cudaFree(p);
+    for (void* p : {static_cast<void*>(hGatherRows_), static_cast<void*>(hGatherVals_)})
+      if (p) cudaFreeHost(p);
+    gatherRows_ = nullptr; gatherVals_ = nullptr; hGatherRows_ = nullptr; hGatherVals_ = nullptr; gatherCap_ = 0;
+    for (auto& ev : stageEv_)
+      for (cudaEvent_t e : ev)
+        if (e) cudaEventDestroy(e);
+    stageEv_.clear();
     if (resLabels_) cudaFree(resLabels_);
     if (resDist_) cudaFree(resDist_);
     if (hResLabels_) cudaFreeHost(hResLabels_);
@@ -569,22 +592,28 @@ class CudaBackend final : public Backend {
       if (f.values.empty()) rows.push_back(f.row);
     if (rows.empty()) return;
     const int m = static_cast<int>(rows.size());
-    long long* dRows = devAlloc<long long>(m, "farthest rows");
-    float* dVals = devAlloc<float>(std::size_t(m) * d_, "farthest rows");
-    std::vector<float> vals(std::size_t(m) * d_);
-    cudaError_t e = cudaMemcpy(dRows, rows.data(), sizeof(long long) * m, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) {
-      gatherRows(rowValues(resident_), d_, dRows, 0, m, dVals, compute_);
-      e = cudaMemcpyAsync(vals.data(), dVals, sizeof(float) * vals.size(), cudaMemcpyDeviceToHost, compute_);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(compute_);
+    if (m > gatherCap_) {  // kept across passes: no allocation (and no implicit sync of cudaFree) per pass
+      for (void* p : {static_cast<void*>(gatherRows_), static_cast<void*>(gatherVals_)})
+        if (p) cudaFree(p);
+      for (void* p : {static_cast<void*>(hGatherRows_), static_cast<void*>(hGatherVals_)})
+        if (p) cudaFreeHost(p);
+      gatherRows_ = nullptr; gatherVals_ = nullptr; hGatherRows_ = nullptr; hGatherVals_ = nullptr; gatherCap_ = 0;
+      gatherRows_ = devAlloc<long long>(m, "farthest rows");
+      gatherVals_ = devAlloc<float>(std::size_t(m) * d_, "farthest rows");
+      hGatherRows_ = hostAlloc<long long>(m, "farthest rows");
+      hGatherVals_ = hostAlloc<float>(std::size_t(m) * d_, "farthest rows");
+      gatherCap_ = m;
     }
-    cudaFree(dRows);
-    cudaFree(dVals);
-    check(e, "farthest rows");
+    std::memcpy(hGatherRows_, rows.data(), sizeof(long long) * m);
+    check(cudaMemcpyAsync(gatherRows_, hGatherRows_, sizeof(long long) * m, cudaMemcpyHostToDevice, compute_), "H2D");
+    gatherRows(rowValues(resident_), d_, gatherRows_, 0, m, gatherVals_, compute_);
+    check(cudaMemcpyAsync(hGatherVals_, gatherVals_, sizeof(float) * std::size_t(m) * d_, cudaMemcpyDeviceToHost,
+                          compute_), "D2H");
+    check(cudaStreamSynchronize(compute_), "farthest rows");
     int i = 0;
     for (FarRow& f : far_)
       if (f.values.empty()) {
-        f.values.assign(vals.begin() + std::size_t(i) * d_, vals.begin() + std::size_t(i + 1) * d_);
+        f.values.assign(hGatherVals_ + std::size_t(i) * d_, hGatherVals_ + std::size_t(i + 1) * d_);
         ++i;
       }
   }
@@ -612,6 +641,7 @@ class CudaBackend final : public Backend {
     }
     if (far > 0 && slotp) ensureFarBuffers(slot, far);
     if (far > 0 && !slotp) ensureResidentFar(far);
+    stageMark(0);
     // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
     check(cudaMemsetAsync(flaggedCount_, 0, sizeof(unsigned), compute_), "memset");
     assignRows(ops, rows, d_, cops_, k_, mp_.op, slot.labels, flagged_, flaggedCount_, flaggedThr_, compute_);
@@ -622,8 +652,10 @@ class CudaBackend final : public Backend {
       addFlagged(compute_);
     }
     const bool wantDist = spec_.distances != nullptr;
+    stageMark(1);
     accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist_, wantDist ? slot.dist32 : nullptr, fit_, acc_,
                sums_, counts_, inertia_, compute_);
+    stageMark(2);
     const std::int64_t ci = firstRow / mp_.chunkRows;  // resident chunk index
     if (far > 0 && slotp)
       farRows(dist_, values, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,
@@ -632,6 +664,7 @@ class CudaBackend final : public Backend {
       farTop(dist_, rows, firstRow, spec_.farthest, farScratch_, resFarDist_ + ci * resFarCap_,
              resFarRow_ + ci * resFarCap_, compute_);
     check(cudaGetLastError(), "chunk kernels");
+    stageMark(3);
     check(cudaEventRecord(slot.computed, compute_), "cudaEventRecord");
     check(cudaStreamWaitEvent(d2h_, slot.computed, 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(slot.hLabels, slot.labels, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
@@ -663,6 +696,18 @@ class CudaBackend final : public Backend {
   }
 
   void addFlagged(cudaStream_t s);
+
+  // KMFLEET_CUDA_STATS: CUDA events around each chunk's stages (assign + recheck, sums + distances, farthest),
+  // summed and printed by finishPass. Nothing recorded otherwise.
+  void stageMark(int i) {
+    if (!stats_) return;
+    if (i == 0 && stagesUsed_ == stageEv_.size()) {
+      stageEv_.emplace_back();
+      for (cudaEvent_t& e : stageEv_.back()) check(cudaEventCreate(&e), "cudaEventCreate");
+    }
+    check(cudaEventRecord(stageEv_[stagesUsed_][i], compute_), "cudaEventRecord");
+    if (i == 3) ++stagesUsed_;
+  }
 
   EngineConfig cfg_;
   MemoryPlan mp_;
@@ -726,6 +771,14 @@ class CudaBackend final : public Backend {
   double* hResFarDist_ = nullptr;
   long long* hResFarRow_ = nullptr;
   int resFarCap_ = 0;
+  long long* gatherRows_ = nullptr;   // fillResidentValues: rows to gather, their values (device, pinned)
+  float* gatherVals_ = nullptr;
+  long long* hGatherRows_ = nullptr;
+  float* hGatherVals_ = nullptr;
+  int gatherCap_ = 0;
+  bool stats_ = false;
+  std::vector<std::array<cudaEvent_t, 4>> stageEv_;
+  std::size_t stagesUsed_ = 0;
   std::int64_t residentHeld_ = 0;
   std::int64_t retainedThisPass_ = 0;
 

@@ -3,6 +3,7 @@
 //   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
 //   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
+// KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs).
 // KMBENCH_LEGACY=1 (bench): the update path as it was before the device-side centroid statistics — statistics
 // on the host, pageable copies, sums from the fp32 copy of 16-bit rows — for same-run A/B.
 // Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
@@ -620,6 +621,7 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   EngineConfig cfg;
   cfg.rows = n; cfg.dims = d; cfg.k = k; cfg.dtype = dtype; cfg.backend = BackendKind::Cuda;
   cfg.precision = prec; cfg.memoryBudget = budget;
+  if (const char* cr = std::getenv("KMBENCH_CHUNK")) cfg.chunkRows = std::atoll(cr);  // A/B of the chunk size
   std::unique_ptr<Backend> b = makeCudaBackend(cfg);
   const Plan& pl = b->plan();
   *residentOut = pl.residentRows;
@@ -665,6 +667,7 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
     spec.centroids = c.data();
     spec.labels = labels.data();
     spec.farthest = std::min(k - 1, 1024);  // as the engine asks (re-seed candidates on every fit pass)
+    if (const char* f = std::getenv("KMBENCH_FARTHEST")) spec.farthest = std::atoi(f);  // A/B: 0 = none
     auto t = clk::now();
     b->beginPass(spec);
     const double tBegin = msSince(t);
