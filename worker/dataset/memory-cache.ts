@@ -78,7 +78,15 @@ export class MemoryCachedRowSource implements RowSource {
 
   async read(firstRow: number, count: number, target: Buffer): Promise<void> {
     checkReadRange(this, firstRow, count, target);
-    if (count === 0) return;
+    const data = await this.view(firstRow, count);
+    data.copy(target);
+  }
+
+  async view(firstRow: number, count: number): Promise<Buffer> {
+    if (!Number.isSafeInteger(firstRow) || !Number.isSafeInteger(count) || firstRow < 0 || count < 0 || firstRow + count > this.rows) {
+      throw new RangeError(`read of rows [${firstRow}, ${firstRow + count}) outside the dataset's ${this.rows} rows`);
+    }
+    if (count === 0) return Buffer.alloc(0);
     const first = Math.floor(firstRow / this.blockRows);
     const last = Math.floor((firstRow + count - 1) / this.blockRows);
     const waits: Promise<void>[] = [];
@@ -103,9 +111,9 @@ export class MemoryCachedRowSource implements RowSource {
     if (waits.length > 0) await this.waitFor(Promise.all(waits));
     const data = this.data;
     if (!data) throw new Error(`${this.inner.describe()}: read after close`);
-    data.copy(target, 0, firstRow * this.rowBytes, (firstRow + count) * this.rowBytes);
     if (missed) this.stats.missRows += count;
     else this.stats.hitRows += count;
+    return data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes);
   }
 
   /** The promise of block b, queued (at the back) if it is neither here nor on its way. */

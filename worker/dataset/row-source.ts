@@ -26,6 +26,12 @@ export interface RowSource {
    * Rejects when the range is outside the dataset or target is too small. Calls may overlap.
    */
   read(firstRow: number, count: number, target: Buffer, hint?: ReadHint): Promise<void>;
+  /**
+   * Sources that hold the rows in memory (the memory cache): the rows [firstRow, firstRow+count) in place, without a
+   * copy, once they are there. Read-only, and valid only until close(). Callers that pick scattered rows (an init
+   * sample) copy just those instead of whole spans.
+   */
+  view?(firstRow: number, count: number): Promise<Buffer>;
   close(): Promise<void>;
 }
 

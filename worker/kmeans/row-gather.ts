@@ -43,11 +43,17 @@ export async function gatherRows(source: RowSource, sortedRows: ArrayLike<number
         await source.read(lo, n, target.subarray(i * rb, (i + n) * rb));
         continue;
       }
-      scratch ??= Buffer.allocUnsafe(maxSpan * rb);
-      await source.read(lo, span, scratch);
+      let from: Buffer;
+      if (source.view) {
+        // rows already in memory: copy the wanted ones straight out, not the whole span first
+        from = await source.view(lo, span);
+      } else {
+        from = scratch ??= Buffer.allocUnsafe(maxSpan * rb);
+        await source.read(lo, span, from);
+      }
       for (let m = 0; m < n; m++) {
         const off = (sortedRows[i + m] - lo) * rb;
-        scratch.copy(target, (i + m) * rb, off, off + rb);
+        from.copy(target, (i + m) * rb, off, off + rb);
       }
     }
   };
