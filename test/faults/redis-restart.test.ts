@@ -44,7 +44,9 @@ describe('redis-server restarted mid-job', () => {
     worker = spawnWorker(stack.env({ KMFLEET_CHUNK_ROWS: String(ENGINE.chunkRows), KMFLEET_THREADS: String(ENGINE.threads), KMFLEET_LOG_LEVEL: 'info' }));
     const jobId = 'restart-1';
     await stack.client.enqueue({ dataset: { uri: 's3://data/n.npy' }, ...SPEC, backend: 'cpu', output: 's3://out/rr', name: 'rr-model' }, { jobId });
-    await until(async () => ((await stack.client.get(jobId))?.progress?.iteration ?? 0) >= 3, 60_000, 'iteration 3');
+    // iteration 4's progress is written after iteration 3's log line (which follows its checkpoint): waiting for 4, the
+    // three log lines checked below are out before the crash (waiting for 3 raced with iteration 3's checkpoint write)
+    await until(async () => ((await stack.client.get(jobId))?.progress?.iteration ?? 0) >= 4, 60_000, 'iteration 4');
 
     const killedAt = Date.now();
     await stack.redis.kill('SIGKILL');
