@@ -33,6 +33,9 @@
 #include <string>
 
 #include "kernels.h"
+#ifdef KMFLEET_HOPPER
+#include "assign_wgmma.h"
+#endif
 
 namespace kmfleet {
 namespace cuda {
@@ -460,6 +463,9 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
                 std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                 cudaStream_t s) {
   if (n <= 0) return;
+#ifdef KMFLEET_HOPPER
+  if (assignRowsHopper(rows, n, d, c, k, op, labels, s)) return;  // wgmma on sm_90 when it takes the shape
+#endif
   std::size_t smemBytes = 0;
   AssignArgs a = makeArgs(rows, n, d, c, k, op, &smemBytes);
   a.labels = labels;

@@ -1,0 +1,438 @@
+// Fused distance + argmin for Hopper (sm_90a): wgmma.m64n128k16 with both operands in shared memory, TMA
+// loads completing on mbarriers, warp-specialized, persistent.
+//
+// Why a second kernel: the portable mma.sync kernel (assign_kernel.cu) is bound by shared-memory reads as much as
+// by the tensor cores — every warp re-reads its B fragments with ldmatrix (cuda/NOTES.md). wgmma reads each
+// operand tile from shared memory once per warpgroup, straight into the tensor cores.
+//
+// Block (one per SM, looping over row blocks of 256 rows):
+//   warpgroup 0     producer: one thread issues the TMA loads — the block's rows (A, Dp/64 boxes of 256×64,
+//                   resident for the whole block, double-buffered when two fit so the next block's rows arrive
+//                   during this one), then the centroid stages (B, 128 centroids × 64 dims = 16 KB each) in
+//                   (tile, dim-chunk) order through a ring of S stages.
+//   warpgroups 1, 2 consumers: each owns 128 rows (two m64 halves) and keeps a 2 × 64×128 fp32 accumulator
+//                   (128 registers per thread). Per centroid tile: Dp/16 k-steps × 2 wgmma, then the epilogue
+//                   d' = g_r·‖c‖² − acc, a per-row min over the thread's 32 columns, folded into the running
+//                   (best, index); the quad merge and the label store once per row block.
+// The compared quantity and the tie rule are assign_kernel.cu's: d' is a positive per-row multiple of
+// ‖x−c‖² − ‖x‖²; strict '<' in increasing column order per thread, then (distance, index) order in the merge →
+// the lowest index wins among equal values.
+//
+// Shared-memory layouts are what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and what the wgmma descriptors say:
+// K-major rows of 64 16-bit values (128 bytes), 8-row groups 1024 bytes apart, 16-byte chunks XOR-swizzled by
+// row % 8. A k16 step inside the 64-wide box advances the descriptor's start address by 32 bytes.
+#include <cuda.h>  // CUtensorMap and the cuTensorMapEncodeTiled prototype (the function itself: the driver entry point)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "assign_wgmma.h"
+
+namespace kmfleet {
+namespace cuda {
+namespace {
+
+constexpr int kConsumers = 2;
+constexpr int kRowsPerConsumer = 128;                           // two m64 halves
+constexpr int kBlockRowsH = kConsumers * kRowsPerConsumer;      // 256 rows per row block
+constexpr int kTileN = 128;                                     // centroids per tile = kBlockCentroids (Kp padding)
+constexpr int kChunk = 64;                                      // dims per TMA box: one 128-byte swizzle row
+constexpr int kThreadsH = 128 * (kConsumers + 1);
+constexpr int kStageBytes = kTileN * kChunk * 2;                // 16 KB
+constexpr int kAChunkBytes = kBlockRowsH * kChunk * 2;          // 32 KB
+constexpr int kMaxStages = 8;
+constexpr int kMinStages = 3;
+constexpr int kMaxDp = 256;
+static_assert(kTileN == kBlockCentroids, "centroids are padded to whole tiles");
+static_assert(kChunk == kDimChunk, "rows are padded to whole TMA boxes");
+
+struct HopperArgs {
+  const float* rowScale;
+  const float* cnorm;
+  int* labels;
+  int n, nK, nTiles, rowBlocks, stages, aBufs;
+  float halfScaleC;
+};
+
+__device__ __forceinline__ unsigned smemU32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// ---- mbarrier ----
+__device__ __forceinline__ void barInit(std::uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smemU32(bar)), "r"(count));
+}
+__device__ __forceinline__ void barExpectTx(std::uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smemU32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void barArrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smemU32(bar)) : "memory");
+}
+// Waits until the phase of the given parity has completed (a fresh barrier's "previous" phase, parity 1, counts
+// as completed: producers start by waiting on parity 1 of their empty barriers).
+__device__ __forceinline__ void barWait(std::uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(smemU32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- TMA: one 2-D box into shared memory, completion counted on bar ----
+__device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, int c0, int c1, std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smemU32(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(smemU32(bar))
+      : "memory");
+}
+
+// ---- wgmma ----
+// Shared-memory matrix descriptor: start address, leading offset (unused with a swizzled K-major layout), stride
+// offset 1024 bytes between 8-row groups, 128-byte swizzle.
+__device__ __forceinline__ std::uint64_t smemDesc(const void* p) {
+  const std::uint64_t addr = smemU32(p);
+  return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | (std::uint64_t(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+#define KMF_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define KMF_WGMMA_BODY(TYPE)                                                                                   \
+  asm volatile(                                                                                                \
+      "{\n"                                                                                                    \
+      ".reg .pred p;\n"                                                                                        \
+      "setp.ne.b32 p, %66, 0;\n"                                                                               \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " "                                         \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                       \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                       \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "                      \
+      "%64, %65, p, 1, 1, 0, 0;\n"                                                                             \
+      "}\n"                                                                                                    \
+      : KMF_ACC8(0), KMF_ACC8(8), KMF_ACC8(16), KMF_ACC8(24), KMF_ACC8(32), KMF_ACC8(40), KMF_ACC8(48),         \
+        KMF_ACC8(56)                                                                                           \
+      : "l"(descA), "l"(descB), "r"(accumulate))
+
+// d (64×128 fp32 fragment) = A·Bᵀ (+ d when accumulate): A 64×16, B 128×16, both K-major in shared memory.
+template <bool BF16>
+__device__ __forceinline__ void wgmma128(float (&d)[64], std::uint64_t descA, std::uint64_t descB, int accumulate) {
+  if constexpr (BF16) KMF_WGMMA_BODY("bf16");
+  else KMF_WGMMA_BODY("f16");
+}
+#undef KMF_WGMMA_BODY
+#undef KMF_ACC8
+
+__device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory"); }
+__device__ __forceinline__ void setMaxRegsDec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); }
+
+struct SharedLayout {
+  unsigned short* a;   // aBufs × nK × (256 rows × 64)
+  unsigned short* b;   // stages × (128 centroids × 64)
+  std::uint64_t* full;  // stages
+  std::uint64_t* empty; // stages
+  std::uint64_t* aFull; // aBufs
+  std::uint64_t* aEmpty;// aBufs
+};
+
+__device__ __forceinline__ SharedLayout carve(unsigned char* raw, const HopperArgs& p) {
+  // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows of 128 bytes.
+  unsigned char* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t(1023));
+  SharedLayout s;
+  s.a = reinterpret_cast<unsigned short*>(base);
+  base += static_cast<std::size_t>(p.aBufs) * p.nK * kAChunkBytes;
+  s.b = reinterpret_cast<unsigned short*>(base);
+  base += static_cast<std::size_t>(p.stages) * kStageBytes;
+  auto* bars = reinterpret_cast<std::uint64_t*>(base);
+  s.full = bars;
+  s.empty = bars + kMaxStages;
+  s.aFull = bars + 2 * kMaxStages;
+  s.aEmpty = bars + 2 * kMaxStages + 2;
+  return s;
+}
+constexpr std::size_t kBarrierBytes = (2 * kMaxStages + 4) * sizeof(std::uint64_t);
+
+template <bool BF16>
+__global__ void __launch_bounds__(kThreadsH, 1)
+    assignHopperKernel(const __grid_constant__ CUtensorMap rowsMap, const __grid_constant__ CUtensorMap centroidsMap,
+                       const HopperArgs p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smemRaw[];
+  const SharedLayout sm = carve(smemRaw, p);
+  const int tid = threadIdx.x, wg = tid >> 7;
+  constexpr unsigned kConsumerWarps = 4 * kConsumers;
+
+  if (tid == 0) {
+    for (int s = 0; s < p.stages; ++s) {
+      barInit(sm.full + s, 1);
+      barInit(sm.empty + s, kConsumerWarps);
+    }
+    for (int b = 0; b < p.aBufs; ++b) {
+      barInit(sm.aFull + b, 1);
+      barInit(sm.aEmpty + b, kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setMaxRegsDec();
+    if (tid != 0) return;
+    // ---- producer ----
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&rowsMap)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&centroidsMap)) : "memory");
+    unsigned it = 0, blockIter = 0;
+    for (int rb = blockIdx.x; rb < p.rowBlocks; rb += gridDim.x, ++blockIter) {
+      const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
+      barWait(sm.aEmpty + ab, aPhase ^ 1);
+      barExpectTx(sm.aFull + ab, static_cast<unsigned>(p.nK) * kAChunkBytes);
+      unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * (kAChunkBytes / 2);
+      for (int kc = 0; kc < p.nK; ++kc)
+        tmaLoad2d(aBase + static_cast<std::size_t>(kc) * (kAChunkBytes / 2), &rowsMap, kc * kChunk, rb * kBlockRowsH,
+                  sm.aFull + ab);
+      for (int ct = 0; ct < p.nTiles; ++ct)
+        for (int kc = 0; kc < p.nK; ++kc, ++it) {
+          const unsigned slot = it % p.stages, phase = (it / p.stages) & 1;
+          barWait(sm.empty + slot, phase ^ 1);
+          barExpectTx(sm.full + slot, kStageBytes);
+          tmaLoad2d(sm.b + static_cast<std::size_t>(slot) * (kStageBytes / 2), &centroidsMap, kc * kChunk, ct * kTileN,
+                    sm.full + slot);
+        }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  setMaxRegsInc();
+  const int ctid = tid - 128 * wg, warp = ctid >> 5, lane = ctid & 31;
+  const int rowOff = (wg - 1) * kRowsPerConsumer;  // this warpgroup's rows within the row block
+  float acc[2][64];
+  unsigned it = 0, blockIter = 0;
+  for (int rb = blockIdx.x; rb < p.rowBlocks; rb += gridDim.x, ++blockIter) {
+    const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
+    const unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * (kAChunkBytes / 2);
+    // Thread's rows: half m, fragment row h → rowOff + m·64 + warp·16 + h·8 + lane/4.
+    float g[4], best[4];
+    int bestIdx[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = rb * kBlockRowsH + rowOff + (i >> 1) * 64 + warp * 16 + (i & 1) * 8 + (lane >> 2);
+      g[i] = r < p.n ? __ldg(p.rowScale + r) * p.halfScaleC : 1.f;
+      best[i] = INFINITY;
+      bestIdx[i] = 0;
+    }
+    barWait(sm.aFull + ab, aPhase);
+
+    for (int ct = 0; ct < p.nTiles; ++ct) {
+      const unsigned firstIt = it;
+      wgFence();
+      for (int kc = 0; kc < p.nK; ++kc, ++it) {
+        const unsigned slot = it % p.stages, phase = (it / p.stages) & 1;
+        barWait(sm.full + slot, phase);
+        const unsigned short* aChunk = aBase + static_cast<std::size_t>(kc) * (kAChunkBytes / 2) + rowOff * kChunk;
+        const unsigned short* bChunk = sm.b + static_cast<std::size_t>(slot) * (kStageBytes / 2);
+#pragma unroll
+        for (int kk = 0; kk < kChunk / 16; ++kk) {
+          const std::uint64_t db = smemDesc(bChunk + kk * 16);
+          const int accumulate = (kc > 0 || kk > 0) ? 1 : 0;
+          wgmma128<BF16>(acc[0], smemDesc(aChunk + kk * 16), db, accumulate);
+          wgmma128<BF16>(acc[1], smemDesc(aChunk + 64 * kChunk + kk * 16), db, accumulate);
+        }
+        wgCommit();
+      }
+      wgWait<0>();
+      // this tile's stages are consumed: hand them back to the producer (one arrival per warp)
+      if (lane == 0)
+        for (unsigned j = firstIt; j < it; ++j) barArrive(sm.empty + (j % p.stages));
+
+      // epilogue: per row a min-tree over the thread's 32 columns (left = lower column, the right one wins only
+      // when strictly smaller), then one compare with the running best
+      const int colBase = ct * kTileN + 2 * (lane & 3);
+      float2 cn[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) cn[j] = __ldg(reinterpret_cast<const float2*>(p.cnorm + colBase + j * 8));
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = m * 2 + h;
+          float v[32];
+          int q[32];
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            v[2 * j] = fmaf(g[i], cn[j].x, -acc[m][4 * j + 2 * h]);
+            v[2 * j + 1] = fmaf(g[i], cn[j].y, -acc[m][4 * j + 2 * h + 1]);
+            q[2 * j] = j * 8;
+            q[2 * j + 1] = j * 8 + 1;
+          }
+#pragma unroll
+          for (int w = 1; w < 32; w <<= 1)
+#pragma unroll
+            for (int e = 0; e < 32; e += 2 * w) {
+              const bool right = v[e + w] < v[e];
+              v[e] = right ? v[e + w] : v[e];
+              q[e] = right ? q[e + w] : q[e];
+            }
+          const bool lt = v[0] < best[i];
+          best[i] = lt ? v[0] : best[i];
+          bestIdx[i] = lt ? colBase + q[0] : bestIdx[i];
+        }
+    }
+    // the rows of this block are no longer read: the producer may load the next block's into this buffer
+    if (lane == 0) barArrive(sm.aEmpty + ab);
+
+    // quad merge (the 4 lanes of a quad hold the same rows, different columns), then the store
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best[i], off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bestIdx[i], off);
+        const bool other = ob < best[i] || (ob == best[i] && oi < bestIdx[i]);
+        best[i] = other ? ob : best[i];
+        bestIdx[i] = other ? oi : bestIdx[i];
+      }
+      const int r = rb * kBlockRowsH + rowOff + (i >> 1) * 64 + warp * 16 + (i & 1) * 8 + (lane >> 2);
+      if ((lane & 3) == 0 && r < p.n) p.labels[r] = bestIdx[i];
+    }
+  }
+#endif
+}
+
+// ---- host side ----
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled lives in the driver (libcuda), which the addon does not link (static cudart, loads on
+// machines without a driver): ask the runtime for the entry point once.
+EncodeTiledFn encodeTiled() {
+  static EncodeTiledFn fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<EncodeTiledFn>(f);
+    else
+      cudaGetLastError();
+  });
+  return fn;
+}
+
+// A 2-D map over a row-major [outer][dp] array of 16-bit values, boxes of 64 × boxRows, 128-byte swizzle.
+bool makeMap(CUtensorMap* map, const void* base, std::int64_t outer, int dp, int boxRows, bool bf16) {
+  EncodeTiledFn fn = encodeTiled();
+  if (!fn) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dp), static_cast<cuuint64_t>(outer)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(dp) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kChunk), static_cast<cuuint32_t>(boxRows)};
+  const cuuint32_t elem[2] = {1, 1};
+  return fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(base),
+            dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+struct DeviceFacts {
+  bool hopper = false;
+  int sms = 0;
+  int smemOptin = 0;
+};
+DeviceFacts deviceFacts() {
+  // per device ordinal; the backend pins one device per engine, several engines may use different ones
+  static std::mutex mu;
+  static DeviceFacts facts[64];
+  static bool known[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    cudaGetLastError();
+    return {};
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (!known[dev]) {
+    int major = 0, minor = 0;
+    DeviceFacts f;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&f.smemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess)
+      f.hopper = major == 9 && minor == 0;  // sm_90a machine code runs on compute capability 9.0 only
+    cudaGetLastError();
+    facts[dev] = f;
+    known[dev] = true;
+  }
+  return facts[dev];
+}
+
+bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B tools flip it inside one process
+  const char* v = std::getenv("KMFLEET_ASSIGN_KERNEL");
+  return v != nullptr && std::strcmp(v, "mma") == 0;
+}
+
+template <bool BF16>
+void launchHopper(const CUtensorMap& rowsMap, const CUtensorMap& centroidsMap, const HopperArgs& a, std::size_t smem,
+                  int grid, cudaStream_t s) {
+  static std::size_t configured = 0;  // per instantiation: raise the dynamic limit once per size
+  if (smem > configured) {
+    cudaFuncSetAttribute(assignHopperKernel<BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    configured = smem;
+  }
+  assignHopperKernel<BF16><<<grid, kThreadsH, smem, s>>>(rowsMap, centroidsMap, a);
+}
+
+}  // namespace
+
+bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
+                      std::int32_t* labels, cudaStream_t s) {
+  if (op == OpKind::F16x3 || n <= 0 || disabledByEnvironment()) return false;
+  const int dp = static_cast<int>(padDims(d));
+  if (dp > kMaxDp) return false;
+  const DeviceFacts dev = deviceFacts();
+  if (!dev.hopper) return false;
+
+  HopperArgs a{};
+  a.nK = dp / kChunk;
+  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * kAChunkBytes;
+  const std::size_t fixed = 1024 /* alignment slack */ + kBarrierBytes;
+  const std::size_t optin = static_cast<std::size_t>(dev.smemOptin);
+  if (fixed + aBytes + kMinStages * kStageBytes > optin) return false;
+  // Two row buffers when that still leaves a 4-deep centroid ring: the next block's rows then load during this one.
+  a.aBufs = fixed + 2 * aBytes + 4 * kStageBytes <= optin ? 2 : 1;
+  a.stages = static_cast<int>(std::min<std::size_t>(kMaxStages, (optin - fixed - a.aBufs * aBytes) / kStageBytes));
+  const std::size_t smem = fixed + a.aBufs * aBytes + static_cast<std::size_t>(a.stages) * kStageBytes;
+
+  const bool bf16 = op == OpKind::BF16x1;
+  const std::int64_t kp = padCentroids(k);
+  CUtensorMap rowsMap, centroidsMap;
+  if (!makeMap(&rowsMap, rows.ahi, n, dp, kBlockRowsH, bf16) || !makeMap(&centroidsMap, c.bhi, kp, dp, kTileN, bf16))
+    return false;
+
+  a.rowScale = rows.rowScale;
+  a.cnorm = c.cnorm;
+  a.labels = labels;
+  a.n = static_cast<int>(n);
+  a.nTiles = static_cast<int>(kp / kTileN);
+  a.rowBlocks = static_cast<int>((n + kBlockRowsH - 1) / kBlockRowsH);
+  a.halfScaleC = c.scale * 0.5f;
+  const int grid = std::min(a.rowBlocks, dev.sms);
+  if (bf16) launchHopper<true>(rowsMap, centroidsMap, a, smem, grid, s);
+  else launchHopper<false>(rowsMap, centroidsMap, a, smem, grid, s);
+  return true;
+}
+
+}  // namespace cuda
+}  // namespace kmfleet
