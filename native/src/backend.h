@@ -85,6 +85,7 @@ struct PassSpec {
   // (squared L2, or 1 − cos for cosine), computed in fp64 and rounded to fp32.
   float* distances = nullptr;
   // Fit passes: how many of the farthest rows to report for empty-cluster re-seeding (0 on assign passes).
+  // Reported only when the pass left a cluster empty (PassTotals.farthest).
   int farthest = 0;
   // Set by cancel(); a backend may poll it inside long internal work (resident rows) and throw Cancelled.
   const std::atomic<bool>* cancel = nullptr;
@@ -105,8 +106,10 @@ struct PassTotals {
   std::vector<double> sums;         // K×D Σ rows per cluster (both passes: the engine derives the data variance)
   std::vector<std::int64_t> counts; // K rows per cluster
   std::vector<double> inertia;      // K Σ distances per cluster (squared L2, or 1 − cos), fp64
-  // Fit passes: the top `farthest` rows ordered by (distance descending, row ascending) — a total order, so the
-  // set is unique. Fewer when the pass had fewer rows.
+  // Fit passes where some counts[k] == 0 (the only time the engine re-seeds): the top `farthest` rows ordered by
+  // (distance descending, row ascending) — a total order, so the set is unique; fewer when the pass had fewer
+  // rows. Empty when every cluster has a row: a backend need not find them then (on CUDA they cost ~75 µs per
+  // chunk), and may find them late, from distances it kept, once a count comes out 0.
   std::vector<FarRow> farthest;
   std::int64_t rowsSeen = 0;        // rows processed in the pass, resident included
 };

@@ -245,7 +245,8 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
     const std::int64_t K = cfg_.k, D = cfg_.dims;
     std::int64_t far = 0;
     if (mode == PassMode::Fit) {
-      // Enough farthest rows to re-seed every empty cluster in the usual case, within ~64 MiB of copies.
+      // Enough farthest rows to re-seed every empty cluster in the usual case, within ~64 MiB of copies. Backends
+      // report them only when a cluster came out empty (backend.h PassTotals.farthest), the only time applyFit reads them.
       const std::int64_t cap = std::max<std::int64_t>(64, (std::int64_t{64} << 20) / (D * 4 * pool_->size()));
       far = std::min({K - 1, cfg_.rows, cap, std::int64_t{1} << 30});
     }

@@ -177,8 +177,12 @@ PassTotals Accumulator::finish() {
   out.counts = std::move(counts_);
   out.inertia = std::move(inertia_);
   out.rowsSeen = rowsSeen_;
+  // backend.h: the farthest rows only when a cluster came out empty (the heaps fill as rows pass by: the
+  // streamed rows are gone by now)
+  const bool anyEmpty = std::find(out.counts.begin(), out.counts.end(), 0) != out.counts.end();
   std::vector<std::pair<const Entry*, const Heap*>> all;
-  for (const auto& h : heaps_)
+  if (anyEmpty)
+    for (const auto& h : heaps_)
     for (const auto& e : h.h) all.push_back({&e, &h});
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
     return better(a.first->dist, a.first->row, b.first->dist, b.first->row);
