@@ -3,9 +3,12 @@
  *
  *   1. validate   parseJobSpec again (the worker's limits), cancel check, claim the job's writes (fencing)
  *   2. open       S3RowSource: HEAD + one header GET; dataset limits; the local cache (KMFLEET_CACHE_DIR), or for
- *                 datasets up to 1 GiB the memory cache, prefetching (downloaded once for k-means++ and every pass)
+ *                 datasets up to 1 GiB the memory cache, prefetching (downloaded once for k-means++ and every pass;
+ *                 k-means++'s uniform sample touches every block, so on that init the first pass starts once the
+ *                 download is complete; random / given / previous init and resumes overlap it)
  *   3. start      the newest checkpoint matching spec hash + dataset ETag, else init (kmeans++ | random | given)
- *   4. iterate    runKmeans; after each iteration: iteration stream + progress → Redis, checkpoint → S3 (fenced)
+ *   4. iterate    runKmeans; after each iteration: iteration stream + progress → Redis; checkpoint → S3 (fenced) when the
+ *                 pacer says so (every checkpointEvery iterations, at most one per KMFLEET_CHECKPOINT_MIN_INTERVAL_MS)
  *   5. finish     centroids.npy, assignments.npy (multipart), [distances.npy], summary.json LAST (fenced)
  *   6. record     the JobResult: BullMQ return value + the model's result history
  *
