@@ -11,6 +11,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <climits>
 #include <new>
 #include <type_traits>
 
@@ -307,6 +308,118 @@ __global__ void fusedClusterKernel(const void* xv, int d, const float* cf, int c
   }
 }
 
+// ---- resident rows in one accumulate (see accumulateResident in kernels.h) ----
+// Rows of all resident chunks sorted stably by label: each cluster's rows in row order, so chunk j's rows of
+// cluster c form one run (pair p = c·C + j). Every run is cut into segments of S sorted positions exactly as the
+// per-chunk path cuts that chunk's rows of c; each segment → one partial (the same kernels' arithmetic), and
+// foldKernel adds them as the per-chunk path does: s = first segment, s += later segments in order, total += s,
+// chunk after chunk. The same additions in the same order: the same bits.
+
+// counts[c·C + j] = rows of chunk j labelled c. blockIdx.y = chunk; a shared histogram when K is small.
+__global__ void pairHistKernel(const int* labels, long long rows, long long chunkRows, int chunks, int k, bool shared,
+                               int* counts) {
+  extern __shared__ int h[];
+  const int j = blockIdx.y;
+  const long long r0 = static_cast<long long>(j) * chunkRows;
+  const long long r1 = min(rows, r0 + chunkRows);
+  if (shared) {
+    for (int c = threadIdx.x; c < k; c += blockDim.x) h[c] = 0;
+    __syncthreads();
+  }
+  for (long long r = r0 + static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; r < r1;
+       r += static_cast<long long>(gridDim.x) * blockDim.x) {
+    if (shared) atomicAdd(h + labels[r], 1);
+    else atomicAdd(counts + static_cast<long long>(labels[r]) * chunks + j, 1);
+  }
+  if (shared) {
+    __syncthreads();
+    for (int c = threadIdx.x; c < k; c += blockDim.x)
+      if (h[c]) atomicAdd(counts + static_cast<long long>(c) * chunks + j, h[c]);
+  }
+}
+
+// segs[p] = segments of pair p (every one, the first included); segs[pairs] = 0 (the scan's total).
+__global__ void pairSegsKernel(const int* counts, int pairs, int* segs) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < pairs) segs[i] = (counts[i] + S - 1) / S;
+  if (i == pairs) segs[i] = 0;
+}
+
+// Segment b of the pairs: its pair p (largest p with segOff[p] ≤ b: empty pairs have no segment), the cluster
+// and the sorted positions [p0, p0 + m).
+__device__ bool findSegment(int b, const int* counts, const int* starts, const int* segOff, int pairs, int chunks,
+                            int& c, int& p0, int& m) {
+  if (b >= segOff[pairs]) return false;
+  int lo = 0, hi = pairs;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (segOff[mid] <= b) lo = mid; else hi = mid;
+  }
+  c = lo / chunks;
+  p0 = starts[lo] + (b - segOff[lo]) * S;
+  m = min(S, starts[lo] + counts[lo] - p0);
+  return true;
+}
+
+template <int T, InType IN>
+__global__ void residentFusedSegmentKernel(const void* xv, int d, const float* cf, int cosine, const int* sortedIndex,
+                                           const int* counts, const int* starts, const int* segOff, int pairs,
+                                           int chunks, bool sums, double* dist, float* dist32, double* partials,
+                                           double* partialInertia) {
+  __shared__ FusedShared sh;
+  int c, p0, m;
+  if (!findSegment(blockIdx.x, counts, starts, segOff, pairs, chunks, c, p0, m)) return;
+  const double in = fusedSegment<T, IN>(xv, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums,
+                                        dist, dist32, sh);
+  if (sums)
+    for (int j = threadIdx.x; j < d; j += blockDim.x) partials[static_cast<size_t>(blockIdx.x) * d + j] = sh.col[j];
+  if (threadIdx.x == 0) partialInertia[blockIdx.x] = in;
+}
+
+template <InType IN>
+__global__ void residentSegmentKernel(const void* xv, int d, const int* sortedIndex, const double* dist,
+                                      const int* counts, const int* starts, const int* segOff, int pairs, int chunks,
+                                      bool sums, double* partials, double* partialInertia) {
+  __shared__ int idx[S];
+  int c, p0, m;
+  if (!findSegment(blockIdx.x, counts, starts, segOff, pairs, chunks, c, p0, m)) return;
+  segmentSum<IN>(xv, d, sortedIndex, dist, p0, p0 + m, sums, partials + static_cast<size_t>(blockIdx.x) * d,
+                 partialInertia + blockIdx.x, idx);
+}
+
+// One block per cluster: chunk after chunk, the chunk's segments summed in order and added to the totals.
+__global__ void foldKernel(int d, int chunks, const int* counts, const int* segOff, bool sums, const double* partials,
+                           const double* partialInertia, double* sumsOut, long long* countsOut, double* inertiaOut) {
+  const int c = blockIdx.x;
+  const int q0 = c * chunks;
+  if (sums)
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+      double v = sumsOut[static_cast<size_t>(c) * d + j];
+      for (int q = q0; q < q0 + chunks; ++q) {
+        if (counts[q] == 0) continue;
+        const int e0 = segOff[q], e1 = segOff[q + 1];
+        double s = partials[static_cast<size_t>(e0) * d + j];
+        for (int e = e0 + 1; e < e1; ++e) s += partials[static_cast<size_t>(e) * d + j];
+        v += s;
+      }
+      sumsOut[static_cast<size_t>(c) * d + j] = v;
+    }
+  if (threadIdx.x == 0) {
+    double v = inertiaOut[c];
+    long long n = 0;
+    for (int q = q0; q < q0 + chunks; ++q) {
+      if (counts[q] == 0) continue;
+      const int e0 = segOff[q], e1 = segOff[q + 1];
+      double s = partialInertia[e0];
+      for (int e = e0 + 1; e < e1; ++e) s += partialInertia[e];
+      v += s;
+      n += counts[q];
+    }
+    inertiaOut[c] = v;
+    countsOut[c] += n;
+  }
+}
+
 int bitsFor(int k) {
   int b = 1;
   while ((1LL << b) < k) ++b;
@@ -368,6 +481,109 @@ void allocAccumulateScratch(AccumulateScratch& a, std::int64_t maxRows, int d, i
 void freeAccumulateScratch(AccumulateScratch& a) {
   if (a.sortTemp) cudaFree(a.sortTemp);
   a = AccumulateScratch{};
+}
+
+namespace {
+long long residentSegments(std::int64_t rows, std::int64_t pairs) {
+  return static_cast<long long>(rows / S + std::min<std::int64_t>(pairs, rows) + 1);
+}
+std::size_t residentTempBytes(std::int64_t rows, std::int64_t pairs) {
+  std::size_t a = 0, b = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, a, static_cast<const int*>(nullptr), static_cast<int*>(nullptr),
+                                  static_cast<const int*>(nullptr), static_cast<int*>(nullptr),
+                                  static_cast<int>(rows), 0, 32);
+  cub::DeviceScan::ExclusiveSum(nullptr, b, static_cast<const int*>(nullptr), static_cast<int*>(nullptr),
+                                static_cast<int>(pairs + 1));
+  return std::max(a, b);
+}
+std::size_t residentLayoutBytes(std::int64_t rows, std::int64_t pairs, int d, std::size_t temp) {
+  auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
+  const std::size_t segs = static_cast<std::size_t>(residentSegments(rows, pairs));
+  return up(temp) + 3 * up(rows * 4) + 4 * up((pairs + 1) * 4) + up(segs * d * 8) + up(segs * 8);
+}
+}  // namespace
+
+std::size_t residentAccumulateBytes(std::int64_t rows, std::int64_t chunkRows, int d, int k) {
+  const std::int64_t chunks = (rows + chunkRows - 1) / chunkRows, pairs = chunks * k;
+  if (rows <= 0 || rows > INT32_MAX || pairs >= (std::int64_t{1} << 28)) return 0;
+  return residentLayoutBytes(rows, pairs, d, residentTempBytes(rows, pairs));
+}
+
+void allocResidentAccumulate(ResidentAccumulateScratch& a, std::int64_t rows, std::int64_t chunkRows, int d, int k) {
+  const std::int64_t chunks = (rows + chunkRows - 1) / chunkRows, pairs = chunks * k;
+  const std::size_t temp = residentTempBytes(rows, pairs);
+  void* base = nullptr;
+  if (cudaMalloc(&base, residentLayoutBytes(rows, pairs, d, temp)) != cudaSuccess) {
+    cudaGetLastError();
+    throw std::bad_alloc();
+  }
+  char* p = static_cast<char*>(base);
+  a.rows = rows;
+  a.chunkRows = chunkRows;
+  a.chunks = static_cast<int>(chunks);
+  a.maxSegments = residentSegments(rows, pairs);
+  a.sortTemp = carve<char>(p, temp);
+  a.sortTempBytes = temp;
+  a.sortedLabels = carve<int>(p, rows);
+  a.rowIndex = carve<int>(p, rows);
+  a.sortedIndex = carve<int>(p, rows);
+  a.counts = carve<int>(p, pairs + 1);
+  a.starts = carve<int>(p, pairs + 1);
+  a.segs = carve<int>(p, pairs + 1);
+  a.segOff = carve<int>(p, pairs + 1);
+  a.partials = carve<double>(p, static_cast<std::size_t>(a.maxSegments) * d);
+  a.partialInertia = carve<double>(p, static_cast<std::size_t>(a.maxSegments));
+  iotaKernel<<<static_cast<unsigned>((rows + 255) / 256), 256>>>(a.rowIndex, rows);
+  cudaStreamSynchronize(0);  // the backend's streams don't wait for the legacy stream
+}
+
+void freeResidentAccumulate(ResidentAccumulateScratch& a) {
+  if (a.sortTemp) cudaFree(a.sortTemp);
+  a = ResidentAccumulateScratch{};
+}
+
+void accumulateResident(RowValues x, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
+                        double* dist, float* dist32, bool sums, ResidentAccumulateScratch& a, double* sumsOut,
+                        long long* countsOut, double* inertiaOut, cudaStream_t s) {
+  const std::int64_t n = a.rows;
+  if (n <= 0) return;
+  const int chunks = a.chunks, pairs = chunks * k;
+  const bool fused = d <= kFusedMaxDims;
+  if (!fused) rowDistances(x, n, d, cf, labels, cosine, dist, dist32, s);
+  cudaMemsetAsync(a.counts, 0, (static_cast<std::size_t>(pairs) + 1) * sizeof(int), s);
+  const bool shared = k <= kSharedHistBins;
+  const long long perChunk = std::min<long long>((a.chunkRows + 4095) / 4096, 64);
+  pairHistKernel<<<dim3(static_cast<unsigned>(perChunk), static_cast<unsigned>(chunks)), 1024,
+                   shared ? static_cast<std::size_t>(k) * sizeof(int) : 0, s>>>(labels, n, a.chunkRows, chunks, k,
+                                                                                 shared, a.counts);
+  std::size_t tb = a.sortTempBytes;
+  cub::DeviceRadixSort::SortPairs(a.sortTemp, tb, labels, a.sortedLabels, a.rowIndex, a.sortedIndex,
+                                  static_cast<int>(n), 0, bitsFor(k), s);
+  tb = a.sortTempBytes;
+  cub::DeviceScan::ExclusiveSum(a.sortTemp, tb, a.counts, a.starts, pairs + 1, s);
+  pairSegsKernel<<<static_cast<unsigned>((pairs + 1 + 255) / 256), 256, 0, s>>>(a.counts, pairs, a.segs);
+  tb = a.sortTempBytes;
+  cub::DeviceScan::ExclusiveSum(a.sortTemp, tb, a.segs, a.segOff, pairs + 1, s);
+  const unsigned segBlocks = static_cast<unsigned>(a.maxSegments);
+  withValueType(x.type, [&](auto inTag) {
+    constexpr InType IN = decltype(inTag)::value;
+    if (fused) {
+      auto run = [&](auto tTag) {
+        constexpr int T = decltype(tTag)::value;
+        residentFusedSegmentKernel<T, IN><<<segBlocks, W * 32, 0, s>>>(
+            x.p, d, cf, cosine ? 1 : 0, a.sortedIndex, a.counts, a.starts, a.segOff, pairs, chunks, sums, dist,
+            dist32, a.partials, a.partialInertia);
+      };
+      if (d <= 128) run(std::integral_constant<int, 4>{});
+      else run(std::integral_constant<int, kFusedMaxDims / 32>{});
+    } else {
+      residentSegmentKernel<IN><<<segBlocks, d >= 256 ? 256 : 128, 0, s>>>(
+          x.p, d, a.sortedIndex, dist, a.counts, a.starts, a.segOff, pairs, chunks, sums, a.partials,
+          a.partialInertia);
+    }
+  });
+  foldKernel<<<static_cast<unsigned>(k), 128, 0, s>>>(d, chunks, a.counts, a.segOff, sums, a.partials,
+                                                      a.partialInertia, sumsOut, countsOut, inertiaOut);
 }
 
 void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,

@@ -9,7 +9,10 @@
 // array when the slot comes round again (or in finishPass).
 // Resident rows: the first plan.residentRows rows (whole chunks), prepared once into device arrays and
 // processed in later passes by processResident with the same chunk boundaries as when they were fed, so
-// sums are added in the same order as a fully streamed run: bitwise-identical centroids.
+// sums are added in the same order as a fully streamed run: bitwise-identical centroids. With two resident chunks
+// or more (and the planner's scratch) they are assigned in pieces of ~2M rows and accumulated in one go
+// (accumulateResident: the same additions). Their fp64 distances stay on the device, so the farthest rows — asked
+// for only when a cluster came out empty (backend.h) — are found in finishPass, per chunk as they were fed.
 // Rows of f16/bf16 data (l2) are kept as they are (no fp32 copy, kernels.h RowValues): a streamed chunk's values
 // are its slot's raw rows, so the slot is released (rawFree) only after the chunk's kernels.
 // Per pass on the host: the centroids go up through pinned staging in pieces (memcpy of piece i+1 overlaps the
@@ -102,6 +105,7 @@ class CudaBackend final : public Backend {
     cosine_ = cfg.metric == Metric::Cosine;
     rows16_ = keepsRows16(inType(cfg.dtype), cosine_);
     stats_ = std::getenv("KMFLEET_CUDA_STATS") != nullptr;
+    perChunk_ = std::getenv("KMFLEET_CUDA_PER_CHUNK") != nullptr;
     plan_.backend = BackendKind::Cuda;
     plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     plan_.precision = mp_.precision;
@@ -146,14 +150,15 @@ class CudaBackend final : public Backend {
 
   void processResident() override {
     check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+    residentRan_ = true;  // finishPass finds the farthest resident rows from their kept distances, if asked
+    if (!perChunk_ && racc_.rows > 0 && racc_.rows == residentHeld_) return processResidentWhole();
     for (std::int64_t first = 0; first < residentHeld_; first += mp_.chunkRows) {
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
       const std::int64_t rows = std::min(mp_.chunkRows, residentHeld_ - first);
       // Outputs of resident rows go to their own arrays (no host wait): the copies of streamed chunks
-      // can start while these are computed. Their farthest candidates keep only (distance, row): the
-      // values are on the device and gathered in finishPass for the winners.
+      // can start while these are computed.
       computeChunk(residentOps(first), first, rows, nullptr);
-      residentPending_ = true;  // finishPass copies the resident arrays' labels (and farthest candidates)
+      residentPending_ = true;  // finishPass copies the resident arrays' labels
     }
   }
 
@@ -199,16 +204,7 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(compute_), "compute");
     check(cudaStreamSynchronize(d2h_), "D2H");
     for (Slot& s : slots_) drain(s);
-    if (residentPending_) {
-      if (fit_ && spec_.farthest > 0) {
-        for (std::int64_t first = 0, ci = 0; first < residentHeld_; first += mp_.chunkRows, ++ci) {
-          const std::int64_t m = farCandidates(spec_.farthest, std::min(mp_.chunkRows, residentHeld_ - first));
-          for (std::int64_t i = 0; i < m; ++i)
-            offerFar(hResFarDist_[ci * resFarCap_ + i], hResFarRow_[ci * resFarCap_ + i], nullptr);
-        }
-      }
-      residentPending_ = false;
-    }
+    residentPending_ = false;
     check(cudaMemcpyAsync(hostFlags_, bad_, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
     check(cudaMemcpyAsync(hostFlags_ + 2, flaggedTotal_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
           "D2H");
@@ -226,7 +222,12 @@ class CudaBackend final : public Backend {
     if (fit_) download(sums_, std::size_t(k_) * d_, t.sums);
     const unsigned long long flagged = hostFlags_[2];
     lastRecheckRows_ = static_cast<std::int64_t>(flagged);
-    if (spec_.farthest > 0) {
+    // backend.h: the farthest rows only when a cluster came out empty (the engine reads them only then). Streamed
+    // chunks offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64
+    // distances kept on the device, chunk by chunk as they were fed: the same candidates as computed eagerly.
+    const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
+    if (fit_ && spec_.farthest > 0 && (anyEmpty || perChunk_)) {
+      if (residentRan_) residentFarthest();
       std::stable_sort(far_.begin(), far_.end(), [](const FarRow& a, const FarRow& b) {
         return a.distance > b.distance || (a.distance == b.distance && a.row < b.row);
       });
@@ -251,6 +252,7 @@ class CudaBackend final : public Backend {
                    rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);
     }
     stagesUsed_ = 0;
+    residentRan_ = false;
     if (residentHeld_ == 0 && retainedThisPass_ == mp_.residentRows) residentHeld_ = mp_.residentRows;
     return t;
   }
@@ -263,6 +265,7 @@ class CudaBackend final : public Backend {
     cudaGetLastError();
     for (Slot& s : slots_) s.pending = false;
     residentPending_ = false;
+    residentRan_ = false;
     far_.clear();
     stagesUsed_ = 0;
     retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
@@ -333,6 +336,17 @@ class CudaBackend final : public Backend {
       resDist_ = devAlloc<float>(r, "resident rows");
       hResLabels_ = hostAlloc<int>(r, "resident label staging");
       hResDist_ = hostAlloc<float>(r, "resident distance staging");
+      resDist64_ = devAlloc<double>(r, "resident rows");
+      if (mp_.residentAccBytes > 0) {  // planned within the budget: one accumulate over all resident rows
+        allocResidentAccumulate(racc_, mp_.residentRows, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
+        const std::size_t piece = std::size_t(residentPieceRows(mp_.residentRows, mp_.chunkRows));
+        if (mp_.op == OpKind::F16x3) {  // exact mode: flagged-row scratch for a piece of resident rows
+          resFlag_.flagged = devAlloc<int>(piece, "resident rows");
+          resFlag_.thr = devAlloc<float>(piece, "resident rows");
+          resFlag_.candCount = devAlloc<int>(piece, "resident rows");
+          resFlag_.cand = devAlloc<int>(piece * kCandidates, "resident rows");
+        }
+      }
     }
     check(cudaEventCreateWithFlags(&resComputed_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&resOutDone_, cudaEventDisableTiming), "cudaEventCreate");
@@ -398,6 +412,13 @@ class CudaBackend final : public Backend {
     stageEv_.clear();
     if (resLabels_) cudaFree(resLabels_);
     if (resDist_) cudaFree(resDist_);
+    if (resDist64_) cudaFree(resDist64_);
+    resDist64_ = nullptr;
+    freeResidentAccumulate(racc_);
+    for (void* p : {static_cast<void*>(resFlag_.flagged), static_cast<void*>(resFlag_.thr),
+                    static_cast<void*>(resFlag_.candCount), static_cast<void*>(resFlag_.cand)})
+      if (p) cudaFree(p);
+    resFlag_ = FlagScratch{};
     if (hResLabels_) cudaFreeHost(hResLabels_);
     if (hResDist_) cudaFreeHost(hResDist_);
     resLabels_ = nullptr; resDist_ = nullptr; hResLabels_ = nullptr; hResDist_ = nullptr;
@@ -618,8 +639,8 @@ class CudaBackend final : public Backend {
       }
   }
 
-  // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
-  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp) {
+  // The pass's centroid operands, and their scale and maxNorm for the launch arguments.
+  void centroidsForCompute() {
     if (!centroidsReady_) prepareCentroidOps();
     if (statsPending_) {
       check(cudaEventSynchronize(statsReady_), "centroid statistics");
@@ -627,8 +648,102 @@ class CudaBackend final : public Backend {
       cops_.maxNorm = hostStats_->maxNorm;
       statsPending_ = false;
     }
+  }
+
+  // Labels of `rows` rows (exact mode: margin test, candidates, fp64 recheck, with flagged-row scratch for at
+  // least `rows` rows: a chunk's, or resFlag_ for a piece of resident rows).
+  struct FlagScratch {
+    int* flagged = nullptr;
+    float* thr = nullptr;
+    int* candCount = nullptr;
+    int* cand = nullptr;
+  };
+  FlagScratch chunkFlags() const { return {flagged_, flaggedThr_, candCount_, cand_}; }
+  void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f) {
+    check(cudaMemsetAsync(flaggedCount_, 0, sizeof(unsigned), compute_), "memset");
+    assignRows(ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, flaggedCount_, f.thr, compute_);
+    check(cudaGetLastError(), "assignRows");
+    if (mp_.op == OpKind::F16x3) {
+      candidateRows(ops, rows, d_, cops_, k_, f.flagged, flaggedCount_, f.thr, f.candCount, f.cand, compute_);
+      recheckRows(rowValues(ops), d_, cf_, k_, f.flagged, flaggedCount_, rows, f.candCount, f.cand, labels, compute_);
+      addFlagged(compute_);
+    }
+  }
+
+  // Resident chunks [c0, c1) — labels (+ distances) — down to the pinned staging after what compute has queued.
+  void downloadResident(std::int64_t c0, std::int64_t c1, bool dist) {
+    check(cudaEventRecord(resComputed_, compute_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(d2h_, resComputed_, 0), "cudaStreamWaitEvent");
+    for (std::int64_t ci = c0; ci < c1; ++ci) {
+      const std::int64_t first = ci * mp_.chunkRows;
+      const std::size_t rows = std::size_t(std::min(mp_.chunkRows, residentHeld_ - first));
+      check(cudaMemcpyAsync(hResLabels_ + first, resLabels_ + first, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_),
+            "D2H");
+      if (dist)
+        check(cudaMemcpyAsync(hResDist_ + first, resDist_ + first, sizeof(float) * rows, cudaMemcpyDeviceToHost, d2h_),
+              "D2H");
+      check(cudaEventRecord(resChunkDone_[std::size_t(ci)], d2h_), "cudaEventRecord");
+    }
+  }
+
+  // All resident rows at once: the assignment over pieces of whole chunks (no per-chunk launches outside exact
+  // mode), then one accumulate (kernels.h accumulateResident: the per-chunk path's sums, bit for bit).
+  void processResidentWhole() {
+    const std::int64_t R = residentHeld_, C = mp_.chunkRows;
+    const bool wantDist = spec_.distances != nullptr;
+    centroidsForCompute();
+    stageMark(0);
+    const std::int64_t piece = residentPieceRows(R, C);  // whole chunks (planner.h)
+    for (std::int64_t first = 0; first < R; first += piece) {
+      if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+      const std::int64_t rows = std::min(piece, R - first);
+      assignPiece(residentOps(first), rows, resLabels_ + first,
+                  mp_.op == OpKind::F16x3 ? resFlag_ : chunkFlags());
+      // labels are final here: their copies overlap the rest (with distances, they go down after the sums)
+      if (!wantDist) downloadResident(first / C, (first + rows + C - 1) / C, false);
+    }
+    stageMark(1);
+    accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_, resDist64_, wantDist ? resDist_ : nullptr,
+                       fit_, racc_, sums_, counts_, inertia_, compute_);
+    check(cudaGetLastError(), "accumulateResident");
+    stageMark(2);
+    stageMark(3);
+    if (wantDist) downloadResident(0, (R + C - 1) / C, true);
+    rowsSeen_ += R;
+    residentPending_ = true;
+  }
+
+  // The farthest-row candidates of the resident rows, from the fp64 distances of this pass, chunk by chunk with
+  // the chunk boundaries they were fed with (far_rows.cu), offered to the pass's heap (values gathered later).
+  void residentFarthest() {
+    const int f = spec_.farthest;
+    const std::int64_t R = residentHeld_, C = mp_.chunkRows, chunks = (R + C - 1) / C;
+    ensureResidentFar(farCandidates(f, C));  // candidates per chunk
+    stageMark(0);
+    stageMark(1);
+    stageMark(2);
+    for (std::int64_t ci = 0; ci < chunks; ++ci)
+      farTop(resDist64_ + ci * C, std::min(C, R - ci * C), ci * C, f, farScratch_, resFarDist_ + ci * resFarCap_,
+             resFarRow_ + ci * resFarCap_, compute_);
+    check(cudaGetLastError(), "farthest rows");
+    stageMark(3);
+    check(cudaMemcpyAsync(hResFarDist_, resFarDist_, sizeof(double) * std::size_t(chunks * resFarCap_),
+                          cudaMemcpyDeviceToHost, compute_), "D2H");
+    check(cudaMemcpyAsync(hResFarRow_, resFarRow_, sizeof(long long) * std::size_t(chunks * resFarCap_),
+                          cudaMemcpyDeviceToHost, compute_), "D2H");
+    check(cudaStreamSynchronize(compute_), "farthest rows");
+    for (std::int64_t ci = 0; ci < chunks; ++ci) {
+      const int m = farCandidates(f, std::min(C, R - ci * C));
+      for (int i = 0; i < m; ++i) offerFar(hResFarDist_[ci * resFarCap_ + i], hResFarRow_[ci * resFarCap_ + i], nullptr);
+    }
+  }
+
+  // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
+  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp) {
+    centroidsForCompute();
     const RowValues values = rowValues(ops);
-    const int far = fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;  // candidates
+    // farthest candidates of streamed chunks now (their rows leave the device); resident rows' in finishPass
+    const int far = slotp && fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;
     Slot dummy;
     Slot& slot = slotp ? *slotp : dummy;
     if (!slotp) {
@@ -639,30 +754,20 @@ class CudaBackend final : public Backend {
       slot.computed = resComputed_;
       slot.outDone = resChunkDone_[std::size_t(firstRow / mp_.chunkRows)];  // finishPass copies the chunk after it
     }
-    if (far > 0 && slotp) ensureFarBuffers(slot, far);
-    if (far > 0 && !slotp) ensureResidentFar(far);
+    if (far > 0) ensureFarBuffers(slot, far);
     stageMark(0);
     // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
-    check(cudaMemsetAsync(flaggedCount_, 0, sizeof(unsigned), compute_), "memset");
-    assignRows(ops, rows, d_, cops_, k_, mp_.op, slot.labels, flagged_, flaggedCount_, flaggedThr_, compute_);
-    check(cudaGetLastError(), "assignRows");
-    if (mp_.op == OpKind::F16x3) {
-      candidateRows(ops, rows, d_, cops_, k_, flagged_, flaggedCount_, flaggedThr_, candCount_, cand_, compute_);
-      recheckRows(values, d_, cf_, k_, flagged_, flaggedCount_, rows, candCount_, cand_, slot.labels, compute_);
-      addFlagged(compute_);
-    }
+    assignPiece(ops, rows, slot.labels, chunkFlags());
     const bool wantDist = spec_.distances != nullptr;
     stageMark(1);
-    accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist_, wantDist ? slot.dist32 : nullptr, fit_, acc_,
+    // resident rows keep their fp64 distances for the farthest rows (finishPass)
+    double* dist = slotp ? dist_ : resDist64_ + firstRow;
+    accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist, wantDist ? slot.dist32 : nullptr, fit_, acc_,
                sums_, counts_, inertia_, compute_);
     stageMark(2);
-    const std::int64_t ci = firstRow / mp_.chunkRows;  // resident chunk index
-    if (far > 0 && slotp)
+    if (far > 0)
       farRows(dist_, values, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,
               compute_);
-    if (far > 0 && !slotp)
-      farTop(dist_, rows, firstRow, spec_.farthest, farScratch_, resFarDist_ + ci * resFarCap_,
-             resFarRow_ + ci * resFarCap_, compute_);
     check(cudaGetLastError(), "chunk kernels");
     stageMark(3);
     check(cudaEventRecord(slot.computed, compute_), "cudaEventRecord");
@@ -670,13 +775,7 @@ class CudaBackend final : public Backend {
     check(cudaMemcpyAsync(slot.hLabels, slot.labels, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
     if (wantDist)
       check(cudaMemcpyAsync(slot.hDist, slot.dist32, sizeof(float) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
-    if (far > 0 && !slotp) {
-      check(cudaMemcpyAsync(hResFarDist_ + ci * resFarCap_, resFarDist_ + ci * resFarCap_, sizeof(double) * far,
-                            cudaMemcpyDeviceToHost, d2h_), "D2H");
-      check(cudaMemcpyAsync(hResFarRow_ + ci * resFarCap_, resFarRow_ + ci * resFarCap_, sizeof(long long) * far,
-                            cudaMemcpyDeviceToHost, d2h_), "D2H");
-    }
-    if (far > 0 && slotp) {
+    if (far > 0) {
       check(cudaMemcpyAsync(slot.hTopDist, slot.topDist, sizeof(double) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
       check(cudaMemcpyAsync(slot.hTopRow, slot.topRow, sizeof(long long) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
       check(cudaMemcpyAsync(slot.hTopValues, slot.topValues, sizeof(float) * std::size_t(far) * d_,
@@ -761,6 +860,10 @@ class CudaBackend final : public Backend {
   RowOps resident_;
   int* resLabels_ = nullptr;
   float* resDist_ = nullptr;
+  double* resDist64_ = nullptr;  // this pass's fp64 distance of each resident row (farthest rows, finishPass)
+  ResidentAccumulateScratch racc_;  // rows > 0: processResidentWhole
+  FlagScratch resFlag_;             // exact mode, processResidentWhole: flagged rows of a piece
+  bool residentRan_ = false;        // processResident ran in this pass
   int* hResLabels_ = nullptr;
   float* hResDist_ = nullptr;
   cudaEvent_t resComputed_ = nullptr, resOutDone_ = nullptr;
@@ -777,6 +880,9 @@ class CudaBackend final : public Backend {
   float* hGatherVals_ = nullptr;
   int gatherCap_ = 0;
   bool stats_ = false;
+  // KMFLEET_CUDA_PER_CHUNK (A/B only): resident rows chunk by chunk and the farthest rows on every fit pass, the
+  // device work of the path before accumulateResident and the lazy farthest rows
+  bool perChunk_ = false;
   std::vector<std::array<cudaEvent_t, 4>> stageEv_;
   std::size_t stagesUsed_ = 0;
   std::int64_t residentHeld_ = 0;

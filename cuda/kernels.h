@@ -136,6 +136,33 @@ void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* l
                 double* dist, float* dist32, bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut,
                 double* inertiaOut, cudaStream_t s);
 
+// All resident rows in one accumulate: the same per-cluster sums, counts and inertia, bit for bit, as
+// accumulate() called on each chunk of chunkRows rows in row order (accumulate.cu: one stable sort by label over
+// all rows, each (cluster, chunk) run cut into the per-chunk path's segments, folded chunk after chunk), without
+// the per-chunk launches. labels, dist (and dist32) are `rows` long, indexed by resident row.
+struct ResidentAccumulateScratch {
+  std::int64_t rows = 0, chunkRows = 0;
+  int chunks = 0;
+  long long maxSegments = 0;
+  void* sortTemp = nullptr; std::size_t sortTempBytes = 0;
+  std::int32_t* sortedLabels = nullptr;  // rows
+  std::int32_t* rowIndex = nullptr;      // rows, iota
+  std::int32_t* sortedIndex = nullptr;   // rows
+  std::int32_t* counts = nullptr;        // chunks·K + 1, pair p = cluster·chunks + chunk
+  std::int32_t* starts = nullptr;        // chunks·K + 1: first sorted position of each pair
+  std::int32_t* segs = nullptr;          // chunks·K + 1
+  std::int32_t* segOff = nullptr;        // chunks·K + 1: first segment of each pair
+  double* partials = nullptr;            // maxSegments × D
+  double* partialInertia = nullptr;      // maxSegments
+};
+// Device bytes of the scratch; 0 when the shape can't take this path (rows > 2^31 − 1, chunks·K ≥ 2^28).
+std::size_t residentAccumulateBytes(std::int64_t rows, std::int64_t chunkRows, int d, int k);
+void allocResidentAccumulate(ResidentAccumulateScratch& a, std::int64_t rows, std::int64_t chunkRows, int d, int k);
+void freeResidentAccumulate(ResidentAccumulateScratch& a);
+void accumulateResident(RowValues x, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
+                        double* dist, float* dist32, bool sums, ResidentAccumulateScratch& a, double* sumsOut,
+                        long long* countsOut, double* inertiaOut, cudaStream_t s);
+
 // Shared-memory bytes the assignment kernel needs for (op, Dp); 0 if it can't run (never for Dp <= 4096).
 std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident = nullptr);
 

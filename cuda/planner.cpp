@@ -60,7 +60,8 @@ std::size_t operandRowBytes(std::int64_t d, OpKind op) { return std::size_t(padD
 
 std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m) {
   // values (16-bit rows as they are, else fp32) + operands + scale/norm + label/distance outputs (device)
-  return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8;
+  // + the fp64 distance kept for the pass's farthest rows (asked for only when a cluster came out empty)
+  return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8 + 8;
 }
 
 std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m) {
@@ -117,6 +118,14 @@ MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
   const std::int64_t fit = std::int64_t(p.residentBudget / p.residentRowBytes);
   if (fit >= n) p.residentRows = n;
   else p.residentRows = fit / p.chunkRows * p.chunkRows;  // whole chunks: a chunk is resident or streamed
+  // Two resident chunks or more: one accumulate over all of them (kernels.h accumulateResident) when its scratch
+  // fits in the budget beside the rows; else chunk by chunk (the same bits either way).
+  if (p.residentRows > p.chunkRows) {
+    std::size_t acc = residentAccumulateBytes(p.residentRows, p.chunkRows, int(d), int(k));
+    if (acc > 0) acc += std::size_t(residentPieceRows(p.residentRows, p.chunkRows)) * flaggedRowBytes(p.op);
+    if (acc > 0 && std::size_t(p.residentRows) * p.residentRowBytes + acc <= p.residentBudget)
+      p.residentAccBytes = acc;
+  }
   return p;
 }
 

@@ -3,6 +3,7 @@
 // calls), so it is unit-testable on a machine without a GPU.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -23,6 +24,7 @@ struct MemoryPlan {
   std::size_t streamBytes = 0;            // per-chunk scratch + 2 slots, for chunkRows rows
   std::size_t residentRowBytes = 0;       // device bytes per resident row
   std::size_t residentBudget = 0;         // bytes allowed for resident rows
+  std::size_t residentAccBytes = 0;        // > 0: resident rows accumulated in one go, this much scratch (of the budget)
 };
 
 // The operand format for a precision (FP32 → exact split fp16; TF32 → per-row-scaled fp16, whose 11-bit
@@ -35,6 +37,14 @@ std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op);
 bool keepsRows16(DType t, Metric m);
 std::size_t chunkBytes(std::int64_t chunkRows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m);
 std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m);
+
+// Resident rows are assigned in pieces of whole chunks, ~2M rows (one launch each instead of one per chunk; the
+// labels of a piece go down while the next is computed); exact mode has flagged-row scratch for one piece.
+inline std::int64_t residentPieceRows(std::int64_t residentRows, std::int64_t chunkRows) {
+  const std::int64_t whole = std::max<std::int64_t>(1, (std::int64_t{1} << 21) / chunkRows) * chunkRows;
+  return std::min(residentRows, whole);
+}
+inline std::size_t flaggedRowBytes(OpKind op) { return op == OpKind::F16x3 ? 4 + 4 + 4 + 4 * kCandidates : 0; }
 
 // freeMemory: the device's free bytes now. Throws EngineError OutOfMemory (with the numbers) when even
 // streaming with the smallest chunk can't fit, InvalidArgument for a chunkRows that can't work.

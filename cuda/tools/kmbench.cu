@@ -3,7 +3,8 @@
 //   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
 //   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
-// KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs).
+// KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs);
+// KMFLEET_CUDA_PER_CHUNK=1: the backend's resident rows chunk by chunk and farthest rows on every fit pass (the old path).
 // KMBENCH_LEGACY=1 (bench): the update path as it was before the device-side centroid statistics — statistics
 // on the host, pageable copies, sums from the fp32 copy of 16-bit rows — for same-run A/B.
 // Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
@@ -666,7 +667,7 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
     spec.mode = PassMode::Fit;
     spec.centroids = c.data();
     spec.labels = labels.data();
-    spec.farthest = std::min(k - 1, 1024);  // as the engine asks (re-seed candidates on every fit pass)
+    spec.farthest = std::min(k - 1, 1024);  // as the engine asks (found only when a cluster comes out empty)
     if (const char* f = std::getenv("KMBENCH_FARTHEST")) spec.farthest = std::atoi(f);  // A/B: 0 = none
     auto t = clk::now();
     b->beginPass(spec);
