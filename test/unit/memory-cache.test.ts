@@ -70,6 +70,39 @@ describe('MemoryCachedRowSource', () => {
     await file.close();
   });
 
+  it('serves the first rows of a block while the rest of it is still arriving (sources that report progress)', async () => {
+    const file = await LocalFileSource.open(path);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    // a file read that lands in two halves, reporting the first as an S3 GET does, and holds the second until released
+    const halves: RowSource = {
+      rows: file.rows, dims: file.dims, dtype: file.dtype, rowBytes: file.rowBytes,
+      describe: () => file.describe(),
+      async read(first, count, target, hint) {
+        const half = Math.floor(count / 2);
+        await file.read(first, half, target);
+        hint?.onProgress?.(half * file.rowBytes);
+        await gate;
+        await file.read(first + half, count - half, target.subarray(half * file.rowBytes));
+        hint?.onProgress?.(count * file.rowBytes);
+      },
+      close: async () => {},
+    };
+    const mem = new MemoryCachedRowSource(halves, { blockBytes: 10_000 * file.rowBytes, concurrency: 2 });
+    const ref = Buffer.alloc(10_000 * file.rowBytes);
+    await file.read(0, 10_000, ref);
+    // rows 100..4999 are in the first half of block 0: served with the second half held back
+    expect((await mem.view(100, 4900)).equals(ref.subarray(100 * file.rowBytes, 5000 * file.rowBytes))).toBe(true);
+    let late = false;
+    const rest = mem.view(4000, 2000).then((v) => ((late = true), v));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(late).toBe(false);
+    release();
+    expect((await rest).equals(ref.subarray(4000 * file.rowBytes, 6000 * file.rowBytes))).toBe(true);
+    await mem.close();
+    await file.close();
+  });
+
   it('an init sample gathered through views equals one gathered from the file', async () => {
     const file = await LocalFileSource.open(path);
     const mem = new MemoryCachedRowSource(await LocalFileSource.open(path), { blockBytes: 1 << 16, concurrency: 2 });

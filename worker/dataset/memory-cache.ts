@@ -31,6 +31,10 @@ interface Pending {
   /** a read waits for it (kept when the prefetch stops after a failure) */
   wanted: boolean;
   started: boolean;
+  /** bytes of the block in place, from its start (its GET writes in order) */
+  received: number;
+  /** reads waiting for the first `need` bytes of the block */
+  waiters: { need: number; resolve: () => void }[];
 }
 
 export class MemoryCachedRowSource implements RowSource {
@@ -99,7 +103,9 @@ export class MemoryCachedRowSource implements RowSource {
         missed = true;
         urgent.push(b);
       }
-      waits.push(this.want(b, true));
+      // only the block's bytes up to the last wanted row: its GET fills it in order, so those may be here already
+      const needRows = Math.min(firstRow + count, (b + 1) * this.blockRows) - b * this.blockRows;
+      waits.push(this.waitBytes(b, needRows * this.rowBytes));
     }
     if (urgent.length > 0) {
       // to the front, in row order: what a read waits for downloads before what is only prefetched
@@ -129,12 +135,33 @@ export class MemoryCachedRowSource implements RowSource {
         reject = rej;
       });
       promise.catch(() => {}); // a prefetched block nobody waits for must not be an unhandled rejection
-      p = { promise, resolve, reject, wanted, started: false };
+      p = { promise, resolve, reject, wanted, started: false, received: 0, waiters: [] };
       this.pending.set(b, p);
       this.queue.push(b);
     }
     p.wanted ||= wanted;
     return p.promise;
+  }
+
+  /** Resolves once the first `need` bytes of block b are in place (or the whole block is); rejects if it fails first. */
+  private waitBytes(b: number, need: number): Promise<void> {
+    const whole = this.want(b, true);
+    const p = this.pending.get(b);
+    if (!p) return whole;
+    if (p.received >= need) return Promise.resolve();
+    return Promise.race([whole, new Promise<void>((resolve) => p.waiters.push({ need, resolve }))]);
+  }
+
+  private progress(p: Pending, bytes: number): void {
+    if (bytes <= p.received) return;
+    p.received = bytes;
+    if (p.waiters.length === 0) return;
+    const still: Pending['waiters'] = [];
+    for (const w of p.waiters) {
+      if (w.need <= bytes) w.resolve();
+      else still.push(w);
+    }
+    p.waiters = still;
   }
 
   private pump(): void {
@@ -148,7 +175,10 @@ export class MemoryCachedRowSource implements RowSource {
       const count = Math.min(this.blockRows, this.rows - firstRow);
       const data = this.data!;
       const done = this.inner
-        .read(firstRow, count, data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes), { oneRequest: true })
+        .read(firstRow, count, data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes), {
+          oneRequest: true,
+          onProgress: (bytes) => this.progress(p, bytes),
+        })
         .then(
           () => {
             this.loaded.add(b);

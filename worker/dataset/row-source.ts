@@ -11,6 +11,11 @@ export interface ReadHint {
    * request instead of splitting it into parallel parts.
    */
   oneRequest?: boolean;
+  /**
+   * With oneRequest: called as the range fills, with the bytes in place from the start of target (a retry may start
+   * again from 0 with the same bytes: keep the largest value). Lets a caller use the first rows of a large read early.
+   */
+  onProgress?: (bytes: number) => void;
 }
 
 export interface RowSource {

@@ -137,7 +137,8 @@ export class S3RowSource implements RowSource {
     const lane = async () => {
       while (next < parts.length && !signal.aborted) {
         const p = parts[next++];
-        await readRangeInto(this.s3, this.location, start + p.offset, p.length, target, p.offset, { etag: this.etag, signal });
+        const onProgress = parts.length === 1 ? hint?.onProgress : undefined;
+        await readRangeInto(this.s3, this.location, start + p.offset, p.length, target, p.offset, { etag: this.etag, signal, onProgress });
         this.stats.requests++;
         this.stats.bytes += p.length;
       }

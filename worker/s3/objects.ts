@@ -74,6 +74,11 @@ export interface RangeReadOptions {
   /** ETag pinned when the object was opened: sent as If-Match AND compared with the answer (s3rver ignores If-Match) */
   etag?: string;
   signal?: AbortSignal;
+  /**
+   * After each piece of the body lands: bytes of the range now in place (from its start). A retry starts again from
+   * 0 and writes the same bytes (the ETag is pinned), so a caller may keep the largest value seen.
+   */
+  onProgress?: (bytes: number) => void;
 }
 
 /**
@@ -117,6 +122,7 @@ export async function readRangeInto(
         }
         target.set(chunk, targetOffset + written);
         written += chunk.byteLength;
+        opts.onProgress?.(written);
       }
       if (written !== length) {
         throw new S3ShortReadError(`GET ${uri} bytes=${start}-${start + length - 1}: got ${written} of ${length} bytes`);
