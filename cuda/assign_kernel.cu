@@ -463,11 +463,14 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
                 std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                 cudaStream_t s) {
   if (n <= 0) return;
-#ifdef KMFLEET_HOPPER
-  if (assignRowsHopper(rows, n, d, c, k, op, labels, s)) return;  // wgmma on sm_90 when it takes the shape
-#endif
   std::size_t smemBytes = 0;
   AssignArgs a = makeArgs(rows, n, d, c, k, op, &smemBytes);
+#ifdef KMFLEET_HOPPER
+  // wgmma on compute capability 9.0 when it takes the shape, with the same error bound
+  if (assignRowsHopper(rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr,
+                       ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax}, s))
+    return;
+#endif
   a.labels = labels;
   a.flagged = flagged;
   a.flaggedCount = flaggedCount;

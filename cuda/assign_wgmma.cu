@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -37,6 +38,15 @@ namespace kmfleet {
 namespace cuda {
 namespace {
 
+// A/B knobs for tools/assign_ab builds (defaults = the shipped kernel): KMFLEET_WGMMA_PINGPONG=0 lets the two
+// consumers issue freely; KMFLEET_WGMMA_EPILOGUE=1 replaces the epilogue by a token read of the accumulators
+// (wrong labels: the products-only ceiling).
+#ifndef KMFLEET_WGMMA_PINGPONG
+#define KMFLEET_WGMMA_PINGPONG 1
+#endif
+#ifndef KMFLEET_WGMMA_EPILOGUE
+#define KMFLEET_WGMMA_EPILOGUE 0
+#endif
 constexpr int kConsumers = 2;
 constexpr int kRowsPerConsumer = 128;                           // two m64 halves
 constexpr int kBlockRowsH = kConsumers * kRowsPerConsumer;      // 256 rows per row block
@@ -48,15 +58,21 @@ constexpr int kAChunkBytes = kBlockRowsH * kChunk * 2;          // 32 KB
 constexpr int kMaxStages = 8;
 constexpr int kMinStages = 3;
 constexpr int kMaxDp = 256;
+constexpr int kMaxChunks = kMaxDp / 64;
 static_assert(kTileN == kBlockCentroids, "centroids are padded to whole tiles");
 static_assert(kChunk == kDimChunk, "rows are padded to whole TMA boxes");
 
 struct HopperArgs {
   const float* rowScale;
+  const float* rowNorm;        // exact mode: ‖x̂‖ of each scaled row (the error bound)
   const float* cnorm;
   int* labels;
+  int* flagged;                // exact mode: rows whose margin is within the bound, their count and window
+  unsigned* flaggedCount;
+  float* flaggedThr;
   int n, nK, nTiles, rowBlocks, stages, aBufs;
   float halfScaleC;
+  ExactBound bound;
 };
 
 __device__ __forceinline__ unsigned smemU32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
@@ -139,40 +155,51 @@ __device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.s
 __device__ __forceinline__ void setMaxRegsDec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); }
 
 struct SharedLayout {
-  unsigned short* a;   // aBufs × nK × (256 rows × 64)
+  unsigned short* a;   // aBufs × nK × terms × (256 rows × 64)
   unsigned short* b;   // stages × (128 centroids × 64)
   std::uint64_t* full;  // stages
   std::uint64_t* empty; // stages
-  std::uint64_t* aFull; // aBufs
+  std::uint64_t* aFull; // aBufs × kMaxChunks: one per dim-chunk, so the first products start before all rows land
   std::uint64_t* aEmpty;// aBufs
 };
 
-__device__ __forceinline__ SharedLayout carve(unsigned char* raw, const HopperArgs& p) {
+__device__ __forceinline__ SharedLayout carve(unsigned char* raw, const HopperArgs& p, int terms) {
   // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows of 128 bytes.
   unsigned char* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t(1023));
   SharedLayout s;
   s.a = reinterpret_cast<unsigned short*>(base);
-  base += static_cast<std::size_t>(p.aBufs) * p.nK * kAChunkBytes;
+  base += static_cast<std::size_t>(p.aBufs) * p.nK * terms * kAChunkBytes;
   s.b = reinterpret_cast<unsigned short*>(base);
   base += static_cast<std::size_t>(p.stages) * kStageBytes;
   auto* bars = reinterpret_cast<std::uint64_t*>(base);
   s.full = bars;
   s.empty = bars + kMaxStages;
   s.aFull = bars + 2 * kMaxStages;
-  s.aEmpty = bars + 2 * kMaxStages + 2;
+  s.aEmpty = bars + 2 * kMaxStages + 2 * kMaxChunks;
   return s;
 }
-constexpr std::size_t kBarrierBytes = (2 * kMaxStages + 4) * sizeof(std::uint64_t);
+constexpr std::size_t kBarrierBytes = (2 * kMaxStages + 2 * kMaxChunks + 2) * sizeof(std::uint64_t);
 
-template <bool BF16>
+// Named barriers 1 and 2 order the two consumers' wgmma issue: consumer c issues a tile's products only after the
+// other has issued its own previous tile, so one warpgroup's epilogue runs while the other's products keep the
+// tensor cores busy (the "ping-pong" of FlashAttention-3). 256 = both consumers' threads.
+__device__ __forceinline__ void namedSync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void namedArrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+
+// THREE (exact fp32 mode): rows and centroids are hi + lo fp16 pairs, the products hi·hi + hi·lo + lo·hi (the
+// order of assign_kernel.cu), and each row keeps its second best too, for the margin test of the error bound.
+template <bool BF16, bool THREE>
 __global__ void __launch_bounds__(kThreadsH, 1)
-    assignHopperKernel(const __grid_constant__ CUtensorMap rowsMap, const __grid_constant__ CUtensorMap centroidsMap,
+    assignHopperKernel(const __grid_constant__ CUtensorMap rowsHi, const __grid_constant__ CUtensorMap rowsLo,
+                       const __grid_constant__ CUtensorMap centroidsHi, const __grid_constant__ CUtensorMap centroidsLo,
                        const HopperArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int TERMS = THREE ? 2 : 1;
   extern __shared__ unsigned char smemRaw[];
-  const SharedLayout sm = carve(smemRaw, p);
+  const SharedLayout sm = carve(smemRaw, p, TERMS);
   const int tid = threadIdx.x, wg = tid >> 7;
   constexpr unsigned kConsumerWarps = 4 * kConsumers;
+  constexpr int kAChunkHalves = kAChunkBytes / 2, kStageHalves = kStageBytes / 2;
 
   if (tid == 0) {
     for (int s = 0; s < p.stages; ++s) {
@@ -180,7 +207,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       barInit(sm.empty + s, kConsumerWarps);
     }
     for (int b = 0; b < p.aBufs; ++b) {
-      barInit(sm.aFull + b, 1);
+      for (int kc = 0; kc < p.nK; ++kc) barInit(sm.aFull + b * kMaxChunks + kc, 1);
       barInit(sm.aEmpty + b, kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -191,121 +218,198 @@ __global__ void __launch_bounds__(kThreadsH, 1)
     setMaxRegsDec();
     if (tid != 0) return;
     // ---- producer ----
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&rowsMap)) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&centroidsMap)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&rowsHi)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&centroidsHi)) : "memory");
     unsigned it = 0, blockIter = 0;
     for (int rb = blockIdx.x; rb < p.rowBlocks; rb += gridDim.x, ++blockIter) {
       const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
       barWait(sm.aEmpty + ab, aPhase ^ 1);
-      barExpectTx(sm.aFull + ab, static_cast<unsigned>(p.nK) * kAChunkBytes);
-      unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * (kAChunkBytes / 2);
-      for (int kc = 0; kc < p.nK; ++kc)
-        tmaLoad2d(aBase + static_cast<std::size_t>(kc) * (kAChunkBytes / 2), &rowsMap, kc * kChunk, rb * kBlockRowsH,
-                  sm.aFull + ab);
+      unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * TERMS * kAChunkHalves;
+      for (int kc = 0; kc < p.nK; ++kc) {
+        std::uint64_t* bar = sm.aFull + ab * kMaxChunks + kc;
+        barExpectTx(bar, TERMS * kAChunkBytes);
+        for (int t = 0; t < TERMS; ++t)
+          tmaLoad2d(aBase + static_cast<std::size_t>(kc * TERMS + t) * kAChunkHalves, t ? &rowsLo : &rowsHi,
+                    kc * kChunk, rb * kBlockRowsH, bar);
+      }
       for (int ct = 0; ct < p.nTiles; ++ct)
-        for (int kc = 0; kc < p.nK; ++kc, ++it) {
-          const unsigned slot = it % p.stages, phase = (it / p.stages) & 1;
-          barWait(sm.empty + slot, phase ^ 1);
-          barExpectTx(sm.full + slot, kStageBytes);
-          tmaLoad2d(sm.b + static_cast<std::size_t>(slot) * (kStageBytes / 2), &centroidsMap, kc * kChunk, ct * kTileN,
-                    sm.full + slot);
-        }
+        for (int kc = 0; kc < p.nK; ++kc)
+          for (int t = 0; t < TERMS; ++t, ++it) {
+            const unsigned slot = it % p.stages, phase = (it / p.stages) & 1;
+            barWait(sm.empty + slot, phase ^ 1);
+            barExpectTx(sm.full + slot, kStageBytes);
+            tmaLoad2d(sm.b + static_cast<std::size_t>(slot) * kStageHalves, t ? &centroidsLo : &centroidsHi,
+                      kc * kChunk, ct * kTileN, sm.full + slot);
+          }
     }
     return;
   }
 
   // ---- consumers ----
   setMaxRegsInc();
-  const int ctid = tid - 128 * wg, warp = ctid >> 5, lane = ctid & 31;
-  const int rowOff = (wg - 1) * kRowsPerConsumer;  // this warpgroup's rows within the row block
+  const int consumer = wg - 1, ctid = tid - 128 * wg, warp = ctid >> 5, lane = ctid & 31;
+  const int rowOff = consumer * kRowsPerConsumer;  // this warpgroup's rows within the row block
+  const int myTurn = 1 + consumer, otherTurn = 2 - consumer;
+  if (KMFLEET_WGMMA_PINGPONG && consumer == 1) namedArrive(1);  // consumer 0 issues first
   float acc[2][64];
+  // Thread's rows: half m, fragment row h → rowOff + m·64 + warp·16 + h·8 + lane/4. Their factors g_r are read
+  // one row block ahead, so the global load's latency is not paid at every block start.
+  auto rowOf = [&](int rb, int i) { return rb * kBlockRowsH + rowOff + (i >> 1) * 64 + warp * 16 + (i & 1) * 8 + (lane >> 2); };
+  auto loadG = [&](int rb, float (&g)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = rowOf(rb, i);
+      g[i] = r < p.n ? __ldg(p.rowScale + r) : 1.f;
+    }
+  };
+  float gNext[4];
+  loadG(blockIdx.x, gNext);
   unsigned it = 0, blockIter = 0;
   for (int rb = blockIdx.x; rb < p.rowBlocks; rb += gridDim.x, ++blockIter) {
     const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
-    const unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * (kAChunkBytes / 2);
-    // Thread's rows: half m, fragment row h → rowOff + m·64 + warp·16 + h·8 + lane/4.
-    float g[4], best[4];
+    const unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * TERMS * kAChunkHalves;
+    float g[4], best[4], second[4];
     int bestIdx[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int r = rb * kBlockRowsH + rowOff + (i >> 1) * 64 + warp * 16 + (i & 1) * 8 + (lane >> 2);
-      g[i] = r < p.n ? __ldg(p.rowScale + r) * p.halfScaleC : 1.f;
+      g[i] = gNext[i] * p.halfScaleC;
       best[i] = INFINITY;
+      second[i] = INFINITY;
       bestIdx[i] = 0;
     }
-    barWait(sm.aFull + ab, aPhase);
+    loadG(rb + gridDim.x, gNext);
 
     for (int ct = 0; ct < p.nTiles; ++ct) {
       const unsigned firstIt = it;
+      if (KMFLEET_WGMMA_PINGPONG) namedSync(myTurn);
       wgFence();
-      for (int kc = 0; kc < p.nK; ++kc, ++it) {
-        const unsigned slot = it % p.stages, phase = (it / p.stages) & 1;
-        barWait(sm.full + slot, phase);
-        const unsigned short* aChunk = aBase + static_cast<std::size_t>(kc) * (kAChunkBytes / 2) + rowOff * kChunk;
-        const unsigned short* bChunk = sm.b + static_cast<std::size_t>(slot) * (kStageBytes / 2);
+      // Both halves' products per k-step, back to back on the same B descriptor. (Issuing half 0's products
+      // in one commit group and half 1's in the next, to overlap half 0's epilogue with half 1's products,
+      // measured slower on the H200: 10M×128×1024 fp16 5.2 → 5.4 ms, 1M×256×4096 3.2 → 3.7 ms.)
+      for (int kc = 0; kc < p.nK; ++kc, it += TERMS) {
+        if (ct == 0) barWait(sm.aFull + ab * kMaxChunks + kc, aPhase);  // this block's rows, chunk kc
+        const unsigned slot = it % p.stages, slotLo = (it + 1) % p.stages;
+        barWait(sm.full + slot, (it / p.stages) & 1);
+        if (THREE) barWait(sm.full + slotLo, ((it + 1) / p.stages) & 1);
+        const unsigned short* aHi = aBase + static_cast<std::size_t>(kc * TERMS) * kAChunkHalves + rowOff * kChunk;
+        const unsigned short* aLo = aHi + kAChunkHalves;
+        const unsigned short* bHi = sm.b + static_cast<std::size_t>(slot) * kStageHalves;
+        const unsigned short* bLo = sm.b + static_cast<std::size_t>(slotLo) * kStageHalves;
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
-          const std::uint64_t db = smemDesc(bChunk + kk * 16);
+          const std::uint64_t dbh = smemDesc(bHi + kk * 16);
           const int accumulate = (kc > 0 || kk > 0) ? 1 : 0;
-          wgmma128<BF16>(acc[0], smemDesc(aChunk + kk * 16), db, accumulate);
-          wgmma128<BF16>(acc[1], smemDesc(aChunk + 64 * kChunk + kk * 16), db, accumulate);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const std::uint64_t dah = smemDesc(aHi + m * 64 * kChunk + kk * 16);
+            wgmma128<BF16>(acc[m], dah, dbh, accumulate);
+            if constexpr (THREE) {
+              wgmma128<BF16>(acc[m], dah, smemDesc(bLo + kk * 16), 1);
+              wgmma128<BF16>(acc[m], smemDesc(aLo + m * 64 * kChunk + kk * 16), dbh, 1);
+            }
+          }
         }
         wgCommit();
       }
+      if (KMFLEET_WGMMA_PINGPONG) namedArrive(otherTurn);
       wgWait<0>();
-      // this tile's stages are consumed: hand them back to the producer (one arrival per warp)
-      if (lane == 0)
+      // this tile's stages are consumed: hand them back to the producer (one arrival per warp); after the block's
+      // last products its rows are no longer read either: the next block's may load while this epilogue runs
+      if (lane == 0) {
         for (unsigned j = firstIt; j < it; ++j) barArrive(sm.empty + (j % p.stages));
+        if (ct == p.nTiles - 1) barArrive(sm.aEmpty + ab);
+      }
 
-      // epilogue: per row a min-tree over the thread's 32 columns (left = lower column, the right one wins only
-      // when strictly smaller), then one compare with the running best
       const int colBase = ct * kTileN + 2 * (lane & 3);
       float2 cn[16];
 #pragma unroll
       for (int j = 0; j < 16; ++j) cn[j] = __ldg(reinterpret_cast<const float2*>(p.cnorm + colBase + j * 8));
 #pragma unroll
-      for (int m = 0; m < 2; ++m)
+      for (int m = 0; m < 2; ++m) {
+        if constexpr (THREE) {
+          // exact mode: best and second best, in increasing column order (strict '<': the lowest index wins)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int i = m * 2 + h;
-          float v[32];
-          int q[32];
+          for (int j = 0; j < 16; ++j)
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            v[2 * j] = fmaf(g[i], cn[j].x, -acc[m][4 * j + 2 * h]);
-            v[2 * j + 1] = fmaf(g[i], cn[j].y, -acc[m][4 * j + 2 * h + 1]);
-            q[2 * j] = j * 8;
-            q[2 * j + 1] = j * 8 + 1;
-          }
+            for (int h = 0; h < 2; ++h) {
+              const int i = m * 2 + h;
 #pragma unroll
-          for (int w = 1; w < 32; w <<= 1)
-#pragma unroll
-            for (int e = 0; e < 32; e += 2 * w) {
-              const bool right = v[e + w] < v[e];
-              v[e] = right ? v[e + w] : v[e];
-              q[e] = right ? q[e + w] : q[e];
+              for (int e = 0; e < 2; ++e) {
+                const float v = fmaf(g[i], e ? cn[j].y : cn[j].x, -acc[m][4 * j + 2 * h + e]);
+                const bool lt = v < best[i];
+                second[i] = lt ? best[i] : fminf(second[i], v);
+                bestIdx[i] = lt ? colBase + j * 8 + e : bestIdx[i];
+                best[i] = lt ? v : best[i];
+              }
             }
-          const bool lt = v[0] < best[i];
-          best[i] = lt ? v[0] : best[i];
-          bestIdx[i] = lt ? colBase + q[0] : bestIdx[i];
+        } else if (KMFLEET_WGMMA_EPILOGUE == 1) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = m * 2 + h;
+            const float v = fmaf(g[i], cn[i].x, -acc[m][h * 2]);
+            const bool lt = v < best[i];
+            best[i] = lt ? v : best[i];
+            bestIdx[i] = lt ? colBase : bestIdx[i];
+          }
+        } else {
+          // per row a min-tree over the thread's 32 columns (left = lower column, the right one wins only when
+          // strictly smaller), then one compare with the running best
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = m * 2 + h;
+            float v[32];
+            int q[32];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              v[2 * j] = fmaf(g[i], cn[j].x, -acc[m][4 * j + 2 * h]);
+              v[2 * j + 1] = fmaf(g[i], cn[j].y, -acc[m][4 * j + 2 * h + 1]);
+              q[2 * j] = j * 8;
+              q[2 * j + 1] = j * 8 + 1;
+            }
+#pragma unroll
+            for (int w = 1; w < 32; w <<= 1)
+#pragma unroll
+              for (int e = 0; e < 32; e += 2 * w) {
+                const bool right = v[e + w] < v[e];
+                v[e] = right ? v[e + w] : v[e];
+                q[e] = right ? q[e + w] : q[e];
+              }
+            const bool lt = v[0] < best[i];
+            best[i] = lt ? v[0] : best[i];
+            bestIdx[i] = lt ? colBase + q[0] : bestIdx[i];
+          }
         }
+      }
     }
-    // the rows of this block are no longer read: the producer may load the next block's into this buffer
-    if (lane == 0) barArrive(sm.aEmpty + ab);
-
     // quad merge (the 4 lanes of a quad hold the same rows, different columns), then the store
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
 #pragma unroll
       for (int off = 1; off <= 2; off <<= 1) {
         const float ob = __shfl_xor_sync(0xffffffffu, best[i], off);
+        const float os = __shfl_xor_sync(0xffffffffu, second[i], off);
         const int oi = __shfl_xor_sync(0xffffffffu, bestIdx[i], off);
         const bool other = ob < best[i] || (ob == best[i] && oi < bestIdx[i]);
+        second[i] = other ? fminf(best[i], os) : fminf(second[i], ob);
         best[i] = other ? ob : best[i];
         bestIdx[i] = other ? oi : bestIdx[i];
       }
-      const int r = rb * kBlockRowsH + rowOff + (i >> 1) * 64 + warp * 16 + (i & 1) * 8 + (lane >> 2);
-      if ((lane & 3) == 0 && r < p.n) p.labels[r] = bestIdx[i];
+      const int r = rowOf(rb, i);
+      if ((lane & 3) == 0 && r < p.n) {
+        p.labels[r] = bestIdx[i];
+        if constexpr (THREE) {  // the margin test of assign_kernel.cu's mergeAndWrite, same bound
+          const ExactBound& b = p.bound;
+          const float sx = p.rowScale[r], xn = p.rowNorm[r], gr = sx * p.halfScaleC;
+          const float mm = xn / sx + b.cmax;
+          const float eps = b.epsX * xn + b.epsC + gr * (b.epsG + b.epsM * mm * mm);
+          if (!(second[i] - best[i] > 2.f * eps)) {
+            const unsigned slot = atomicAdd(p.flaggedCount, 1u);
+            p.flagged[slot] = r;
+            const float thr = best[i] + 2.f * eps;
+            p.flaggedThr[slot] = thr + fabsf(thr) * 1e-6f;  // the window, rounded outwards
+          }
+        }
+      }
     }
   }
 #endif
@@ -383,54 +487,72 @@ bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B to
   return v != nullptr && std::strcmp(v, "mma") == 0;
 }
 
-template <bool BF16>
-void launchHopper(const CUtensorMap& rowsMap, const CUtensorMap& centroidsMap, const HopperArgs& a, std::size_t smem,
-                  int grid, cudaStream_t s) {
+template <bool BF16, bool THREE>
+void launchHopper(const CUtensorMap (&maps)[4], const HopperArgs& a, std::size_t smem, int grid, cudaStream_t s) {
   static std::size_t configured = 0;  // per instantiation: raise the dynamic limit once per size
   if (smem > configured) {
-    cudaFuncSetAttribute(assignHopperKernel<BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    cudaFuncSetAttribute(assignHopperKernel<BF16, THREE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(smem));
     configured = smem;
   }
-  assignHopperKernel<BF16><<<grid, kThreadsH, smem, s>>>(rowsMap, centroidsMap, a);
+  assignHopperKernel<BF16, THREE><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
 }
 
 }  // namespace
 
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                      std::int32_t* labels, cudaStream_t s) {
-  if (op == OpKind::F16x3 || n <= 0 || disabledByEnvironment()) return false;
+                      std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+                      const ExactBound& bound, cudaStream_t s) {
+  if (n <= 0 || n > INT32_MAX / 2 || disabledByEnvironment()) return false;  // row indices (and one block ahead) in int
   const int dp = static_cast<int>(padDims(d));
   if (dp > kMaxDp) return false;
   const DeviceFacts dev = deviceFacts();
   if (!dev.hopper) return false;
+  const bool three = op == OpKind::F16x3;
+  const int terms = three ? 2 : 1;
 
   HopperArgs a{};
   a.nK = dp / kChunk;
-  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * kAChunkBytes;
+  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * terms * kAChunkBytes;
   const std::size_t fixed = 1024 /* alignment slack */ + kBarrierBytes;
   const std::size_t optin = static_cast<std::size_t>(dev.smemOptin);
-  if (fixed + aBytes + kMinStages * kStageBytes > optin) return false;
-  // Two row buffers when that still leaves a 4-deep centroid ring: the next block's rows then load during this one.
-  a.aBufs = fixed + 2 * aBytes + 4 * kStageBytes <= optin ? 2 : 1;
+  // a tile's stages must all fit in the ring (a consumer releases them together), plus one to load ahead
+  const std::size_t minStages = std::max<std::size_t>(kMinStages, static_cast<std::size_t>(a.nK) * terms + 1);
+  if (fixed + aBytes + minStages * kStageBytes > optin) return false;
+  // Two row buffers when that still leaves the ring deep enough: the next block's rows then load during this one.
+  a.aBufs = fixed + 2 * aBytes + std::max<std::size_t>(4, minStages) * kStageBytes <= optin ? 2 : 1;
   a.stages = static_cast<int>(std::min<std::size_t>(kMaxStages, (optin - fixed - a.aBufs * aBytes) / kStageBytes));
   const std::size_t smem = fixed + a.aBufs * aBytes + static_cast<std::size_t>(a.stages) * kStageBytes;
 
   const bool bf16 = op == OpKind::BF16x1;
   const std::int64_t kp = padCentroids(k);
-  CUtensorMap rowsMap, centroidsMap;
-  if (!makeMap(&rowsMap, rows.ahi, n, dp, kBlockRowsH, bf16) || !makeMap(&centroidsMap, c.bhi, kp, dp, kTileN, bf16))
+  CUtensorMap maps[4];  // rows hi, rows lo, centroids hi, centroids lo (lo = hi when one product)
+  if (!makeMap(&maps[0], rows.ahi, n, dp, kBlockRowsH, bf16) || !makeMap(&maps[2], c.bhi, kp, dp, kTileN, bf16))
     return false;
+  if (three) {
+    if (!makeMap(&maps[1], rows.alo, n, dp, kBlockRowsH, false) || !makeMap(&maps[3], c.blo, kp, dp, kTileN, false))
+      return false;
+  } else {
+    maps[1] = maps[0];
+    maps[3] = maps[2];
+  }
 
   a.rowScale = rows.rowScale;
+  a.rowNorm = rows.rowNorm;
   a.cnorm = c.cnorm;
   a.labels = labels;
+  a.flagged = flagged;
+  a.flaggedCount = flaggedCount;
+  a.flaggedThr = flaggedThr;
   a.n = static_cast<int>(n);
   a.nTiles = static_cast<int>(kp / kTileN);
   a.rowBlocks = static_cast<int>((n + kBlockRowsH - 1) / kBlockRowsH);
   a.halfScaleC = c.scale * 0.5f;
+  a.bound = bound;
   const int grid = std::min(a.rowBlocks, dev.sms);
-  if (bf16) launchHopper<true>(rowsMap, centroidsMap, a, smem, grid, s);
-  else launchHopper<false>(rowsMap, centroidsMap, a, smem, grid, s);
+  if (three) launchHopper<false, true>(maps, a, smem, grid, s);
+  else if (bf16) launchHopper<true, false>(maps, a, smem, grid, s);
+  else launchHopper<false, false>(maps, a, smem, grid, s);
   return true;
 }
 

@@ -12,11 +12,19 @@
 namespace kmfleet {
 namespace cuda {
 
-// Labels for n rows, as assignRows for the one-product operand kinds (F16x1, BF16x1). Returns false without
-// launching anything when this path can't take the call: not a compute capability 9.0 device, exact mode
-// (F16x3), Dp > 256, or KMFLEET_ASSIGN_KERNEL=mma in the environment (the portable kernel, for A/B runs).
+// The exact mode's error bound per row (assign_kernel.cu derives it): ε_r = epsX·‖x̂_r‖ + epsC + g_r·(epsG + epsM·m²),
+// m = ‖x̂_r‖/s_r + cmax, g_r = s_r·s_c/2.
+struct ExactBound {
+  float epsX = 0, epsC = 0, epsG = 0, epsM = 0, cmax = 0;
+};
+
+// Labels for n rows, as assignRows: F16x1, BF16x1 and, with the margin test against `bound` that appends the rows
+// to re-check to flagged/flaggedCount/flaggedThr, F16x3. Returns false without launching anything when this path
+// can't take the call: not a compute capability 9.0 device, Dp > 256 (exact mode: Dp > 128), or
+// KMFLEET_ASSIGN_KERNEL=mma in the environment (the portable kernel, for A/B runs).
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                      std::int32_t* labels, cudaStream_t s);
+                      std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+                      const ExactBound& bound, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace kmfleet

@@ -143,7 +143,7 @@ struct Operands {
   OpKind op() const { return bf16 ? OpKind::BF16x1 : OpKind::F16x1; }
   bool runHopper() {
     unsetenv("KMFLEET_ASSIGN_KERNEL");
-    return assignRowsHopper(rows(), n, d, cents(), k, op(), labH, 0);
+    return assignRowsHopper(rows(), n, d, cents(), k, op(), labH, nullptr, nullptr, nullptr, ExactBound{}, 0);
   }
   void runPortable() {
     setenv("KMFLEET_ASSIGN_KERNEL", "mma", 1);
