@@ -41,6 +41,28 @@ def main():
         ratio = f"{t / ms:.1f}×" if t else "—"
         print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} {r['data']} | {r['kernel']} | {ms:.2f} | "
               f"{float(r['assign_ms']):.2f} | {r['tflops']} | {r['recheck_last']} | {t if t else '—'} | {ratio} |")
+    passes = [r for r in parse(out / "bench-pass.log") if r["_tag"] == "RESULT_PASS"]
+    if passes:
+        print("\nOne fit pass through the Backend (what the engine runs: per-chunk stages, label copies, host side):\n")
+        print("| shape (N, D, K) | data | kernel | ms/pass | × torch |")
+        print("|---|---|---|---|---|")
+        for r in passes:
+            tkey = ("fp16" if r["in"] == "f16" else "fp32", r["n"], r["d"], r["k"])
+            t = torch_ms.get(tkey)
+            ms = float(r["ms_per_pass"])
+            print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} | {r['kernel']} | {ms:.2f} | "
+                  f"{f'{t / ms:.1f}×' if t else '—'} |")
+    ab = parse(out / "bench-assign.log")
+    if ab:
+        print("\nAssignment kernel alone (same operands): Hopper wgmma path vs the portable mma.sync one:\n")
+        print("| shape (N, D, K) | operands | Hopper ms | portable ms | speed-up |")
+        print("|---|---|---|---|---|")
+        for line in (out / "bench-assign.log").read_text(errors="replace").splitlines():
+            m = re.match(r"RESULT assign n=(\d+) d=(\d+) k=(\d+) (\w+) hopper_ms=([\d.]+) \((\d+) TFLOP/s\) "
+                         r"portable_ms=([\d.]+) \((\d+) TFLOP/s\) speedup=([\d.]+)x", line)
+            if m:
+                n, d, k, op, h, ht, p_, pt, sp = m.groups()
+                print(f"| {int(n):,}, {d}, {k} | {op} | {h} ({ht} TFLOP/s) | {p_} ({pt} TFLOP/s) | {sp}× |")
     if ooc:
         bw = [r for r in ooc if r["_tag"] == "RESULT_H2D"]
         print(f"\nOut of core through the Backend (host pinned buffers → GPU), H2D measured "
