@@ -52,6 +52,17 @@ def main():
             ms = float(r["ms_per_pass"])
             print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} | {r['kernel']} | {ms:.2f} | "
                   f"{f'{t / ms:.1f}×' if t else '—'} |")
+    eng = [r for r in parse(out / "bench-engine.log") if r["_tag"] == "RESULT_ENGINE"]
+    if eng:
+        print("\nOne Lloyd iteration through the Engine (the addon: Backend pass + the Engine's update), rows resident:\n")
+        print("| shape (N, D, K) | data | precision | ms/iter | × torch |")
+        print("|---|---|---|---|---|")
+        for r in eng:
+            tkey = ("fp16" if r["in"] == "f16" else "fp32", r["n"], r["d"], r["k"])
+            t = torch_ms.get(tkey)
+            ms = float(r["ms_per_iter"])
+            print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} | {r['precision']} | {ms:.2f} | "
+                  f"{f'{t / ms:.1f}×' if t else '—'} |")
     ab = parse(out / "bench-assign.log")
     if ab:
         print("\nAssignment kernel alone (same operands): Hopper wgmma path vs the portable mma.sync one:\n")
