@@ -586,6 +586,29 @@ void accumulateResident(RowValues x, int d, int k, const std::int32_t* labels, c
                                                       a.partialInertia, sumsOut, countsOut, inertiaOut);
 }
 
+namespace {
+// A chunk's partials (accumulate() into zeroed buffers: 0 + v = v, v never −0 since every sum starts at +0) added
+// into the totals exactly as accumulate() adds v: one addition per (cluster, dim) and per cluster's inertia, none
+// for a cluster the chunk has no row of.
+__global__ void foldPartialKernel(int d, bool sums, const double* ps, const long long* pc, const double* pi,
+                                  double* sumsOut, long long* countsOut, double* inertiaOut) {
+  const int c = blockIdx.x;
+  if (pc[c] == 0) return;
+  if (sums)
+    for (int j = threadIdx.x; j < d; j += blockDim.x)
+      sumsOut[static_cast<size_t>(c) * d + j] += ps[static_cast<size_t>(c) * d + j];
+  if (threadIdx.x == 0) {
+    inertiaOut[c] += pi[c];
+    countsOut[c] += pc[c];
+  }
+}
+}  // namespace
+
+void foldPartial(int d, int k, bool sums, const double* ps, const long long* pc, const double* pi, double* sumsOut,
+                 long long* countsOut, double* inertiaOut, cudaStream_t s) {
+  foldPartialKernel<<<static_cast<unsigned>(k), 128, 0, s>>>(d, sums, ps, pc, pi, sumsOut, countsOut, inertiaOut);
+}
+
 void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* labels, const float* cf, bool cosine,
                 double* dist, float* dist32, bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut,
                 double* inertiaOut, cudaStream_t s) {

@@ -136,6 +136,13 @@ void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* l
                 double* dist, float* dist32, bool sums, AccumulateScratch& a, double* sumsOut, long long* countsOut,
                 double* inertiaOut, cudaStream_t s);
 
+// Adds one chunk's partials — accumulate() run into zeroed K×D sums, K counts, K inertia — into the totals: the same
+// additions accumulate() makes into the totals directly, so the same bits (a partly resident pass folds its
+// streamed chunks after the resident rows, in chunk order).
+void foldPartial(int d, int k, bool sums, const double* partialSums, const long long* partialCounts,
+                 const double* partialInertia, double* sumsOut, long long* countsOut, double* inertiaOut,
+                 cudaStream_t s);
+
 // All resident rows in one accumulate: the same per-cluster sums, counts and inertia, bit for bit, as
 // accumulate() called on each chunk of chunkRows rows in row order (accumulate.cu: one stable sort by label over
 // all rows, each (cluster, chunk) run cut into the per-chunk path's segments, folded chunk after chunk), without

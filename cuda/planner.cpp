@@ -14,6 +14,7 @@ namespace {
 constexpr std::size_t kMiB = 1024 * 1024;
 constexpr std::int64_t kMaxChunkRows = 1 << 24;      // kernels index a chunk with int
 constexpr std::size_t kTargetChunkBytes = 64 * kMiB; // of input rows: long enough copies for full PCIe speed
+constexpr std::int64_t kMaxOverlapPartials = 512;    // per-chunk partials of the overlapped streamed chunks
 
 std::string mib(std::size_t b) {
   char s[64];
@@ -113,7 +114,24 @@ MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
                           " free (" + mib(headroom) + " kept as headroom)");
 
   p.residentRowBytes = residentRowBytes(d, p.op, cfg.dtype, cfg.metric);
-  const std::size_t left = usable - p.fixedBytes - p.streamBytes;
+  std::size_t left = usable - p.fixedBytes - p.streamBytes;
+  // Partly resident (the rows don't all fit): reserve the overlap's per-chunk partials and the chunk stream's
+  // scratch (accumulate + flagged rows) beside the resident budget: ~4 MiB a partial at K×D = 4096×128 against
+  // ~130 MiB a resident chunk. At most one partial per chunk and ≤ 1/8 of the usable memory; none → old path.
+  const std::size_t budget0 =
+      cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), left) : left;
+  std::size_t overlapScratch = 0;
+  if (std::int64_t(budget0 / p.residentRowBytes) < n) {
+    const std::size_t per = overlapPartialBytes(d, k);
+    overlapScratch = accumulateScratchBytes(p.chunkRows, int(d), int(k)) +
+                     std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256;  // flagged rows (cuda_backend.cu flagsS_)
+    std::int64_t parts = std::min<std::int64_t>((n + p.chunkRows - 1) / p.chunkRows, kMaxOverlapPartials);
+    parts = std::min<std::int64_t>(parts, std::int64_t(usable / 8 / per));
+    if (parts >= 1 && overlapScratch + std::size_t(parts) * per <= left) {
+      p.overlapPartials = parts;
+      left -= overlapScratch + std::size_t(parts) * per;
+    }
+  }
   p.residentBudget = cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), left) : left;
   const std::int64_t fit = std::int64_t(p.residentBudget / p.residentRowBytes);
   if (fit >= n) p.residentRows = n;
@@ -125,6 +143,12 @@ MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
     if (acc > 0) acc += std::size_t(residentPieceRows(p.residentRows, p.chunkRows)) * flaggedRowBytes(p.op);
     if (acc > 0 && std::size_t(p.residentRows) * p.residentRowBytes + acc <= p.residentBudget)
       p.residentAccBytes = acc;
+  }
+  if (p.residentRows == 0 || p.residentRows >= n) {
+    p.overlapPartials = 0;  // nothing to overlap (fully streamed, or all resident after all)
+  } else if (p.overlapPartials > 0) {
+    p.overlapPartials = std::min(p.overlapPartials, (n - p.residentRows + p.chunkRows - 1) / p.chunkRows);
+    p.overlapBytes = overlapScratch + std::size_t(p.overlapPartials) * overlapPartialBytes(d, k);
   }
   return p;
 }

@@ -25,6 +25,11 @@ struct MemoryPlan {
   std::size_t residentRowBytes = 0;       // device bytes per resident row
   std::size_t residentBudget = 0;         // bytes allowed for resident rows
   std::size_t residentAccBytes = 0;        // > 0: resident rows accumulated in one go, this much scratch (of the budget)
+  // Partly resident passes: streamed chunks computed on their own stream while the resident rows are, each into
+  // one of `overlapPartials` per-chunk partial buffers (a ring) folded into the totals in chunk order after the
+  // resident rows (cuda_backend.cu "overlap"). 0: streamed chunks wait for the resident rows (the old path).
+  std::int64_t overlapPartials = 0;
+  std::size_t overlapBytes = 0;            // the partials + the chunk stream's own scratch (beside the budget)
 };
 
 // The operand format for a precision (FP32 → exact split fp16; TF32 → per-row-scaled fp16, whose 11-bit
@@ -43,6 +48,10 @@ std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m);
 inline std::int64_t residentPieceRows(std::int64_t residentRows, std::int64_t chunkRows) {
   const std::int64_t whole = std::max<std::int64_t>(1, (std::int64_t{1} << 21) / chunkRows) * chunkRows;
   return std::min(residentRows, whole);
+}
+// One streamed chunk's per-cluster sums, counts and inertia (the values accumulate() adds into the totals).
+inline std::size_t overlapPartialBytes(std::int64_t d, std::int64_t k) {
+  return std::size_t(k) * std::size_t(d) * 8 + std::size_t(k) * 16;
 }
 inline std::size_t flaggedRowBytes(OpKind op) { return op == OpKind::F16x3 ? 4 + 4 + 4 + 4 * kCandidates : 0; }
 
