@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +108,7 @@ class CudaBackend final : public Backend {
     rows16_ = keepsRows16(inType(cfg.dtype), cosine_);
     stats_ = std::getenv("KMFLEET_CUDA_STATS") != nullptr;
     perChunk_ = std::getenv("KMFLEET_CUDA_PER_CHUNK") != nullptr;
+    noOverlap_ = std::getenv("KMFLEET_CUDA_NO_OVERLAP") != nullptr;
     plan_.backend = BackendKind::Cuda;
     plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     plan_.precision = mp_.precision;
@@ -137,6 +140,10 @@ class CudaBackend final : public Backend {
     fit_ = spec.mode == PassMode::Fit;
     rowsSeen_ = 0;
     retainedThisPass_ = 0;
+    overlap_ = false;
+    partNext_ = 0;
+    resStep_ = resSteps_ = 0;
+    pendingFolds_.clear();
     far_.clear();
     uploadCentroids(spec.centroids);
     check(cudaMemsetAsync(sums_, 0, sizeof(double) * std::size_t(k_) * d_, compute_), "memset");
@@ -151,6 +158,22 @@ class CudaBackend final : public Backend {
   void processResident() override {
     check(cudaSetDevice(cfg_.device), "cudaSetDevice");
     residentRan_ = true;  // finishPass finds the farthest resident rows from their kept distances, if asked
+    // Streamed chunks of this pass go on chunkStream_ into per-chunk partials, folded on compute_ after the resident
+    // rows: their copies and kernels no longer wait for the resident compute (see processChunk).
+    overlap_ = mp_.overlapPartials > 0 && !noOverlap_ && residentHeld_ < n_;
+    if (overlap_) {
+      centroidsForCompute();
+      check(cudaEventRecord(passReady_, compute_), "cudaEventRecord");  // centroid operands, zeroed totals and flags
+      // The resident work is queued a few chunks ahead of the device, not all at once: ~20 launches a chunk would
+      // fill the launch queue and block this thread (and the streamed chunks' copies) until most of it has run.
+      resWhole_ = !perChunk_ && racc_.rows > 0 && racc_.rows == residentHeld_;
+      resChunks_ = (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows;
+      resSteps_ = resChunks_ + (resWhole_ ? 1 : 0);  // whole: a piece a chunk, then the one accumulate
+      resStep_ = 0;
+      pendingFolds_.clear();
+      if (resWhole_) { centroidsForCompute(); stageMark(0); }
+      return pumpResident(false);
+    }
     if (!perChunk_ && racc_.rows > 0 && racc_.rows == residentHeld_) return processResidentWhole();
     for (std::int64_t first = 0; first < residentHeld_; first += mp_.chunkRows) {
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
@@ -170,7 +193,9 @@ class CudaBackend final : public Backend {
     check(cudaStreamWaitEvent(copy_, slot.rawFree, 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(slot.raw, host_[buffer], rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
     check(cudaEventRecord(slot.copied, copy_), "cudaEventRecord");
-    check(cudaStreamWaitEvent(compute_, slot.copied, 0), "cudaStreamWaitEvent");
+    const cudaStream_t cs = overlap_ ? chunkStream_ : compute_;
+    if (overlap_) check(cudaStreamWaitEvent(cs, passReady_, 0), "cudaStreamWaitEvent");
+    check(cudaStreamWaitEvent(cs, slot.copied, 0), "cudaStreamWaitEvent");
 
     // Rows of [0, residentRows) not yet held are retained: prepared straight into the resident arrays.
     const bool retain = residentHeld_ == 0 && firstRow < mp_.residentRows && firstRow == retainedThisPass_ &&
@@ -179,18 +204,19 @@ class CudaBackend final : public Backend {
     const bool valuesInSlot = rows16_ && !retain;  // the 16-bit rows are read where they landed
     if (valuesInSlot) ops.x16 = slot.raw;
     if (!muReady_) establishMu(slot.raw, rows);
-    prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, bad_, bad_ + 1, compute_);
+    prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, bad_, bad_ + 1, cs);
     check(cudaGetLastError(), "prepareRows");
-    if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, compute_), "cudaEventRecord");
-    computeChunk(ops, firstRow, rows, &slot);
-    if (valuesInSlot) check(cudaEventRecord(slot.rawFree, compute_), "cudaEventRecord");
+    if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
+    computeChunk(ops, firstRow, rows, &slot, cs);
+    if (valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
     if (retain) retainedThisPass_ += rows;
     // The engine may refill the host buffer once its copy is done.
-    check(cudaEventSynchronize(slot.copied), "H2D");
+    waitPumping(slot.copied, "H2D");
   }
 
   PassTotals finishPass() override {
     check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+    if (overlap_) pumpResident(true);  // the rest of the resident rows, then the streamed chunks' folds
     if (residentPending_) {
       // Resident labels (and distances) chunk by chunk as each chunk's D2H completes: the host's copies overlap
       // the device's work on the later chunks instead of following all of it.
@@ -201,6 +227,7 @@ class CudaBackend final : public Backend {
         if (spec_.distances) std::memcpy(spec_.distances + first, hResDist_ + first, sizeof(float) * rows);
       }
     }
+    check(cudaStreamSynchronize(chunkStream_), "compute");
     check(cudaStreamSynchronize(compute_), "compute");
     check(cudaStreamSynchronize(d2h_), "D2H");
     for (Slot& s : slots_) drain(s);
@@ -260,9 +287,13 @@ class CudaBackend final : public Backend {
   void abortPass() noexcept override {
     cudaSetDevice(cfg_.device);
     cudaStreamSynchronize(copy_);
+    cudaStreamSynchronize(chunkStream_);
     cudaStreamSynchronize(compute_);
     cudaStreamSynchronize(d2h_);
     cudaGetLastError();
+    overlap_ = false;
+    resStep_ = resSteps_ = 0;
+    pendingFolds_.clear();
     for (Slot& s : slots_) s.pending = false;
     residentPending_ = false;
     residentRan_ = false;
@@ -297,6 +328,12 @@ class CudaBackend final : public Backend {
     check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking), "cudaStreamCreate");
+    {  // streamed chunks of a partly resident pass: ahead of the resident rows' pending blocks (their slots free sooner)
+      int least = 0, greatest = 0;
+      check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+      check(cudaStreamCreateWithPriority(&chunkStream_, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
+    }
+    check(cudaEventCreateWithFlags(&passReady_, cudaEventDisableTiming), "cudaEventCreate");
     for (int b = 0; b < mp_.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * rowBytes_, "host buffers"));
     hostCentroids_ = hostAlloc<float>(std::size_t(k_) * d_, "centroids");
     hostStats_ = hostAlloc<CentroidStats>(1, "centroid statistics");
@@ -328,6 +365,24 @@ class CudaBackend final : public Backend {
     dist_ = devAlloc<double>(chunk, "chunk scratch");
     farScratch_ = devAlloc<char>(farRowsScratchBytes(mp_.chunkRows), "chunk scratch");
     allocAccumulateScratch(acc_, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
+    if (mp_.overlapPartials > 0) {  // planned beside the budget (planner.cpp): the chunk stream's own scratch + partials
+      allocAccumulateScratch(accS_, mp_.chunkRows, d_, k_);
+      flagsS_.flagged = devAlloc<int>(chunk, "overlap scratch");
+      flagsS_.thr = devAlloc<float>(chunk, "overlap scratch");
+      flagsS_.candCount = devAlloc<int>(chunk, "overlap scratch");
+      flagsS_.cand = devAlloc<int>(chunk * kCandidates, "overlap scratch");
+      flaggedCountS_ = devAlloc<unsigned>(1, "overlap scratch");
+      const std::size_t P = std::size_t(mp_.overlapPartials);
+      partSums_ = devAlloc<double>(P * k_ * d_, "overlap partials");
+      partCounts_ = devAlloc<long long>(P * k_, "overlap partials");
+      partInertia_ = devAlloc<double>(P * k_, "overlap partials");
+      resStepDone_.resize(std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows) + 1, nullptr);
+      for (cudaEvent_t& e : resStepDone_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      partReady_.resize(P, nullptr);
+      partFolded_.resize(P, nullptr);
+      for (auto* v : {&partReady_, &partFolded_})
+        for (cudaEvent_t& e : *v) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    }
     // resident rows
     if (mp_.residentRows > 0) {
       const std::size_t r = std::size_t(mp_.residentRows);
@@ -429,6 +484,21 @@ class CudaBackend final : public Backend {
       if (e) cudaEventDestroy(e);
     resChunkDone_.clear();
     freeAccumulateScratch(acc_);
+    freeAccumulateScratch(accS_);
+    for (void* p : {static_cast<void*>(flagsS_.flagged), static_cast<void*>(flagsS_.thr),
+                    static_cast<void*>(flagsS_.candCount), static_cast<void*>(flagsS_.cand),
+                    static_cast<void*>(flaggedCountS_), static_cast<void*>(partSums_), static_cast<void*>(partCounts_),
+                    static_cast<void*>(partInertia_)})
+      if (p) cudaFree(p);
+    flagsS_ = FlagScratch{};
+    flaggedCountS_ = nullptr; partSums_ = nullptr; partCounts_ = nullptr; partInertia_ = nullptr;
+    for (auto* v : {&partReady_, &partFolded_, &resStepDone_}) {
+      for (cudaEvent_t e : *v)
+        if (e) cudaEventDestroy(e);
+      v->clear();
+    }
+    if (passReady_) cudaEventDestroy(passReady_);
+    passReady_ = nullptr;
     for (void* p : {static_cast<void*>(cf_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                     static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),
                     static_cast<void*>(counts_), static_cast<void*>(inertia_), static_cast<void*>(bad_),
@@ -449,9 +519,9 @@ class CudaBackend final : public Backend {
     ringDone_[0] = ringDone_[1] = statsReady_ = nullptr;
     if (cstats_) cudaFree(cstats_);
     cstats_ = nullptr;
-    for (cudaStream_t s : {copy_, compute_, d2h_})
+    for (cudaStream_t s : {copy_, compute_, d2h_, chunkStream_})
       if (s) cudaStreamDestroy(s);
-    copy_ = compute_ = d2h_ = nullptr;
+    copy_ = compute_ = d2h_ = chunkStream_ = nullptr;
     cudaGetLastError();
   }
 
@@ -537,8 +607,72 @@ class CudaBackend final : public Backend {
   Slot& nextSlot() {
     Slot& s = slots_[slotNext_];
     slotNext_ ^= 1;
+    if (s.pending && overlap_) waitPumping(s.outDone, "D2H");
     drain(s);
     return s;
+  }
+
+  // ---- overlap: resident work queued a few chunks ahead (processResident, processChunk, finishPass) ----
+  static constexpr std::int64_t kResidentAhead = 3;  // resident chunks queued beyond the last one seen done
+  bool eventDone(cudaEvent_t e) {
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) { cudaGetLastError(); return false; }
+    check(r, "compute");
+    return true;
+  }
+  // Queue resident steps while fewer than kResidentAhead are outstanding (all: every one left). Once the last is
+  // queued, the streamed chunks' folds waiting for it are queued after it, in chunk order.
+  void pumpResident(bool all) {
+    while (resStep_ < resSteps_) {
+      if (!all && resStep_ >= kResidentAhead && !eventDone(resStepDone_[std::size_t(resStep_ - kResidentAhead)])) break;
+      if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+      residentStep(resStep_);
+      check(cudaEventRecord(resStepDone_[std::size_t(resStep_)], compute_), "cudaEventRecord");
+      ++resStep_;
+    }
+    if (resStep_ == resSteps_) {
+      for (std::size_t b : pendingFolds_) enqueueFold(b);
+      pendingFolds_.clear();
+    }
+  }
+  void residentStep(std::int64_t i) {
+    const std::int64_t R = residentHeld_, C = mp_.chunkRows, first = i * C;
+    if (!resWhole_) {
+      computeChunk(residentOps(first), first, std::min(C, R - first), nullptr);
+      residentPending_ = true;
+      return;
+    }
+    const bool wantDist = spec_.distances != nullptr;
+    if (i < resChunks_) {  // processResidentWhole's pieces, one chunk each
+      const std::int64_t rows = std::min(C, R - first);
+      assignPiece(residentOps(first), rows, resLabels_ + first, mp_.op == OpKind::F16x3 ? resFlag_ : chunkFlags());
+      if (!wantDist) downloadResident(i, i + 1, false);
+      return;
+    }
+    stageMark(1);
+    accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_, resDist64_, wantDist ? resDist_ : nullptr,
+                       fit_, racc_, sums_, counts_, inertia_, compute_);
+    check(cudaGetLastError(), "accumulateResident");
+    stageMark(2);
+    stageMark(3);
+    if (wantDist) downloadResident(0, resChunks_, true);
+    rowsSeen_ += R;
+    residentPending_ = true;
+  }
+  // Host waits of a partly resident pass keep the resident work queued meanwhile.
+  void waitPumping(cudaEvent_t e, const char* what) {
+    if (!overlap_) return check(cudaEventSynchronize(e), what);
+    while (!eventDone(e)) {
+      const std::int64_t before = resStep_;
+      pumpResident(false);
+      if (resStep_ == before) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  void enqueueFold(std::size_t b) {
+    check(cudaStreamWaitEvent(compute_, partReady_[b], 0), "cudaStreamWaitEvent");
+    foldPartial(d_, k_, fit_, partSums_ + b * k_ * d_, partCounts_ + b * k_, partInertia_ + b * k_, sums_, counts_,
+                inertia_, compute_);
+    check(cudaEventRecord(partFolded_[b], compute_), "cudaEventRecord");
   }
 
   // Copy a slot's finished outputs into the engine's arrays.
@@ -659,14 +793,18 @@ class CudaBackend final : public Backend {
     int* cand = nullptr;
   };
   FlagScratch chunkFlags() const { return {flagged_, flaggedThr_, candCount_, cand_}; }
-  void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f) {
-    check(cudaMemsetAsync(flaggedCount_, 0, sizeof(unsigned), compute_), "memset");
-    assignRows(ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, flaggedCount_, f.thr, compute_);
+  // On stream s with its own flagged-row counter (compute_: flaggedCount_; chunkStream_: flaggedCountS_).
+  void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
+                   cudaStream_t s = nullptr, unsigned* count = nullptr) {
+    if (!s) s = compute_;
+    if (!count) count = flaggedCount_;
+    check(cudaMemsetAsync(count, 0, sizeof(unsigned), s), "memset");
+    assignRows(ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, count, f.thr, s);
     check(cudaGetLastError(), "assignRows");
     if (mp_.op == OpKind::F16x3) {
-      candidateRows(ops, rows, d_, cops_, k_, f.flagged, flaggedCount_, f.thr, f.candCount, f.cand, compute_);
-      recheckRows(rowValues(ops), d_, cf_, k_, f.flagged, flaggedCount_, rows, f.candCount, f.cand, labels, compute_);
-      addFlagged(compute_);
+      candidateRows(ops, rows, d_, cops_, k_, f.flagged, count, f.thr, f.candCount, f.cand, s);
+      recheckRows(rowValues(ops), d_, cf_, k_, f.flagged, count, rows, f.candCount, f.cand, labels, s);
+      addFlagged(s, count);
     }
   }
 
@@ -693,7 +831,9 @@ class CudaBackend final : public Backend {
     const bool wantDist = spec_.distances != nullptr;
     centroidsForCompute();
     stageMark(0);
-    const std::int64_t piece = residentPieceRows(R, C);  // whole chunks (planner.h)
+    // whole chunks (planner.h); one chunk a piece while streamed chunks overlap: the resident assignment (a persistent
+    // kernel) then yields the SMs to a landed chunk within ~one chunk's compute, so the two slots keep cycling
+    const std::int64_t piece = overlap_ ? std::min(R, C) : residentPieceRows(R, C);
     for (std::int64_t first = 0; first < R; first += piece) {
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
       const std::int64_t rows = std::min(piece, R - first);
@@ -739,7 +879,11 @@ class CudaBackend final : public Backend {
   }
 
   // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
-  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp) {
+  // s: the stream of a streamed chunk (chunkStream_ when it overlaps the resident rows: its sums go to a partial).
+  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp,
+                    cudaStream_t s = nullptr) {
+    if (!s) s = compute_;
+    const bool part = slotp && s == chunkStream_;
     centroidsForCompute();
     const RowValues values = rowValues(ops);
     // farthest candidates of streamed chunks now (their rows leave the device); resident rows' in finishPass
@@ -755,22 +899,44 @@ class CudaBackend final : public Backend {
       slot.outDone = resChunkDone_[std::size_t(firstRow / mp_.chunkRows)];  // finishPass copies the chunk after it
     }
     if (far > 0) ensureFarBuffers(slot, far);
-    stageMark(0);
+    stageMark(0, s);
     // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
-    assignPiece(ops, rows, slot.labels, chunkFlags());
+    if (part) assignPiece(ops, rows, slot.labels, flagsS_, s, flaggedCountS_);
+    else assignPiece(ops, rows, slot.labels, chunkFlags());
     const bool wantDist = spec_.distances != nullptr;
-    stageMark(1);
+    stageMark(1, s);
     // resident rows keep their fp64 distances for the farthest rows (finishPass)
     double* dist = slotp ? dist_ : resDist64_ + firstRow;
-    accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist, wantDist ? slot.dist32 : nullptr, fit_, acc_,
-               sums_, counts_, inertia_, compute_);
-    stageMark(2);
+    if (part) {
+      // Into partial b (a ring: wait until compute_ folded the chunk that used it before), then folded on compute_
+      // after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same
+      // additions in the same order as from accumulate() into them directly.
+      const std::size_t b = std::size_t(partNext_++ % mp_.overlapPartials);
+      // the ring came round before the resident rows were all queued: queue them (and the folds) now
+      if (partNext_ > mp_.overlapPartials && resStep_ < resSteps_) pumpResident(true);
+      double* ps = partSums_ + b * k_ * d_;
+      long long* pc = partCounts_ + b * k_;
+      double* pi = partInertia_ + b * k_;
+      check(cudaStreamWaitEvent(s, partFolded_[b], 0), "cudaStreamWaitEvent");
+      if (fit_) check(cudaMemsetAsync(ps, 0, sizeof(double) * std::size_t(k_) * d_, s), "memset");
+      check(cudaMemsetAsync(pc, 0, sizeof(long long) * k_, s), "memset");
+      check(cudaMemsetAsync(pi, 0, sizeof(double) * k_, s), "memset");
+      accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist, wantDist ? slot.dist32 : nullptr, fit_, accS_,
+                 ps, pc, pi, s);
+      check(cudaEventRecord(partReady_[b], s), "cudaEventRecord");
+      if (resStep_ < resSteps_) pendingFolds_.push_back(b);  // after the resident rows, once they are queued
+      else enqueueFold(b);
+    } else {
+      accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist, wantDist ? slot.dist32 : nullptr, fit_, acc_,
+                 sums_, counts_, inertia_, compute_);
+    }
+    stageMark(2, s);
     if (far > 0)
       farRows(dist_, values, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,
-              compute_);
+              s);
     check(cudaGetLastError(), "chunk kernels");
-    stageMark(3);
-    check(cudaEventRecord(slot.computed, compute_), "cudaEventRecord");
+    stageMark(3, s);
+    check(cudaEventRecord(slot.computed, s), "cudaEventRecord");
     check(cudaStreamWaitEvent(d2h_, slot.computed, 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(slot.hLabels, slot.labels, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
     if (wantDist)
@@ -794,17 +960,18 @@ class CudaBackend final : public Backend {
     slot.dist = wantDist;
   }
 
-  void addFlagged(cudaStream_t s);
+  void addFlagged(cudaStream_t s, const unsigned* count);
 
   // KMFLEET_CUDA_STATS: CUDA events around each chunk's stages (assign + recheck, sums + distances, farthest),
   // summed and printed by finishPass. Nothing recorded otherwise.
-  void stageMark(int i) {
+  void stageMark(int i, cudaStream_t s = nullptr) {
     if (!stats_) return;
+    if (!s) s = compute_;
     if (i == 0 && stagesUsed_ == stageEv_.size()) {
       stageEv_.emplace_back();
       for (cudaEvent_t& e : stageEv_.back()) check(cudaEventCreate(&e), "cudaEventCreate");
     }
-    check(cudaEventRecord(stageEv_[stagesUsed_][i], compute_), "cudaEventRecord");
+    check(cudaEventRecord(stageEv_[stagesUsed_][i], s), "cudaEventRecord");
     if (i == 3) ++stagesUsed_;
   }
 
@@ -883,6 +1050,24 @@ class CudaBackend final : public Backend {
   // KMFLEET_CUDA_PER_CHUNK (A/B only): resident rows chunk by chunk and the farthest rows on every fit pass, the
   // device work of the path before accumulateResident and the lazy farthest rows
   bool perChunk_ = false;
+  // Overlap of a partly resident pass (planner.h overlapPartials): streamed chunks on chunkStream_ (high priority)
+  // with their own scratch, sums into a ring of per-chunk partials folded on compute_ in chunk order.
+  // KMFLEET_CUDA_NO_OVERLAP=1 keeps the old path (streamed chunks behind the resident rows on compute_) for A/B.
+  bool noOverlap_ = false, overlap_ = false;
+  cudaStream_t chunkStream_ = nullptr;
+  cudaEvent_t passReady_ = nullptr;
+  AccumulateScratch accS_;
+  FlagScratch flagsS_;
+  unsigned* flaggedCountS_ = nullptr;
+  double* partSums_ = nullptr;
+  long long* partCounts_ = nullptr;
+  double* partInertia_ = nullptr;
+  std::vector<cudaEvent_t> partReady_, partFolded_;
+  std::int64_t partNext_ = 0;
+  bool resWhole_ = false;                      // resident steps: pieces + accumulateResident (else chunk by chunk)
+  std::int64_t resChunks_ = 0, resSteps_ = 0, resStep_ = 0;
+  std::vector<cudaEvent_t> resStepDone_;      // per resident step, on compute_
+  std::vector<std::size_t> pendingFolds_;     // partials waiting for the last resident step to be queued
   std::vector<std::array<cudaEvent_t, 4>> stageEv_;
   std::size_t stagesUsed_ = 0;
   std::int64_t residentHeld_ = 0;
@@ -895,9 +1080,14 @@ class CudaBackend final : public Backend {
   std::int64_t lastRecheckRows_ = 0;
 };
 
-__global__ void addFlaggedKernel(unsigned long long* total, const unsigned* count) { *total += *count; }
+// atomic: the compute stream and the chunk stream may add at the same time
+__global__ void addFlaggedKernel(unsigned long long* total, const unsigned* count) {
+  atomicAdd(total, static_cast<unsigned long long>(*count));
+}
 
-void CudaBackend::addFlagged(cudaStream_t s) { addFlaggedKernel<<<1, 1, 0, s>>>(flaggedTotal_, flaggedCount_); }
+void CudaBackend::addFlagged(cudaStream_t s, const unsigned* count) {
+  addFlaggedKernel<<<1, 1, 0, s>>>(flaggedTotal_, count);
+}
 
 }  // namespace
 
