@@ -1,7 +1,7 @@
 // kmbench: standalone check + benchmark of the CUDA kernels (no Node, no engine).
 //   kmbench check            awkward shapes × every operand kind, against a float64 CPU reference
 //   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
-//   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
+//   kmbench ooc [N D K]      out of core through the Backend: all / half (overlapped, and not) / no rows resident
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
 // KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs);
 // KMFLEET_CUDA_PER_CHUNK=1: the backend's resident rows chunk by chunk and farthest rows on every fit pass (the old path).
@@ -741,12 +741,18 @@ static int runOoc(int argc, char** argv) {
                                                        kmfleet::Metric::L2);
     long long res = 0, chunk = 0;
     double compute = 0;
-    for (int frac : {100, 50, 0}) {
-      const long long budget = frac == 100 ? -1 : static_cast<long long>(rrb * size_t(n) * frac / 100);
+    // frac −50: half resident with KMFLEET_CUDA_NO_OVERLAP=1 (streamed chunks behind the resident rows: the old
+    // path), same run, for A/B against the overlapped pass (frac 50)
+    for (int frac : {100, 50, -50, 0}) {
+      const int f = frac < 0 ? -frac : frac;
+      const long long budget = f == 100 ? -1 : static_cast<long long>(rrb * size_t(n) * f / 100);
       double ms = 0;
+      if (frac < 0) setenv("KMFLEET_CUDA_NO_OVERLAP", "1", 1);
       try {
         ms = oocRun(n, d, k, prec, budget, &res, &chunk);
+        unsetenv("KMFLEET_CUDA_NO_OVERLAP");
       } catch (const kmfleet::EngineError& e) {
+        unsetenv("KMFLEET_CUDA_NO_OVERLAP");
         std::printf("RESULT_OOC kernel=%s n=%lld d=%d k=%d error=\"%s\"\n", pn, n, d, k, e.what());
         continue;
       }
@@ -754,9 +760,10 @@ static int runOoc(int argc, char** argv) {
       const double streamed = double(n - res) * d * 4;
       const double ioMs = streamed / (bw * 1e9) * 1e3;
       const double bound = std::max(compute, ioMs);
-      std::printf("RESULT_OOC kernel=%s n=%lld d=%d k=%d chunk=%lld resident=%lld streamed_gb=%.2f ms_per_pass=%.1f "
+      std::printf("RESULT_OOC kernel=%s%s n=%lld d=%d k=%d chunk=%lld resident=%lld streamed_gb=%.2f ms_per_pass=%.1f "
                   "compute_ms=%.1f io_ms=%.1f ratio_to_bound=%.2f\n",
-                  pn, n, d, k, chunk, res, streamed / 1e9, ms, compute, ioMs, bound > 0 ? ms / bound : 0.0);
+                  pn, frac < 0 ? " path=no-overlap" : "", n, d, k, chunk, res, streamed / 1e9, ms, compute, ioMs,
+                  bound > 0 ? ms / bound : 0.0);
       std::fflush(stdout);
     }
   }

@@ -207,3 +207,45 @@ describe("backend 'auto'", () => {
     expect(large.plan.backend).toBe('cuda');
   });
 });
+
+// A partly resident pass computes its streamed chunks while the resident rows are (their own stream, sums into
+// per-chunk partials folded after the resident rows in chunk order). KMFLEET_CUDA_NO_OVERLAP=1 (read when the
+// engine opens) keeps the old path: both must give the same bits, with the resident rows chunk by chunk (small
+// budget) and in one go (budget with room for the one-go scratch), and equal the fully streamed run.
+describe('overlapped streamed chunks', () => {
+  const n = 60000, d = 32, k = 64, chunk = 4096;
+  const x = blobData(n, d, 40, 53);
+  const init = pickRows(x, d, distinctRows(n, k, 19));
+
+  async function run(memoryBudget: number, overlap: boolean) {
+    if (!overlap) process.env.KMFLEET_CUDA_NO_OVERLAP = '1';
+    let e: Engine;
+    try {
+      e = await open({ rows: n, dims: d, k, chunkRows: chunk, memoryBudget });
+    } finally {
+      delete process.env.KMFLEET_CUDA_NO_OVERLAP;
+    }
+    e.setCentroids(init);
+    const passes = await fit(e, bytesOf(x), n, 4);
+    await runPass(e, bytesOf(x), n, 'assign', { distances: true, skipBelow: e.plan.residentRows });
+    return { c: e.centroids(), labels: e.labels(), dist: e.distances(), resident: e.plan.residentRows,
+      inertia: passes.map((p) => p.inertia) };
+  }
+
+  it('the same centroids, labels, distances and inertia as the old path and as fully streamed', async () => {
+    const none = await run(0, true);
+    expect(none.resident).toBe(0);
+    for (const budget of [3 * chunk * 200, 8 * chunk * 300 + (4 << 20)]) {
+      const on = await run(budget, true);
+      const off = await run(budget, false);
+      expect(on.resident, `budget ${budget}`).toBeGreaterThanOrEqual(chunk);
+      expect(on.resident).toBeLessThan(n);
+      for (const r of [on, off]) {
+        expect(sameBits(r.c, none.c), `budget ${budget} centroids`).toBe(true);
+        expect(Buffer.from(r.labels.buffer).equals(Buffer.from(none.labels.buffer)), `budget ${budget} labels`).toBe(true);
+        expect(sameBits(r.dist, none.dist), `budget ${budget} distances`).toBe(true);
+        expect(r.inertia).toEqual(none.inertia);
+      }
+    }
+  });
+});
