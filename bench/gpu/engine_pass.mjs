@@ -68,18 +68,26 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       }
     } else init.set(new Float32Array(data.buffer, 0, k * d));
     engine.setCentroids(init);
-    const times = [];
+    const times = [], finishes = [], engineMs = [];
     for (let it = 0; it < 9; it++) {
       const t0 = process.hrtime.bigint();
       engine.beginPass('fit');
       await feedAll(engine, data, n, it === 0 ? 0 : engine.plan.residentRows);
-      await engine.finishPass();
-      if (it > 0) times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+      const t1 = process.hrtime.bigint();
+      const r = await engine.finishPass();
+      const t2 = process.hrtime.bigint();
+      if (it > 0) {
+        times.push(Number(t2 - t0) / 1e6);
+        finishes.push(Number(t2 - t1) / 1e6);
+        engineMs.push(r.ms);
+      }
     }
+    const median = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
     times.sort((a, b) => a - b);
     const med = times[times.length >> 1];
     console.log(`RESULT_ENGINE n=${n} d=${d} k=${k} in=${dtype} precision=${engine.plan.precision} ` +
       `resident=${engine.plan.residentRows} ms_per_iter=${med.toFixed(3)} min_ms=${times[0].toFixed(3)} ` +
+      `finish_ms=${median(finishes).toFixed(3)} engine_pass_ms=${median(engineMs).toFixed(3)} ` +
       `device="${engine.plan.device}"`);
   } finally {
     engine.close();
