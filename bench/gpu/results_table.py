@@ -20,6 +20,21 @@ def parse(path):
     return rows
 
 
+def ms_table(rows, tag, torch_ms, ms_key, kind_key, ms_head, title):
+    """A (shape, data, kind, ms, × torch) table of the rows tagged `tag`; nothing when there are none."""
+    rows = [r for r in rows if r["_tag"] == tag]
+    if not rows:
+        return
+    print(f"\n{title}\n")
+    print(f"| shape (N, D, K) | data | {kind_key} | {ms_head} | × torch |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        t = torch_ms.get(("fp16" if r["in"] == "f16" else "fp32", r["n"], r["d"], r["k"]))
+        ms = float(r[ms_key])
+        print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} | {r[kind_key]} | {ms:.2f} | "
+              f"{f'{t / ms:.1f}×' if t else '—'} |")
+
+
 def main():
     out = Path(sys.argv[1])
     kern = [r for r in parse(out / "bench-kernels.log") if r["_tag"] == "RESULT"]
@@ -41,28 +56,10 @@ def main():
         ratio = f"{t / ms:.1f}×" if t else "—"
         print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} {r['data']} | {r['kernel']} | {ms:.2f} | "
               f"{float(r['assign_ms']):.2f} | {r['tflops']} | {r['recheck_last']} | {t if t else '—'} | {ratio} |")
-    passes = [r for r in parse(out / "bench-pass.log") if r["_tag"] == "RESULT_PASS"]
-    if passes:
-        print("\nOne fit pass through the Backend (what the engine runs: per-chunk stages, label copies, host side):\n")
-        print("| shape (N, D, K) | data | kernel | ms/pass | × torch |")
-        print("|---|---|---|---|---|")
-        for r in passes:
-            tkey = ("fp16" if r["in"] == "f16" else "fp32", r["n"], r["d"], r["k"])
-            t = torch_ms.get(tkey)
-            ms = float(r["ms_per_pass"])
-            print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} | {r['kernel']} | {ms:.2f} | "
-                  f"{f'{t / ms:.1f}×' if t else '—'} |")
-    eng = [r for r in parse(out / "bench-engine.log") if r["_tag"] == "RESULT_ENGINE"]
-    if eng:
-        print("\nOne Lloyd iteration through the Engine (the addon: Backend pass + the Engine's update), rows resident:\n")
-        print("| shape (N, D, K) | data | precision | ms/iter | × torch |")
-        print("|---|---|---|---|---|")
-        for r in eng:
-            tkey = ("fp16" if r["in"] == "f16" else "fp32", r["n"], r["d"], r["k"])
-            t = torch_ms.get(tkey)
-            ms = float(r["ms_per_iter"])
-            print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} | {r['precision']} | {ms:.2f} | "
-                  f"{f'{t / ms:.1f}×' if t else '—'} |")
+    ms_table(parse(out / "bench-pass.log"), "RESULT_PASS", torch_ms, "ms_per_pass", "kernel", "ms/pass",
+             "One fit pass through the Backend (what the engine runs: per-chunk stages, label copies, host side):")
+    ms_table(parse(out / "bench-engine.log"), "RESULT_ENGINE", torch_ms, "ms_per_iter", "precision", "ms/iter",
+             "One Lloyd iteration through the Engine (the addon: Backend pass + the Engine's update), rows resident:")
     ab = parse(out / "bench-assign.log")
     if ab:
         print("\nAssignment kernel alone (same operands): Hopper wgmma path vs the portable mma.sync one:\n")
