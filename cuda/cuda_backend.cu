@@ -604,6 +604,18 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // All resident rows' sums in one go once their labels are final (same additions as chunk by chunk), then their
+  // distances down when the pass wants them.
+  void accumulateResidentRows(bool wantDist) {
+    stageMark(1);
+    accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_, resDist64_, wantDist ? resDist_ : nullptr,
+                       fit_, racc_, sums_, counts_, inertia_, compute_);
+    check(cudaGetLastError(), "accumulateResident");
+    stageMark(2);
+    stageMark(3);
+    if (wantDist) downloadResident(0, (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows, true);
+  }
+
   Slot& nextSlot() {
     Slot& s = slots_[slotNext_];
     slotNext_ ^= 1;
@@ -649,13 +661,7 @@ class CudaBackend final : public Backend {
       if (!wantDist) downloadResident(i, i + 1, false);
       return;
     }
-    stageMark(1);
-    accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_, resDist64_, wantDist ? resDist_ : nullptr,
-                       fit_, racc_, sums_, counts_, inertia_, compute_);
-    check(cudaGetLastError(), "accumulateResident");
-    stageMark(2);
-    stageMark(3);
-    if (wantDist) downloadResident(0, resChunks_, true);
+    accumulateResidentRows(wantDist);
     rowsSeen_ += R;
     residentPending_ = true;
   }
@@ -842,13 +848,7 @@ class CudaBackend final : public Backend {
       // labels are final here: their copies overlap the rest (with distances, they go down after the sums)
       if (!wantDist) downloadResident(first / C, (first + rows + C - 1) / C, false);
     }
-    stageMark(1);
-    accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_, resDist64_, wantDist ? resDist_ : nullptr,
-                       fit_, racc_, sums_, counts_, inertia_, compute_);
-    check(cudaGetLastError(), "accumulateResident");
-    stageMark(2);
-    stageMark(3);
-    if (wantDist) downloadResident(0, (R + C - 1) / C, true);
+    accumulateResidentRows(wantDist);
     rowsSeen_ += R;
     residentPending_ = true;
   }
