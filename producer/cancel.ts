@@ -18,7 +18,6 @@
  *               (summary.json is never written, no recordResult). Also poll every pollMs (default 250 ms),
  *               so a pub/sub message lost during a reconnect still stops the job within a second.
  */
-import type { Redis } from 'ioredis';
 import type { Keys } from './keys.js';
 import type { RedisClient } from './job-state.js';
 
@@ -54,17 +53,18 @@ export interface CancelWatch {
 
 /**
  * The receiving side, one per worker process. Uses its own duplicate of `redis` for SUBSCRIBE and the
- * given connection for the flag checks.
+ * given connection for the flag checks. On a Redis Cluster the duplicate is a Cluster too: ioredis subscribes through
+ * one node it picks (and re-picks when that node goes), and a cluster delivers PUBLISH to subscribers on every node.
  */
 export class CancelListener {
   private readonly watches = new Map<string, Set<AbortController>>();
-  private subscriber: Redis | undefined;
+  private subscriber: RedisClient | undefined;
   private timer: NodeJS.Timeout | undefined;
   private polling = false;
   private closed = false;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly keys: Keys,
     private readonly opts: { pollMs?: number; onError?: (err: unknown) => void } = {},
   ) {}

@@ -2,7 +2,8 @@
  * The options, answers and argument checks of KmfleetClient (client.ts), apart from its behaviour.
  */
 import type { JobsOptions } from 'bullmq';
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { RedisConnectionOptions } from './connection.js';
 import { InvalidArgumentError } from './errors/job-errors.js';
 import { JOB_ID_RE, JOB_ID_RULE, type JobData } from './job-data.js';
 import type { Limits } from './limits.js';
@@ -11,8 +12,12 @@ import type { JobResult } from './results.js';
 import { MODEL_NAME_RE } from './spec.js';
 
 export interface KmfleetClientOptions {
-  /** A redis:// or rediss:// URL, ioredis options, or an ioredis instance (not closed by close()). Default: REDIS_URL. */
-  connection?: string | RedisOptions | Redis;
+  /**
+   * A redis:// or rediss:// URL (one node), connection options (`connectionFromEnv()`; with `cluster`: a Redis
+   * Cluster), ioredis options, or an ioredis Redis or Cluster instance (not closed by close()).
+   * Default: the environment, REDIS_URL and REDIS_CLUSTER_NODES.
+   */
+  connection?: string | RedisConnectionOptions | RedisOptions | Redis | Cluster;
   /** BullMQ queue name (default `jobs`). */
   queue?: string;
   /** Key prefix (default `kmfleet`). */

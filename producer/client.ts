@@ -12,7 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Queue, type JobsOptions } from 'bullmq';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { cancelRequested, CANCEL_REASON, isCancelledReason, requestCancel } from './cancel.js';
 import {
   checkJobId,
@@ -28,7 +28,7 @@ import {
   type KmfleetClientOptions,
   type WaitOptions,
 } from './client-options.js';
-import { connectionFromEnv, describeConnection, parseRedisUrl, producerRedisOptions } from './connection.js';
+import { connectionFromEnv, describeConnection, parseRedisUrl, type RedisConnectionOptions } from './connection.js';
 import {
   InvalidArgumentError,
   JobCancelledError,
@@ -38,10 +38,12 @@ import {
   WaitTimeoutError,
 } from './errors/index.js';
 import { JOB_NAME, type JobData } from './job-data.js';
+import type { RedisClient } from './job-state.js';
 import { keyspace, type Keys } from './keys.js';
 import { resolveLimits, type Limits } from './limits.js';
 import { asJobProgress } from './progress.js';
 import { toRedisUnavailable } from './redis-errors.js';
+import { clientConnectionOptions, createRedisClient } from './redis-factory.js';
 import { readHistory, readLatest, readModels, type JobResult } from './results.js';
 import { normalizeScheduleSpec, parseRepeat, toScheduleInfo, type RepeatInput, type ScheduleInfo } from './schedule.js';
 import { parseJobSpec, specHash, type JobSpecInput } from './spec.js';
@@ -65,7 +67,7 @@ export class KmfleetClient {
   readonly limits: Limits;
   /** Safe to print: no password. */
   readonly where: string;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly ownsRedis: boolean;
   private queueInstance: Queue | undefined;
   private ready: Promise<void> | undefined;
@@ -76,17 +78,17 @@ export class KmfleetClient {
     this.keys = keyspace({ prefix: opts.prefix, queue: opts.queue });
     this.limits = resolveLimits(opts.limits);
     this.jobOptions = { ...DEFAULT_JOB_OPTIONS, ...opts.jobOptions };
-    if (opts.connection instanceof Redis) {
+    if (opts.connection instanceof Redis || opts.connection instanceof Cluster) {
       this.redis = opts.connection;
       this.ownsRedis = false;
-      this.where = describeConnection(this.redis.options);
+      this.where = describeConnection(clientConnectionOptions(this.redis));
     } else {
-      const base: RedisOptions =
+      const base: RedisConnectionOptions | RedisOptions =
         typeof opts.connection === 'string'
           ? parseRedisUrl(opts.connection)
           : (opts.connection ?? connectionFromEnv());
-      this.where = describeConnection(base);
-      this.redis = new Redis(producerRedisOptions(base, opts.connectTimeoutMs));
+      this.where = describeConnection(base as RedisConnectionOptions);
+      this.redis = createRedisClient(base, 'producer', { connectTimeoutMs: opts.connectTimeoutMs });
       this.ownsRedis = true;
     }
     // Without a listener ioredis prints every reconnect error; keep the last one for messages instead.
@@ -137,8 +139,8 @@ export class KmfleetClient {
     return this.queueInstance;
   }
 
-  /** The client's ioredis connection (connected). */
-  async connection(): Promise<Redis> {
+  /** The client's ioredis connection (connected): a Redis, or a Cluster in cluster mode. */
+  async connection(): Promise<RedisClient> {
     await this.connect();
     return this.redis;
   }

@@ -6,10 +6,15 @@
  *   REDIS_URL=redis://[[user]:password@]host[:port][/db]      default redis://127.0.0.1:6379
  *   REDIS_URL=rediss://...                                    TLS (servername = host unless host is an IP)
  *   query: ?db=N (instead of /N)
+ *   REDIS_CLUSTER_NODES=host:port,…                          Redis Cluster seed nodes; REDIS_URL then gives only the
+ *                                                             scheme, user and password (producer/redis-cluster.ts)
+ *
+ * Connections are made in one place, producer/redis-factory.ts, which picks a node or a cluster from these options.
  */
 import { isIP } from 'node:net';
-import type { Redis, RedisOptions } from 'ioredis';
+import type { RedisOptions } from 'ioredis';
 import { ConnectionConfigError } from './errors/connection-config-error.js';
+import { describeCluster, parseClusterNodes, withClusterNodes, type RedisNode } from './redis-cluster.js';
 
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
 
@@ -21,6 +26,8 @@ export interface RedisConnectionOptions {
   password?: string;
   db?: number;
   tls?: { servername?: string };
+  /** Seed nodes of a Redis Cluster (REDIS_CLUSTER_NODES): set = cluster mode; host and port are then unused. */
+  cluster?: RedisNode[];
 }
 
 /** The URL with any password replaced by ***, for messages and logs; also for unparseable input. */
@@ -72,13 +79,19 @@ export function parseRedisUrl(url: string): RedisConnectionOptions {
   return out;
 }
 
-/** REDIS_URL from the environment (or the local default), parsed. */
-export function connectionFromEnv(env: NodeJS.ProcessEnv = process.env): RedisConnectionOptions {
-  return parseRedisUrl(env.REDIS_URL || DEFAULT_REDIS_URL);
+/**
+ * REDIS_URL from the environment (or the local default; `url` overrides it, e.g. a CLI flag), parsed; with
+ * REDIS_CLUSTER_NODES, cluster mode.
+ */
+export function connectionFromEnv(env: NodeJS.ProcessEnv = process.env, url?: string): RedisConnectionOptions {
+  const base = parseRedisUrl(url || env.REDIS_URL || DEFAULT_REDIS_URL);
+  const nodes = env.REDIS_CLUSTER_NODES?.trim();
+  return nodes ? withClusterNodes(base, parseClusterNodes(nodes)) : base;
 }
 
-/** `redis[s]://[user@]host:port[/db]`: what a message may say about a connection. */
+/** `redis[s]://[user@]host:port[/db]` (or the cluster's nodes): what a message may say about a connection. */
 export function describeConnection(opts: Partial<RedisConnectionOptions> & { path?: string }): string {
+  if (opts.cluster) return describeCluster({ ...opts, cluster: opts.cluster });
   if (opts.path) return `unix:${opts.path}`;
   const scheme = opts.tls ? 'rediss' : 'redis';
   const host = (opts.host ?? '127.0.0.1').includes(':') ? `[${opts.host}]` : (opts.host ?? '127.0.0.1');
@@ -107,22 +120,4 @@ export function producerRedisOptions(base: RedisOptions, connectTimeoutMs = 5000
 /** Workers never give up (BullMQ requires maxRetriesPerRequest: null for blocking connections). */
 export function workerRedisOptions(base: RedisOptions): RedisOptions {
   return { ...base, maxRetriesPerRequest: null, enableOfflineQueue: true };
-}
-
-/**
- * The server's maxmemory-policy (INFO works where CONFIG is renamed, as on managed Redis). BullMQ loses
- * jobs under any evicting policy: workers refuse to start unless it is `noeviction`.
- */
-export async function maxmemoryPolicy(redis: Redis): Promise<string | undefined> {
-  const info = await redis.info('memory');
-  return /^maxmemory_policy:(\S+)/m.exec(info)?.[1];
-}
-
-export async function assertNoEviction(redis: Redis): Promise<void> {
-  const policy = await maxmemoryPolicy(redis);
-  if (policy !== undefined && policy !== 'noeviction') {
-    throw new ConnectionConfigError(
-      `Redis maxmemory-policy is ${policy}; kmfleet needs noeviction (an evicting Redis silently loses jobs)`,
-    );
-  }
 }
