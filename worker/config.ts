@@ -6,6 +6,7 @@
  * | variable                         | default                  | meaning                                                          |
  * |----------------------------------|--------------------------|------------------------------------------------------------------|
  * | REDIS_URL                        | redis://127.0.0.1:6379   | redis[s]://[user:pass@]host:port[/db] (producer/connection.ts)   |
+ * | REDIS_CLUSTER_NODES              | (one node)               | host:port,… of a Redis Cluster (producer/redis-cluster.ts)       |
  * | KMFLEET_PREFIX                   | kmfleet                  | key prefix, hash-tagged {prefix} (producer/keys.ts)              |
  * | KMFLEET_QUEUE                    | jobs                     | BullMQ queue name                                                |
  * | KMFLEET_CONCURRENCY              | GPUs found, else 1       | jobs at once in this process (one per GPU)                       |

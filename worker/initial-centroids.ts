@@ -3,7 +3,7 @@
  * centroids, or 'previous' (the centroids of the latest result of model `name`, a warm start; kmeans++ when the model
  * has no result yet), loaded into a Float32Array. Shape and finiteness are checked by the driver.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../producer/job-state.js';
 import type { Keys } from '../producer/keys.js';
 import { readLatest } from '../producer/results.js';
 import type { JobSpec } from '../producer/spec.js';
@@ -22,7 +22,7 @@ export interface ResolvedInit {
   note?: string;
 }
 
-export async function resolveInit(spec: JobSpec, redis: Redis, keys: Keys, s3: S3Handle): Promise<ResolvedInit> {
+export async function resolveInit(spec: JobSpec, redis: RedisClient, keys: Keys, s3: S3Handle): Promise<ResolvedInit> {
   if (spec.init === 'kmeans++' || spec.init === 'random') return { init: spec.init };
   let uri: string;
   if (spec.init === 'previous') {

@@ -19,7 +19,7 @@
  * write nothing. Anything else is thrown as is and BullMQ retries it (attempts and backoff: the producer's job options).
  */
 import { WaitingError, type Job } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../producer/job-state.js';
 import * as native from '../native/index.js';
 import type { Engine, EngineOptions } from '../native/index.js';
 import { CANCEL_REASON, type CancelListener } from '../producer/cancel.js';
@@ -60,7 +60,7 @@ export type OpenEngine = (options: EngineOptions) => Promise<Engine>;
 export interface ProcessorDeps {
   config: WorkerConfig;
   /** a non-blocking connection for our own Redis writes */
-  redis: Redis;
+  redis: RedisClient;
   keys: Keys;
   s3: S3Handle;
   logger: Logger;

@@ -7,10 +7,11 @@
  *   ... await w.shutdown('SIGTERM');
  */
 import { Worker } from 'bullmq';
-import { Redis, type RedisOptions } from 'ioredis';
 import * as native from '../native/index.js';
 import { CancelListener } from '../producer/cancel.js';
-import { describeConnection, maxmemoryPolicy, workerRedisOptions } from '../producer/connection.js';
+import { describeConnection } from '../producer/connection.js';
+import { evictingNode } from '../producer/eviction-policy.js';
+import { createRedisClient, isCluster } from '../producer/redis-factory.js';
 import { keyspace, type Keys } from '../producer/keys.js';
 import type { WorkerConfig } from './config.js';
 import { createLogger, type Logger } from './logger.js';
@@ -21,10 +22,13 @@ import { createProcessor, type OpenEngine } from './processor.js';
 import { createS3, type S3Handle } from './s3/client.js';
 
 export class RedisPolicyError extends Error {
-  constructor(readonly policy: string) {
+  /** `node`: the cluster node (host:port) whose policy evicts, in cluster mode */
+  constructor(readonly policy: string, readonly node?: string) {
     super(
-      `Redis maxmemory-policy is "${policy}"; kmfleet workers need "noeviction" (an evicting Redis silently drops ` +
+      `Redis maxmemory-policy is "${policy}"${node ? ` on cluster node ${node}` : ''}; kmfleet workers need "noeviction" ` +
+        '(an evicting Redis silently drops ' +
         'queued jobs, locks and checkpoint records). Set it with `CONFIG SET maxmemory-policy noeviction` ' +
+        (node ? '(on every master of the cluster) ' : '') +
         '(and `maxmemory-policy noeviction` in redis.conf, or your provider\'s parameter group) and start the worker again.',
     );
     this.name = 'RedisPolicyError';
@@ -65,13 +69,15 @@ function gpuOrdinals(): number[] {
 export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions = {}): Promise<KmfleetWorker> {
   const logger = opts.logger ?? createLogger({ level: config.logLevel });
   const keys = keyspace({ prefix: config.prefix, queue: config.queue });
-  const connection: RedisOptions = workerRedisOptions({ ...config.redis });
-  const redis = new Redis(connection);
-  redis.on('error', (err) => logger.warn({ err: err.message }, 'redis connection error'));
+  // One client (a node or, with REDIS_CLUSTER_NODES, a cluster) for our own writes, the cancel flags and BullMQ, which
+  // shares it and duplicates it for its blocking connection (maxRetriesPerRequest null either way).
+  const redis = createRedisClient(config.redis, 'worker');
+  redis.on('error', (err: Error) => logger.warn({ err: err.message }, 'redis connection error'));
   const where = describeConnection(config.redis);
   try {
-    const policy = await maxmemoryPolicy(redis);
-    if (policy !== undefined && policy !== 'noeviction') throw new RedisPolicyError(policy);
+    // every master of a cluster: a resharding may move the {prefix} slot to any of them
+    const bad = await evictingNode(redis);
+    if (bad?.policy) throw new RedisPolicyError(bad.policy, isCluster(redis) ? bad.node : undefined);
   } catch (err) {
     redis.disconnect();
     throw err;
@@ -91,7 +97,7 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
   const lockLoss = new LockLossRegistry();
   const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss, devices });
   const worker = new Worker(keys.queueName, processor, {
-    connection,
+    connection: redis,
     prefix: keys.bullPrefix,
     concurrency,
     lockDuration: config.lockDurationMs,

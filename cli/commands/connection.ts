@@ -1,16 +1,17 @@
 /**
  * What every queue command's action shares: a client from the connection flags (cli/options.ts) and the environment
- * (--redis-url, else REDIS_URL; --prefix / KMFLEET_PREFIX; --queue / KMFLEET_QUEUE) that is always closed, and the
+ * (--redis-url, else REDIS_URL; REDIS_CLUSTER_NODES for a Redis Cluster; --prefix / KMFLEET_PREFIX; --queue / KMFLEET_QUEUE) that is always closed, and the
  * mapping of the SDK's input errors to the CLI's exit code 2.
  */
 import { KmfleetClient } from '../../producer/client.js';
+import { connectionFromEnv } from '../../producer/connection.js';
 import { KmfleetInputError } from '../../producer/errors/kmfleet-error.js';
 import type { ConnectionFlags } from '../options.js';
 
 /** A client from the flags and the environment; closed when `fn` settles. */
 export async function withClient<T>(flags: ConnectionFlags, fn: (client: KmfleetClient) => Promise<T>): Promise<T> {
   const client = new KmfleetClient({
-    connection: flags.redisUrl ?? process.env.REDIS_URL ?? undefined,
+    connection: connectionFromEnv(process.env, flags.redisUrl),
     prefix: flags.prefix ?? (process.env.KMFLEET_PREFIX || undefined),
     queue: flags.queue ?? (process.env.KMFLEET_QUEUE || undefined),
     connectTimeoutMs: Number(process.env.KMFLEET_REDIS_CONNECT_TIMEOUT_MS) || 5000,

@@ -10,6 +10,7 @@ import { open, mkdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { KmfleetClient } from '../../producer/client.js';
+import { connectionFromEnv, describeConnection } from '../../producer/connection.js';
 import { generateDataset } from '../../worker/dataset/synthetic.js';
 import { loadWorkerConfig } from '../../worker/config.js';
 import { S3MultipartSink } from '../../worker/outputs/multipart-sink.js';
@@ -44,12 +45,12 @@ export async function demo(opts: DemoOptions): Promise<void> {
   try {
     // ---- 1. services ----
     const env: NodeJS.ProcessEnv = { ...process.env };
-    if (!env.REDIS_URL) {
+    if (!env.REDIS_URL && !env.REDIS_CLUSTER_NODES) {
       const redis = await startLocalRedis();
       services.push(redis);
       env.REDIS_URL = redis.url;
       say(`redis   local redis-server at ${redis.url}`);
-    } else say(`redis   ${env.REDIS_URL.replace(/\/\/[^@]*@/, '//***@')} (REDIS_URL)`);
+    } else say(`redis   ${describeConnection(connectionFromEnv(env))} (REDIS_URL${env.REDIS_CLUSTER_NODES ? ', REDIS_CLUSTER_NODES' : ''})`);
     if (!env.KMFLEET_S3_ENDPOINT && !env.AWS_ACCESS_KEY_ID && !env.AWS_PROFILE) {
       const s3 = await startLocalS3([opts.bucket]);
       services.push(s3);
@@ -106,7 +107,7 @@ export async function demo(opts: DemoOptions): Promise<void> {
     // ---- 3. job: SDK → queue → worker ----
     const worker = await startWorker(config, { s3 });
     cleanups.push(() => worker.shutdown('demo done'));
-    const client = new KmfleetClient({ connection: env.REDIS_URL });
+    const client = new KmfleetClient({ connection: connectionFromEnv(env) });
     cleanups.push(() => client.close());
     const jobId = `demo-${Date.now().toString(36)}`;
     const output = `s3://${opts.bucket}/runs`;

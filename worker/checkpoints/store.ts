@@ -10,8 +10,7 @@
  * worker can never replace the object a newer record points at. The last two checkpoints are kept.
  */
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
-import { JOB_STATE_TTL_MS, parseCheckpointRecord, type CheckpointRecord as ProducerCheckpointRecord } from '../../producer/job-state.js';
+import { JOB_STATE_TTL_MS, parseCheckpointRecord, type CheckpointRecord as ProducerCheckpointRecord, type RedisClient } from '../../producer/job-state.js';
 import type { S3Handle } from '../s3/client.js';
 import { S3ObjectNotFoundError } from '../s3/errors.js';
 import { deleteKeys, getObjectBuffer, putObjectBuffer } from '../s3/objects.js';
@@ -27,7 +26,7 @@ export interface CheckpointRecord extends ProducerCheckpointRecord {
 }
 
 export interface CheckpointStoreOptions {
-  redis: Redis;
+  redis: RedisClient;
   s3: S3Handle;
   jobId: string;
   /** the job's output prefix, s3://bucket/prefix (checkpoints go to <output>/<jobId>/_checkpoints/) */

@@ -8,12 +8,12 @@
  *   node dist/worker/metrics/queue-exporter.js          (in the image: the same entrypoint, another command)
  *
  * Configuration: the worker's (worker/config.ts, the same ConfigMap): REDIS_URL (redis:// or rediss://),
- * KMFLEET_PREFIX, KMFLEET_QUEUE, KMFLEET_METRICS_PORT. Ready while Redis answers; healthy while the process runs.
+ * REDIS_CLUSTER_NODES (a Redis Cluster), KMFLEET_PREFIX, KMFLEET_QUEUE, KMFLEET_METRICS_PORT. Ready while Redis answers; healthy while the process runs.
  */
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
 import { pathToFileURL } from 'node:url';
-import { parseRedisUrl, producerRedisOptions, type RedisConnectionOptions } from '../../producer/connection.js';
+import { parseRedisUrl, type RedisConnectionOptions } from '../../producer/connection.js';
+import { createRedisClient } from '../../producer/redis-factory.js';
 import { keyspace } from '../../producer/keys.js';
 import { loadWorkerConfig } from '../config.js';
 import { Registry, collectDefaultMetrics } from 'prom-client';
@@ -21,7 +21,7 @@ import { registerQueueDepthGauges } from './queue-depth.js';
 import { DEFAULT_METRICS_PORT, startMetricsServer, type MetricsServer } from './metrics-server.js';
 
 export interface QueueExporterOptions {
-  /** A REDIS_URL or parsed connection options. */
+  /** A REDIS_URL or parsed connection options (with `cluster`: a Redis Cluster). */
   redis: string | RedisConnectionOptions;
   /** Key prefix without braces (producer/keys.ts; default kmfleet). */
   prefix?: string;
@@ -40,7 +40,7 @@ export async function startQueueExporter(opts: QueueExporterOptions): Promise<Qu
   const keys = keyspace({ prefix: opts.prefix, queue: opts.queue });
   const base = typeof opts.redis === 'string' ? parseRedisUrl(opts.redis) : opts.redis;
   // Fail a scrape fast rather than hang it (the producer's options: no offline queue, one retry per command).
-  const connection = new Redis({ ...producerRedisOptions(base), lazyConnect: false });
+  const connection = createRedisClient(base, 'producer', { overrides: { lazyConnect: false } });
   connection.on('error', () => {
     /* reported through kmfleet_queue_up and /readyz; ioredis reconnects by itself */
   });
