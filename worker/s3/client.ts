@@ -10,6 +10,7 @@
 import { S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
+import { DirectReadHandler, type InnerHandler } from './direct-read.js';
 import { DEFAULT_RETRY, type RetryPolicy } from './retry.js';
 
 export type S3Compat = 'none' | 's3rver';
@@ -31,6 +32,8 @@ export interface S3Settings {
   maxSockets?: number;
   /** per-request socket inactivity timeout in ms */
   requestTimeoutMs?: number;
+  /** ranged GETs land straight in the caller's buffer (./direct-read.ts); default true, KMFLEET_S3_DIRECT_READS=0 off */
+  directReads?: boolean;
 }
 
 export function s3SettingsFromEnv(env: NodeJS.ProcessEnv = process.env): S3Settings {
@@ -55,7 +58,15 @@ export function s3SettingsFromEnv(env: NodeJS.ProcessEnv = process.env): S3Setti
     maxAttempts: positiveInt(env.KMFLEET_S3_MAX_ATTEMPTS, 'KMFLEET_S3_MAX_ATTEMPTS') ?? 8,
     maxSockets: positiveInt(env.KMFLEET_S3_MAX_SOCKETS, 'KMFLEET_S3_MAX_SOCKETS') ?? 64,
     requestTimeoutMs: positiveInt(env.KMFLEET_S3_REQUEST_TIMEOUT_MS, 'KMFLEET_S3_REQUEST_TIMEOUT_MS') ?? 120_000,
+    directReads: flag(env.KMFLEET_S3_DIRECT_READS, 'KMFLEET_S3_DIRECT_READS') ?? true,
   };
+}
+
+function flag(v: string | undefined, name: string): boolean | undefined {
+  if (v === undefined || v === '') return undefined;
+  if (v === '1' || v === 'true') return true;
+  if (v === '0' || v === 'false') return false;
+  throw new Error(`${name} must be 1/true or 0/false, got ${JSON.stringify(v)}`);
 }
 
 function positiveInt(v: string | undefined, name: string): number | undefined {
@@ -78,14 +89,16 @@ export function createS3(settings: S3Settings = s3SettingsFromEnv()): S3Handle {
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
   const compat = settings.compat ?? 'none';
   const maxSockets = settings.maxSockets ?? 64;
+  const requestTimeout = settings.requestTimeoutMs ?? 120_000;
+  const connectionTimeout = 10_000;
   const config: S3ClientConfig = {
     region: settings.region ?? 'us-east-1',
     forcePathStyle: settings.forcePathStyle ?? settings.endpoint !== undefined,
     maxAttempts: settings.maxAttempts ?? 8,
     retryMode: 'standard',
     requestHandler: {
-      requestTimeout: settings.requestTimeoutMs ?? 120_000,
-      connectionTimeout: 10_000,
+      requestTimeout,
+      connectionTimeout,
       httpAgent: new HttpAgent({ keepAlive: true, maxSockets }),
       httpsAgent: new HttpsAgent({ keepAlive: true, maxSockets }),
     },
@@ -97,6 +110,11 @@ export function createS3(settings: S3Settings = s3SettingsFromEnv()): S3Handle {
     config.responseChecksumValidation = 'WHEN_REQUIRED';
   }
   const client = new S3Client(config);
+  if (settings.directReads ?? true) {
+    // wraps the handler the client built from the options above; send() reads config.requestHandler at each call
+    const resolved = client.config as unknown as { requestHandler: InnerHandler };
+    resolved.requestHandler = new DirectReadHandler(resolved.requestHandler, { connectionTimeoutMs: connectionTimeout, requestTimeoutMs: requestTimeout });
+  }
   // The SDK's errors do not say which bucket or key they concern ("The specified bucket does not exist", "Access
   // Denied"): the request's Bucket and Key go onto the error, so a failed job's reason can name them (failures.ts).
   client.middlewareStack.add(

@@ -12,6 +12,7 @@ import {
   type PutObjectCommandInput,
 } from '@aws-sdk/client-s3';
 import type { S3Handle } from './client.js';
+import { DIRECT_BODY, type DirectBody } from './direct-read.js';
 import { S3ObjectChangedError, S3ObjectNotFoundError, S3ShortReadError } from './errors.js';
 import { withRetries } from './retry.js';
 import { formatS3Uri, type S3Location } from './uri.js';
@@ -99,10 +100,12 @@ export async function readRangeInto(
   await withRetries(
     async () => {
       let r;
+      // with the client's DirectReadHandler (./direct-read.ts) the body lands in target before send() returns
+      const direct: DirectBody = { target, offset: targetOffset, length, onProgress: opts.onProgress, etag: opts.etag };
       try {
         r = await s3.client.send(
           new GetObjectCommand({ Bucket: loc.bucket, Key: loc.key, Range: `bytes=${start}-${start + length - 1}`, IfMatch: opts.etag }),
-          { abortSignal: opts.signal },
+          { abortSignal: opts.signal, [DIRECT_BODY]: direct } as { abortSignal?: AbortSignal },
         );
       } catch (err) {
         if (isPreconditionFailed(err)) throw new S3ObjectChangedError(uri, opts.etag ?? '', undefined);
@@ -113,6 +116,10 @@ export async function readRangeInto(
       if (opts.etag !== undefined && r.ETag !== undefined && r.ETag !== opts.etag) {
         body?.destroy?.();
         throw new S3ObjectChangedError(uri, opts.etag, r.ETag);
+      }
+      if (direct.written !== undefined) {
+        if (direct.written !== length) throw new S3ShortReadError(`GET ${uri} bytes=${start}-${start + length - 1}: got ${direct.written} of ${length} bytes`);
+        return;
       }
       let written = 0;
       for await (const chunk of body) {
