@@ -24,6 +24,7 @@
  * | KMFLEET_S3_MAX_ATTEMPTS          | 8                        | SDK attempts per request (backoff + jitter)                      |
  * | KMFLEET_S3_MAX_SOCKETS           | 64                       | sockets per S3 client                                            |
  * | KMFLEET_S3_REQUEST_TIMEOUT_MS    | 120000                   | socket inactivity timeout per request                            |
+ * | KMFLEET_S3_DIRECT_READS          | 1                        | ranged GETs to an http:// endpoint land in place (0: SDK client) |
  * | KMFLEET_S3_READ_PART_MB          | 16                       | bytes per ranged GET (8–64 recommended); memory-cache block      |
  * | KMFLEET_S3_READ_CONCURRENCY      | 8                        | ranged GETs in flight per chunk                                  |
  * | KMFLEET_S3_UPLOAD_PART_MB        | 8                        | multipart part size (≥ 5)                                        |
