@@ -51,12 +51,33 @@ export async function gatherRows(source: RowSource, sortedRows: ArrayLike<number
         from = scratch ??= Buffer.allocUnsafe(maxSpan * rb);
         await source.read(lo, span, from);
       }
-      for (let m = 0; m < n; m++) {
-        const off = (sortedRows[i + m] - lo) * rb;
-        from.copy(target, (i + m) * rb, off, off + rb);
-      }
+      copyRows(from, target, sortedRows, i, n, lo, rb);
     }
   };
   const lanes = Math.max(1, Math.min(options.concurrency ?? 4, groups.length));
   await Promise.all(Array.from({ length: lanes }, worker));
+}
+
+/**
+ * Rows sortedRows[i..i+n) out of `from` (which starts at row lo) into target, packed from index i. Word by word when
+ * rows and both buffers are 4-byte aligned: a Buffer.copy per row costs ~0.3 µs of call overhead and a throwaway
+ * view, which for a 65,536-row sample was about as much as the copying itself (integer words: the bits are moved
+ * as they are, whatever they hold).
+ */
+function copyRows(from: Buffer, target: Buffer, sortedRows: ArrayLike<number>, i: number, n: number, lo: number, rb: number): void {
+  if (rb % 4 !== 0 || from.byteOffset % 4 !== 0 || target.byteOffset % 4 !== 0) {
+    for (let m = 0; m < n; m++) {
+      const off = (sortedRows[i + m] - lo) * rb;
+      from.copy(target, (i + m) * rb, off, off + rb);
+    }
+    return;
+  }
+  const src = new Uint32Array(from.buffer, from.byteOffset, from.length >>> 2);
+  const dst = new Uint32Array(target.buffer, target.byteOffset, target.length >>> 2);
+  const w = rb >>> 2;
+  for (let m = 0; m < n; m++) {
+    const so = (sortedRows[i + m] - lo) * w;
+    const d = (i + m) * w;
+    for (let j = 0; j < w; j++) dst[d + j] = src[so + j];
+  }
 }
