@@ -28,6 +28,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -130,24 +131,21 @@ template <bool THREE>
 __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned short* smem, float (&b1)[8], float (&b2)[8],
                                               int (&bi)[8], int row0, int tid, int lane, int wm, int wn);
 
+// One block of BM rows against centroid tiles [ct0, ct0 + nTiles): rows row0.. of the launch (candidate mode:
+// flagged-list positions, sRow their rows; nRows the launch's row count).
 template <bool BF16, bool THREE, bool CAND>
-__global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
-  extern __shared__ __align__(128) unsigned short smem[];
-  __shared__ int sRow[CAND ? BM : 1];  // candidate mode: the flagged rows of this block
+__device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short* smem, int* sRow, int row0, int nRows,
+                                            int ct0, int nTiles) {
   constexpr int BK = bkFor(THREE), TILE = BM * BK, CPR = BK / 8;  // CPR: 16-byte chunks per tile row
   constexpr int TERMS = THREE ? 2 : 1;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
-  const int row0 = blockIdx.x * BM;
-  int nRows = p.n;  // rows of this launch (candidate mode: the flagged count, known on the device only)
   if (CAND) {
-    nRows = static_cast<int>(*p.flaggedCount);
-    if (row0 >= nRows) return;
     if (tid < BM) sRow[tid] = row0 + tid < nRows ? p.flagged[row0 + tid] : 0;
     __syncthreads();
   }
   const int nK = p.dp / BK;
-  const int T = (p.kp / BN) * nK;
+  const int T = nTiles * nK;
 
   unsigned short* sA = smem;
   unsigned short* sB = smem + (p.aResident ? nK : STAGES) * TERMS * TILE;
@@ -164,7 +162,7 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
     }
   };
   auto loadStage = [&](int t) {
-    const int ct = t / nK, kc = t - ct * nK, slot = t % STAGES;
+    const int ct = ct0 + t / nK, kc = t % nK, slot = t % STAGES;
     unsigned short* base = sB + slot * TERMS * TILE;
     for (int i = tid; i < BN * CPR; i += THREADS) {
       const int r = i / CPR, c = i % CPR;
@@ -215,7 +213,7 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
     if (t + STAGES - 1 < T) loadStage(t + STAGES - 1);
     cpCommit();
 
-    const int ct = t / nK, kc = t - ct * nK, slot = t % STAGES;
+    const int ct = ct0 + t / nK, kc = t % nK, slot = t % STAGES;
     const unsigned short* a = sA + (p.aResident ? kc : slot) * TERMS * TILE;
     const unsigned short* b = sB + slot * TERMS * TILE;
 #pragma unroll
@@ -339,6 +337,29 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
   if constexpr (!CAND) mergeAndWrite<THREE>(p, smem, b1, b2, bi, row0, tid, lane, wm, wn);
 }
 
+// Candidate mode (CAND) runs over the flagged rows only, whose count is on the device: a small grid of blocks
+// loops over their row blocks, and blockIdx.y splits the centroid tiles, so a chunk's few flagged rows
+// (~0.2 % of random rows) are swept over K by many SMs instead of one or two (candidates are appended with
+// atomics in any order; the fp64 recheck decides by (distance, index), so the labels don't depend on it).
+template <bool BF16, bool THREE, bool CAND>
+__global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
+  extern __shared__ __align__(128) unsigned short smem[];
+  __shared__ int sRow[CAND ? BM : 1];  // candidate mode: the flagged rows of this block
+  const int tiles = p.kp / BN;
+  if constexpr (!CAND) {
+    assignBlock<BF16, THREE, CAND>(p, smem, sRow, blockIdx.x * BM, p.n, 0, tiles);
+  } else {
+    const int nRows = static_cast<int>(*p.flaggedCount);
+    const int per = (tiles + gridDim.y - 1) / gridDim.y, ct0 = blockIdx.y * per;
+    if (ct0 >= tiles) return;
+    for (int row0 = blockIdx.x * BM; row0 < nRows; row0 += gridDim.x * BM) {
+      assignBlock<BF16, THREE, CAND>(p, smem, sRow, row0, nRows, ct0, min(per, tiles - ct0));
+      cpWait<0>();      // the next row block reuses the shared memory
+      __syncthreads();
+    }
+  }
+}
+
 // Quad merge (the 4 lanes of a quad share rows), then the two column-warps through shared memory; labels and,
 // in exact mode, the rows whose margin is within the bound.
 template <bool THREE>
@@ -391,15 +412,15 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
 }
 
 template <bool BF16, bool THREE, bool CAND = false>
-void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s) {
+void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s, dim3 grid = dim3(0)) {
   static std::size_t configured = 48 * 1024;  // per instantiation: raise the dynamic limit once per size
   if (smemBytes > configured) {
     cudaFuncSetAttribute(assignKernel<BF16, THREE, CAND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smemBytes));
     configured = smemBytes;
   }
-  const unsigned blocks = static_cast<unsigned>((a.n + BM - 1) / BM);
-  assignKernel<BF16, THREE, CAND><<<blocks, THREADS, smemBytes, s>>>(a);
+  if (grid.x == 0) grid = dim3(static_cast<unsigned>((a.n + BM - 1) / BM));
+  assignKernel<BF16, THREE, CAND><<<grid, THREADS, smemBytes, s>>>(a);
 }
 
 }  // namespace
@@ -494,7 +515,12 @@ void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const Centro
   a.candCount = candCount;
   a.cand = cand;
   cudaMemsetAsync(candCount, 0, sizeof(int) * static_cast<size_t>(maxRows), s);
-  launch<false, true, true>(a, smemBytes, s);
+  // Tiles split over y in groups of ≥ 2 (each group reloads the rows: many flagged rows, as on blobs, must not
+  // pay that per tile), at most 8 groups; ~2 waves of blocks loop over the flagged row blocks.
+  const int tiles = a.kp / BN;
+  const int split = std::max(1, std::min(tiles / 2, 8));
+  const int rowBlocks = static_cast<int>(std::min<std::int64_t>((maxRows + BM - 1) / BM, std::max(1, 264 / split)));
+  launch<false, true, true>(a, smemBytes, s, dim3(rowBlocks, split));
 }
 
 }  // namespace cuda

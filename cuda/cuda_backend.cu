@@ -1,7 +1,7 @@
 // The CUDA Backend (native/src/backend.h): pinned host buffers, three streams, resident rows, the kernels.
 //
-// Streams and events per chunk i (slot = i % 2):
-//   copy     H2D host buffer → slot.raw            (waits slot.rawFree: chunk i−2 finished reading it)
+// Streams and events per chunk i (slot = i % S; S = planner's slots: 2, or 4 when chunks stream on every pass):
+//   copy     H2D host buffer → slot.raw            (waits slot.rawFree: chunk i−S finished reading it)
 //   compute  prepare → assign (+ recheck) → distances → sums      (waits the copy)
 //   d2h      labels (+ distances, farthest rows) → slot's pinned staging (waits compute)
 // processChunk returns once its H2D is done (the engine may refill the host buffer) while compute of chunk i
@@ -109,6 +109,7 @@ class CudaBackend final : public Backend {
     stats_ = std::getenv("KMFLEET_CUDA_STATS") != nullptr;
     perChunk_ = std::getenv("KMFLEET_CUDA_PER_CHUNK") != nullptr;
     noOverlap_ = std::getenv("KMFLEET_CUDA_NO_OVERLAP") != nullptr;
+    if (const char* v = std::getenv("KMFLEET_CUDA_AHEAD")) residentAhead_ = std::max(1, std::atoi(v));
     plan_.backend = BackendKind::Cuda;
     plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
     plan_.precision = mp_.precision;
@@ -189,10 +190,14 @@ class CudaBackend final : public Backend {
     check(cudaSetDevice(cfg_.device), "cudaSetDevice");
     if (buffer < 0 || buffer >= mp_.buffers || rows <= 0 || rows > mp_.chunkRows)
       throw EngineError(ErrorCode::InvalidArgument, "processChunk: bad buffer or row count");
-    Slot& slot = nextSlot();
+    Slot& slot = slots_[std::size_t(slotNext_)];
+    slotNext_ = (slotNext_ + 1) % int(slots_.size());
     check(cudaStreamWaitEvent(copy_, slot.rawFree, 0), "cudaStreamWaitEvent");
     check(cudaMemcpyAsync(slot.raw, host_[buffer], rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
     check(cudaEventRecord(slot.copied, copy_), "cudaEventRecord");
+    // The slot's previous outputs go to the engine's arrays once the copy is queued: the copy engine is not kept
+    // waiting for the host (a chunk's labels are ~0.5 MB to memcpy; streamed passes are bound by the copies).
+    retire(slot);
     const cudaStream_t cs = overlap_ ? chunkStream_ : compute_;
     if (overlap_) check(cudaStreamWaitEvent(cs, passReady_, 0), "cudaStreamWaitEvent");
     check(cudaStreamWaitEvent(cs, slot.copied, 0), "cudaStreamWaitEvent");
@@ -407,6 +412,7 @@ class CudaBackend final : public Backend {
     check(cudaEventCreateWithFlags(&resOutDone_, cudaEventDisableTiming), "cudaEventCreate");
     resChunkDone_.resize(std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows), nullptr);
     for (cudaEvent_t& e : resChunkDone_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    slots_.resize(std::size_t(mp_.slots));
     for (Slot& s : slots_) {
       s.raw = devAlloc<char>(chunk * rowBytes_, "chunk slots");
       s.labels = devAlloc<int>(chunk, "chunk slots");
@@ -616,16 +622,15 @@ class CudaBackend final : public Backend {
     if (wantDist) downloadResident(0, (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows, true);
   }
 
-  Slot& nextSlot() {
-    Slot& s = slots_[slotNext_];
-    slotNext_ ^= 1;
+  // Before a slot's outputs are overwritten: wait for their D2H (keeping resident work queued) and copy them out.
+  void retire(Slot& s) {
     if (s.pending && overlap_) waitPumping(s.outDone, "D2H");
     drain(s);
-    return s;
   }
 
   // ---- overlap: resident work queued a few chunks ahead (processResident, processChunk, finishPass) ----
-  static constexpr std::int64_t kResidentAhead = 3;  // resident chunks queued beyond the last one seen done
+  // resident steps queued beyond the last one seen done (KMFLEET_CUDA_AHEAD for A/B), each ~one chunk's compute
+  std::int64_t residentAhead_ = 2;
   bool eventDone(cudaEvent_t e) {
     const cudaError_t r = cudaEventQuery(e);
     if (r == cudaErrorNotReady) { cudaGetLastError(); return false; }
@@ -636,7 +641,7 @@ class CudaBackend final : public Backend {
   // queued, the streamed chunks' folds waiting for it are queued after it, in chunk order.
   void pumpResident(bool all) {
     while (resStep_ < resSteps_) {
-      if (!all && resStep_ >= kResidentAhead && !eventDone(resStepDone_[std::size_t(resStep_ - kResidentAhead)])) break;
+      if (!all && resStep_ >= residentAhead_ && !eventDone(resStepDone_[std::size_t(resStep_ - residentAhead_)])) break;
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
       residentStep(resStep_);
       check(cudaEventRecord(resStepDone_[std::size_t(resStep_)], compute_), "cudaEventRecord");
@@ -671,7 +676,8 @@ class CudaBackend final : public Backend {
     while (!eventDone(e)) {
       const std::int64_t before = resStep_;
       pumpResident(false);
-      if (resStep_ == before) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      // yield, not sleep: a sleep lasts ≥ ~60 µs (timer slack), and every copy noticed late delays the next one
+      if (resStep_ == before) std::this_thread::yield();
     }
   }
   void enqueueFold(std::size_t b) {
@@ -996,7 +1002,7 @@ class CudaBackend final : public Backend {
   CentroidStatsDevice* cstats_ = nullptr;
   cudaEvent_t statsReady_ = nullptr;
   bool statsPending_ = false;
-  Slot slots_[2];
+  std::vector<Slot> slots_;  // planner.h MemoryPlan::slots
   int slotNext_ = 0;
 
   float* cf_ = nullptr;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "far_rows.h"
 
@@ -14,6 +15,10 @@ namespace {
 constexpr std::size_t kMiB = 1024 * 1024;
 constexpr std::int64_t kMaxChunkRows = 1 << 24;      // kernels index a chunk with int
 constexpr std::size_t kTargetChunkBytes = 64 * kMiB; // of input rows: long enough copies for full PCIe speed
+// Rows streamed on every pass: each streamed chunk pays fixed costs (its sums' sort and segments, the farthest-row
+// candidates, a persistent assignment kernel's ramp) beside the resident compute; twice the rows halve them
+// (H200, 16.8M×128, K=4096, half resident, exact fp32: 1.16 → 1.09× max(compute, H2D); cuda/NOTES.md).
+constexpr std::size_t kStreamingChunkBytes = 128 * kMiB;
 constexpr std::int64_t kMaxOverlapPartials = 512;    // per-chunk partials of the overlapped streamed chunks
 
 std::string mib(std::size_t b) {
@@ -65,9 +70,10 @@ std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m) {
   return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8 + 8;
 }
 
-std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m) {
+std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m,
+                       int slotCount) {
   const std::size_t r = rows, rowBytes = std::size_t(d) * dtypeBytes(t);
-  const std::size_t slots = 2 * (r * rowBytes + r * 8);          // raw input + labels/distances out, ×2 slots
+  const std::size_t slots = std::size_t(slotCount) * (r * rowBytes + r * 8);  // raw input + labels/distances out
   // streamed rows' fp32 copy (none when the 16-bit rows are read in their slot) + operands
   const std::size_t values = keepsRows16(t, m) ? 0 : std::size_t(d) * 4;
   const std::size_t scratch = r * (values + operandRowBytes(d, op))
@@ -76,7 +82,8 @@ std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType 
   return slots + scratch;
 }
 
-MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
+namespace {
+MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_t targetChunkBytes) {
   MemoryPlan p;
   p.precision = resolvePrecision(cfg.precision, cfg.dtype);
   p.op = opFor(p.precision);
@@ -92,7 +99,7 @@ MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
                                                         std::to_string(kMaxChunkRows) + " (CUDA backend limit)");
     p.chunkRows = std::min<std::int64_t>(cfg.chunkRows, n);
   } else {
-    p.chunkRows = std::clamp<std::int64_t>(std::int64_t(kTargetChunkBytes / std::max<std::size_t>(rowBytes, 1)), 1024,
+    p.chunkRows = std::clamp<std::int64_t>(std::int64_t(targetChunkBytes / std::max<std::size_t>(rowBytes, 1)), 1024,
                                            kMaxChunkRows);
     p.chunkRows = std::min(p.chunkRows, n);
   }
@@ -115,6 +122,22 @@ MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
 
   p.residentRowBytes = residentRowBytes(d, p.op, cfg.dtype, cfg.metric);
   std::size_t left = usable - p.fixedBytes - p.streamBytes;
+  // Rows streamed on every pass: more slots, beside the budget (~64 MiB each at the default chunk), so the copies
+  // run ahead of a compute that resident work may delay. KMFLEET_CUDA_SLOTS (2..16) overrides, for A/B runs.
+  {
+    const std::size_t slotBytes = std::size_t(p.chunkRows) * (rowBytes + 8);
+    const std::int64_t mayHold = std::int64_t(
+        (cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), left) : left) /
+        residentRowBytes(d, p.op, cfg.dtype, cfg.metric));
+    int want = mayHold < n ? kStreamingSlots : 2;
+    if (const char* v = std::getenv("KMFLEET_CUDA_SLOTS")) want = std::clamp(std::atoi(v), 2, 16);
+    const std::size_t extra = std::size_t(want - 2) * slotBytes;
+    if (want > 2 && extra <= left / 4) {
+      p.slots = want;
+      p.streamBytes += extra;
+      left -= extra;
+    }
+  }
   // Partly resident (the rows don't all fit): reserve the overlap's per-chunk partials and the chunk stream's
   // scratch (accumulate + flagged rows) beside the resident budget: ~4 MiB a partial at K×D = 4096×128 against
   // ~130 MiB a resident chunk. At most one partial per chunk and ≤ 1/8 of the usable memory; none → old path.
@@ -149,6 +172,19 @@ MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
   } else if (p.overlapPartials > 0) {
     p.overlapPartials = std::min(p.overlapPartials, (n - p.residentRows + p.chunkRows - 1) / p.chunkRows);
     p.overlapBytes = overlapScratch + std::size_t(p.overlapPartials) * overlapPartialBytes(d, k);
+  }
+  return p;
+}
+}  // namespace
+
+MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
+  MemoryPlan p = planFor(cfg, freeMemory, kTargetChunkBytes);
+  if (cfg.chunkRows <= 0 && p.residentRows < cfg.rows) {  // streamed on every pass: larger chunks, if they fit
+    try {
+      MemoryPlan q = planFor(cfg, freeMemory, kStreamingChunkBytes);
+      if (q.chunkRows > p.chunkRows) return q;
+    } catch (const EngineError&) {
+    }
   }
   return p;
 }

@@ -21,7 +21,11 @@ struct MemoryPlan {
   OpKind op = OpKind::F16x3;
   Precision precision = Precision::FP32;  // resolved (never Auto)
   std::size_t fixedBytes = 0;             // centroids, operands, K×D sums
-  std::size_t streamBytes = 0;            // per-chunk scratch + 2 slots, for chunkRows rows
+  std::size_t streamBytes = 0;            // per-chunk scratch + the slots, for chunkRows rows
+  // Device slots that streamed chunks land in (H2D) and are computed from: 2 when every row stays resident (only
+  // the first pass streams), more when chunks are streamed on every pass, so that a copy never waits for the
+  // compute of the chunk two before it (cuda_backend.cu "Streaming").
+  int slots = 2;
   std::size_t residentRowBytes = 0;       // device bytes per resident row
   std::size_t residentBudget = 0;         // bytes allowed for resident rows
   std::size_t residentAccBytes = 0;        // > 0: resident rows accumulated in one go, this much scratch (of the budget)
@@ -40,7 +44,10 @@ OpKind opFor(Precision resolved);
 std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op);
 // Rows of f16/bf16 data with l2 are kept as they are (16-bit, kernels.h RowValues), else as an fp32 copy.
 bool keepsRows16(DType t, Metric m);
-std::size_t chunkBytes(std::int64_t chunkRows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m);
+std::size_t chunkBytes(std::int64_t chunkRows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m,
+                       int slots = 2);
+// Slots for passes that stream (some rows not resident): the copy may run this many chunks ahead of the compute.
+constexpr int kStreamingSlots = 4;
 std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m);
 
 // Resident rows are assigned in pieces of whole chunks, ~2M rows (one launch each instead of one per chunk; the

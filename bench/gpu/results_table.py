@@ -75,16 +75,19 @@ def main():
         bw = [r for r in ooc if r["_tag"] == "RESULT_H2D"]
         print(f"\nOut of core through the Backend (host pinned buffers → GPU), H2D measured "
               f"{bw[0]['gbps'] if bw else '?'} GB/s:\n")
-        print("| shape (N, D, K) | kernel | resident rows | streamed GB | ms/pass | compute ms | H2D-bound ms | ÷ max(compute, H2D) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| shape (N, D, K) | kernel | variant | chunk rows | resident rows | streamed GB | ms/pass | compute ms | "
+              "H2D-bound ms | ÷ max(compute, H2D) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for r in ooc:
             if r["_tag"] != "RESULT_OOC":
                 continue
+            variant = r.get("path", "shipped")
             if "error" in r:
-                print(f"| {r['n']}, {r['d']}, {r['k']} | {r['kernel']} | error: {r['error']} | | | | | |")
+                print(f"| {r['n']}, {r['d']}, {r['k']} | {r['kernel']} | {variant} | error: {r['error']} | | | | | | |")
                 continue
-            print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['kernel']} | {int(r['resident']):,} | {r['streamed_gb']} | "
-                  f"{r['ms_per_pass']} | {r['compute_ms']} | {r['io_ms']} | {r['ratio_to_bound']} |")
+            print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['kernel']} | {variant} | {int(r['chunk']):,} | "
+                  f"{int(r['resident']):,} | {r['streamed_gb']} | {r['ms_per_pass']} | {r['compute_ms']} | {r['io_ms']} | "
+                  f"{r['ratio_to_bound']} |")
 
 
 if __name__ == "__main__":

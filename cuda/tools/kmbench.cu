@@ -741,19 +741,30 @@ static int runOoc(int argc, char** argv) {
                                                        kmfleet::Metric::L2);
     long long res = 0, chunk = 0;
     double compute = 0;
-    // frac −50: half resident with KMFLEET_CUDA_NO_OVERLAP=1 (streamed chunks behind the resident rows: the old
-    // path), same run, for A/B against the overlapped pass (frac 50)
-    for (int frac : {100, 50, -50, 0}) {
-      const int f = frac < 0 ? -frac : frac;
-      const long long budget = f == 100 ? -1 : static_cast<long long>(rrb * size_t(n) * f / 100);
+    // Variants for same-run A/B (environment of the backend: cuda_backend.cu, planner.cpp; KMBENCH_CHUNK): the
+    // shipped plan (128 MiB chunks when rows stream on every pass, 4 slots), its 64 MiB chunks, stop 8's slots (2),
+    // the schedule before the overlap.
+    struct Variant { int frac; const char* path; std::vector<std::pair<const char*, const char*>> env; };
+    const std::vector<Variant> variants = {
+        {100, "", {}},
+        {50, "", {}},
+        {50, " path=chunk-64MiB", {{"KMBENCH_CHUNK", "131072"}}},
+        {50, " path=chunk-64MiB-2-slots", {{"KMBENCH_CHUNK", "131072"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
+        {50, " path=no-overlap", {{"KMFLEET_CUDA_NO_OVERLAP", "1"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
+        {0, "", {}},
+        {0, " path=chunk-64MiB-2-slots", {{"KMBENCH_CHUNK", "131072"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
+    };
+    for (const Variant& v : variants) {
+      const int frac = v.frac;
+      const long long budget = frac == 100 ? -1 : static_cast<long long>(rrb * size_t(n) * frac / 100);
       double ms = 0;
-      if (frac < 0) setenv("KMFLEET_CUDA_NO_OVERLAP", "1", 1);
+      for (const auto& [name, value] : v.env) setenv(name, value, 1);
       try {
         ms = oocRun(n, d, k, prec, budget, &res, &chunk);
-        unsetenv("KMFLEET_CUDA_NO_OVERLAP");
+        for (const auto& [name, value] : v.env) unsetenv(name);
       } catch (const kmfleet::EngineError& e) {
-        unsetenv("KMFLEET_CUDA_NO_OVERLAP");
-        std::printf("RESULT_OOC kernel=%s n=%lld d=%d k=%d error=\"%s\"\n", pn, n, d, k, e.what());
+        for (const auto& [name, value] : v.env) unsetenv(name);
+        std::printf("RESULT_OOC kernel=%s%s n=%lld d=%d k=%d error=\"%s\"\n", pn, v.path, n, d, k, e.what());
         continue;
       }
       if (frac == 100) compute = ms;
@@ -762,7 +773,7 @@ static int runOoc(int argc, char** argv) {
       const double bound = std::max(compute, ioMs);
       std::printf("RESULT_OOC kernel=%s%s n=%lld d=%d k=%d chunk=%lld resident=%lld streamed_gb=%.2f ms_per_pass=%.1f "
                   "compute_ms=%.1f io_ms=%.1f ratio_to_bound=%.2f\n",
-                  pn, frac < 0 ? " path=no-overlap" : "", n, d, k, chunk, res, streamed / 1e9, ms, compute, ioMs,
+                  pn, v.path, n, d, k, chunk, res, streamed / 1e9, ms, compute, ioMs,
                   bound > 0 ? ms / bound : 0.0);
       std::fflush(stdout);
     }

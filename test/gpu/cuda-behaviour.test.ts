@@ -209,21 +209,24 @@ describe("backend 'auto'", () => {
 });
 
 // A partly resident pass computes its streamed chunks while the resident rows are (their own stream, sums into
-// per-chunk partials folded after the resident rows in chunk order). KMFLEET_CUDA_NO_OVERLAP=1 (read when the
-// engine opens) keeps the old path: both must give the same bits, with the resident rows chunk by chunk (small
-// budget) and in one go (budget with room for the one-go scratch), and equal the fully streamed run.
+// per-chunk partials folded after the resident rows in chunk order). The A/B schedules (other slot counts and
+// queue depths; no overlap: KMFLEET_CUDA_NO_OVERLAP=1; read when the engine opens) must give the same bits, with
+// the resident rows chunk by chunk (small budget) and in one go (budget with room for the one-go scratch), and
+// equal the fully streamed run.
 describe('overlapped streamed chunks', () => {
   const n = 60000, d = 32, k = 64, chunk = 4096;
   const x = blobData(n, d, 40, 53);
   const init = pickRows(x, d, distinctRows(n, k, 19));
 
-  async function run(memoryBudget: number, overlap: boolean) {
-    if (!overlap) process.env.KMFLEET_CUDA_NO_OVERLAP = '1';
+  // env: the backend's A/B switches (read when the engine opens): the schedule of a partly resident pass and the
+  // number of chunk slots (cuda_backend.cu, planner.cpp)
+  async function run(memoryBudget: number, env: Record<string, string> = {}) {
+    Object.assign(process.env, env);
     let e: Engine;
     try {
       e = await open({ rows: n, dims: d, k, chunkRows: chunk, memoryBudget });
     } finally {
-      delete process.env.KMFLEET_CUDA_NO_OVERLAP;
+      for (const name of Object.keys(env)) delete process.env[name];
     }
     e.setCentroids(init);
     const passes = await fit(e, bytesOf(x), n, 4);
@@ -232,19 +235,27 @@ describe('overlapped streamed chunks', () => {
       inertia: passes.map((p) => p.inertia) };
   }
 
-  it('the same centroids, labels, distances and inertia as the old path and as fully streamed', async () => {
-    const none = await run(0, true);
+  it('the same centroids, labels, distances and inertia whatever the schedule, the slots, and as fully streamed', async () => {
+    const none = await run(0);
     expect(none.resident).toBe(0);
+    const schedules: Record<string, string>[] = [
+      {},                                                  // the shipped schedule, the planner's slots
+      { KMFLEET_CUDA_SLOTS: '2' },                         // stop 8's slot count
+      { KMFLEET_CUDA_SLOTS: '7', KMFLEET_CUDA_AHEAD: '1' },
+      { KMFLEET_CUDA_NO_OVERLAP: '1' },                    // streamed chunks behind all the resident rows
+    ];
+    const streamed2 = await run(0, { KMFLEET_CUDA_SLOTS: '2' });
+    expect(sameBits(streamed2.c, none.c), 'fully streamed, 2 slots: centroids').toBe(true);
     for (const budget of [3 * chunk * 200, 8 * chunk * 300 + (4 << 20)]) {
-      const on = await run(budget, true);
-      const off = await run(budget, false);
-      expect(on.resident, `budget ${budget}`).toBeGreaterThanOrEqual(chunk);
-      expect(on.resident).toBeLessThan(n);
-      for (const r of [on, off]) {
-        expect(sameBits(r.c, none.c), `budget ${budget} centroids`).toBe(true);
-        expect(Buffer.from(r.labels.buffer).equals(Buffer.from(none.labels.buffer)), `budget ${budget} labels`).toBe(true);
-        expect(sameBits(r.dist, none.dist), `budget ${budget} distances`).toBe(true);
-        expect(r.inertia).toEqual(none.inertia);
+      for (const env of schedules) {
+        const r = await run(budget, env);
+        const what = `budget ${budget} ${JSON.stringify(env)}`;
+        expect(r.resident, what).toBeGreaterThanOrEqual(chunk);
+        expect(r.resident, what).toBeLessThan(n);
+        expect(sameBits(r.c, none.c), `${what} centroids`).toBe(true);
+        expect(Buffer.from(r.labels.buffer).equals(Buffer.from(none.labels.buffer)), `${what} labels`).toBe(true);
+        expect(sameBits(r.dist, none.dist), `${what} distances`).toBe(true);
+        expect(r.inertia, what).toEqual(none.inertia);
       }
     }
   });
