@@ -41,6 +41,11 @@ export interface StartWorkerOptions {
   openEngine?: OpenEngine;
   /** default: config.metricsPort (0 = none) */
   metricsPort?: number;
+  /**
+   * Log 'worker started' before returning (default true). A process that installs signal handlers passes false and
+   * calls announce() once they are in place: whoever waits for that line may send SIGTERM at once.
+   */
+  announce?: boolean;
 }
 
 export interface KmfleetWorker {
@@ -54,6 +59,8 @@ export interface KmfleetWorker {
   readonly draining: boolean;
   /** Stop taking jobs, make running ones checkpoint and go back to the queue, close everything. Idempotent. */
   shutdown(reason?: string): Promise<void>;
+  /** Logs 'worker started' (once) with where it is connected. */
+  announce(): void;
 }
 
 /** CUDA device ordinals this process sees (none without a GPU or a CUDA build). */
@@ -124,6 +131,7 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
       : undefined;
 
   let closing: Promise<void> | undefined;
+  let announced = false;
   const handle: KmfleetWorker = {
     worker,
     keys,
@@ -148,10 +156,15 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
       })();
       return closing;
     },
+    announce() {
+      if (announced) return;
+      announced = true;
+      logger.info(
+        { redis: where, queue: keys.queueName, prefix: keys.bullPrefix, concurrency, gpus: devices.ordinals, s3: config.s3.endpoint ?? 'aws', metricsPort: metricsServer?.port },
+        'worker started',
+      );
+    },
   };
-  logger.info(
-    { redis: where, queue: keys.queueName, prefix: keys.bullPrefix, concurrency, gpus: devices.ordinals, s3: config.s3.endpoint ?? 'aws', metricsPort: metricsServer?.port },
-    'worker started',
-  );
+  if (opts.announce !== false) handle.announce();
   return handle;
 }

@@ -21,8 +21,9 @@ export async function action(opts: WorkerOptions): Promise<void> {
   if (opts.backend) env.KMFLEET_BACKEND = opts.backend;
   if (opts.cacheDir) env.KMFLEET_CACHE_DIR = opts.cacheDir;
   const config = loadWorkerConfig(env);
-  const w = await startWorker(config);
+  const w = await startWorker(config, { announce: false });
   installShutdownHandlers(w, { graceMs: config.shutdownGraceMs });
+  w.announce();  // only now: a SIGTERM sent as soon as 'worker started' shows must find the handlers in place
   // Run until a signal: the handlers exit the process.
   await new Promise<never>(() => {});
 }
