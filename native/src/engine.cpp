@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -234,6 +235,7 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
     return;
   }
   cancelFlag_.store(false);
+  const double t0 = nowMs();
   try {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -257,11 +259,14 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
     spec.distances = distances ? distances_.data() : nullptr;
     spec.farthest = static_cast<int>(far);
     spec.cancel = &cancelFlag_;
+    const double t1 = nowMs();
     backend_->beginPass(spec);
     passRunning_ = true;
     cursor_ = 0;
     residentPending_ = backend_->residentHeld() > 0;
     passStartMs_ = nowMs();
+    stat_[0] = t1 - t0;
+    stat_[1] = passStartMs_ - t1;
   } catch (...) {
     passError_ = std::make_unique<EngineError>(asEngineError(std::current_exception()));
     abortPass();
@@ -306,6 +311,7 @@ void Engine::runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::
 PassResult Engine::runFinish(std::uint64_t gen) {
   checkGen(gen);
   PassTotals totals;
+  const double tf0 = nowMs();
   try {
     processResidentIfNeeded();
     totals = backend_->finishPass();
@@ -316,6 +322,7 @@ PassResult Engine::runFinish(std::uint64_t gen) {
     throw e;
   }
   passRunning_ = false;
+  const double tf1 = nowMs();
   const std::int64_t N = cfg_.rows, seen = cursor_;
   PassResult r;
   r.mode = mode_;
@@ -330,14 +337,22 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   });
   for (auto c : changed) r.reassigned += c;
   for (double v : totals.inertia) r.inertia += v;
+  const double tf2 = nowMs();
   r.dataVariance = seen == N ? dataVariance(totals) : std::numeric_limits<double>::quiet_NaN();
   r.counts.assign(totals.counts.begin(), totals.counts.end());
+  const double tf3 = nowMs();
   if (mode_ == PassMode::Fit) applyFit(totals, r);
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::swap(labels_, next_);
   }
-  r.ms = nowMs() - passStartMs_;
+  const double tf4 = nowMs();
+  r.ms = tf4 - passStartMs_;
+  if (statsEnabled_)
+    std::fprintf(stderr,
+                 "[kmfleet engine] pass ms: copy centroids %.3f, backend begin %.3f, rows %.3f, backend finish %.3f, "
+                 "labels diff %.3f, data variance %.3f, update %.3f\n",
+                 stat_[0], stat_[1], tf0 - passStartMs_, tf1 - tf0, tf2 - tf1, tf3 - tf2, tf4 - tf3);
   return r;
 }
 

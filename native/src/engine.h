@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -100,6 +101,10 @@ class Engine {
   std::int64_t cursor_ = 0;       // next row expected
   std::vector<float> passCentroids_;
   double passStartMs_ = 0;
+  // KMFLEET_ENGINE_STATS: each pass's host time per step on stderr (copy of the centroids, the backend's begin, rows,
+  // the backend's finish, the label diff, the data variance, the update). Nothing measured is changed by it.
+  bool statsEnabled_ = std::getenv("KMFLEET_ENGINE_STATS") != nullptr;
+  double stat_[2] = {0, 0};
 };
 
 // Greedy k-means++ (scikit-learn's _kmeans_plusplus) over n fp32 rows (already normalized for cosine). An engine

@@ -25,11 +25,14 @@ double Engine::dataVariance(const PassTotals& t) const {
   pool_->run([&](int tid, int nt) {  // per dimension, clusters in order
     std::int64_t b = 0, e = 0;
     ThreadPool::range(D, tid, nt, 1, b, e);
-    for (std::int64_t d = b; d < e; ++d) {
-      double m = 0;
-      for (std::int64_t k = 0; k < K; ++k) m += t.sums[k * D + d];
-      mu[d] = m / N;
+    // clusters outer, this thread's dimensions inner: each cluster's slice is read in order (a column walk with a
+    // K×D stride took 3.3 ms at 4096×256 on the build machine); every mu[d] still adds the clusters in order
+    double* m = mu.data();
+    for (std::int64_t k = 0; k < K; ++k) {
+      const double* row = t.sums.data() + k * D;
+      for (std::int64_t d = b; d < e; ++d) m[d] += row[d];
     }
+    for (std::int64_t d = b; d < e; ++d) m[d] /= N;
   });
   std::vector<double> part(static_cast<std::size_t>(K), 0.0);
   pool_->run([&](int tid, int nt) {
