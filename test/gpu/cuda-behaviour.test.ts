@@ -208,6 +208,25 @@ describe("backend 'auto'", () => {
   });
 });
 
+describe('memory planner', () => {
+  // Automatic chunks: 64 MiB of input rows when every row stays resident (chunks only bound the first pass), 128 MiB
+  // when rows stream on every pass (each streamed chunk has fixed costs: cuda/planner.cpp). Opening plans only.
+  it('takes larger chunks when rows stream on every pass', async () => {
+    const rows = 4_000_000, dims = 32;  // 128 B a row: 64 MiB = 524,288 rows, 128 MiB = 1,048,576
+    const resident = await open({ rows, dims, k: 64 });
+    expect(resident.plan.residentRows).toBe(rows);
+    expect(resident.plan.chunkRows).toBe(524_288);
+    const streamed = await open({ rows, dims, k: 64, memoryBudget: 0 });
+    expect(streamed.plan.residentRows).toBe(0);
+    expect(streamed.plan.chunkRows).toBe(1_048_576);
+    const half = await open({ rows, dims, k: 64, memoryBudget: 600 << 20 });  // ~1.5M rows of 408 B fit: one chunk
+    expect(half.plan.chunkRows).toBe(1_048_576);
+    expect(half.plan.residentRows).toBe(1_048_576);  // whole chunks: a chunk is resident or streamed
+    const given = await open({ rows, dims, k: 64, memoryBudget: 0, chunkRows: 100_000 });
+    expect(given.plan.chunkRows).toBe(100_000);  // a given chunk size is kept
+  });
+});
+
 // A partly resident pass computes its streamed chunks while the resident rows are (their own stream, sums into
 // per-chunk partials folded after the resident rows in chunk order). The A/B schedules (other slot counts and
 // queue depths; no overlap: KMFLEET_CUDA_NO_OVERLAP=1; read when the engine opens) must give the same bits, with
