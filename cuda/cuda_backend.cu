@@ -35,6 +35,7 @@
 
 #include "cuda_bridge.h"
 #include "far_rows.h"
+#include "label_changes.h"
 #include "kernels.h"
 #include "operands.h"
 #include "planner.h"
@@ -109,6 +110,7 @@ class CudaBackend final : public Backend {
     stats_ = std::getenv("KMFLEET_CUDA_STATS") != nullptr;
     perChunk_ = std::getenv("KMFLEET_CUDA_PER_CHUNK") != nullptr;
     noOverlap_ = std::getenv("KMFLEET_CUDA_NO_OVERLAP") != nullptr;
+    hostCountsChanges_ = std::getenv("KMFLEET_CUDA_HOST_REASSIGNED") != nullptr;
     if (const char* v = std::getenv("KMFLEET_CUDA_AHEAD")) residentAhead_ = std::max(1, std::atoi(v));
     plan_.backend = BackendKind::Cuda;
     plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
@@ -222,6 +224,14 @@ class CudaBackend final : public Backend {
   PassTotals finishPass() override {
     check(cudaSetDevice(cfg_.device), "cudaSetDevice");
     if (overlap_) pumpResident(true);  // the rest of the resident rows, then the streamed chunks' folds
+    // Resident rows whose label changed since the previous pass that computed them (their labels are still on the
+    // device): counted here instead of by the engine over the host arrays.
+    const bool countChanges = residentRan_ && prevLabelsValid_ && !hostCountsChanges_;
+    if (countChanges) {
+      check(cudaMemsetAsync(changedCount_, 0, sizeof(unsigned long long), compute_), "memset");
+      countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, compute_);
+      check(cudaGetLastError(), "countLabelChanges");
+    }
     if (residentPending_) {
       // Resident labels (and distances) chunk by chunk as each chunk's D2H completes: the host's copies overlap
       // the device's work on the later chunks instead of following all of it.
@@ -240,6 +250,9 @@ class CudaBackend final : public Backend {
     check(cudaMemcpyAsync(hostFlags_, bad_, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
     check(cudaMemcpyAsync(hostFlags_ + 2, flaggedTotal_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
           "D2H");
+    if (countChanges)
+      check(cudaMemcpyAsync(hostFlags_ + 3, changedCount_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
+            "D2H");
     check(cudaStreamSynchronize(compute_), "D2H");
     const unsigned long long bad[2] = {hostFlags_[0], hostFlags_[1]};
     if (bad[0] != ~0ULL)
@@ -269,6 +282,10 @@ class CudaBackend final : public Backend {
     }
     far_.clear();
     t.rowsSeen = rowsSeen_;
+    if (countChanges) {
+      t.changedRows = residentHeld_;
+      t.changed = static_cast<std::int64_t>(hostFlags_[3]);
+    }
     if (stats_) {
       float ms[3] = {0, 0, 0};
       for (std::size_t i = 0; i < stagesUsed_; ++i)
@@ -284,6 +301,10 @@ class CudaBackend final : public Backend {
                    rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);
     }
     stagesUsed_ = 0;
+    // This pass's resident labels become the previous ones. A pass that fed the resident rows as streamed chunks
+    // (or retained them) gave the engine labels the device does not hold: nothing to compare with next time.
+    if (residentRan_) std::swap(resLabels_, resPrevLabels_);
+    prevLabelsValid_ = residentRan_;
     residentRan_ = false;
     if (residentHeld_ == 0 && retainedThisPass_ == mp_.residentRows) residentHeld_ = mp_.residentRows;
     return t;
@@ -342,7 +363,7 @@ class CudaBackend final : public Backend {
     for (int b = 0; b < mp_.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * rowBytes_, "host buffers"));
     hostCentroids_ = hostAlloc<float>(std::size_t(k_) * d_, "centroids");
     hostStats_ = hostAlloc<CentroidStats>(1, "centroid statistics");
-    hostFlags_ = hostAlloc<unsigned long long>(3, "flags");
+    hostFlags_ = hostAlloc<unsigned long long>(4, "flags");
     for (int i = 0; i < 2; ++i) {
       ring_[i] = hostAlloc<char>(kRingBytes, "download staging");
       check(cudaEventCreateWithFlags(&ringDone_[i], cudaEventDisableTiming), "cudaEventCreate");
@@ -393,6 +414,8 @@ class CudaBackend final : public Backend {
       const std::size_t r = std::size_t(mp_.residentRows);
       resident_ = allocOps(r, "resident rows", false);
       resLabels_ = devAlloc<int>(r, "resident rows");
+      resPrevLabels_ = devAlloc<int>(r, "resident rows");
+      changedCount_ = devAlloc<unsigned long long>(1, "flags");
       resDist_ = devAlloc<float>(r, "resident rows");
       hResLabels_ = hostAlloc<int>(r, "resident label staging");
       hResDist_ = hostAlloc<float>(r, "resident distance staging");
@@ -472,6 +495,11 @@ class CudaBackend final : public Backend {
         if (e) cudaEventDestroy(e);
     stageEv_.clear();
     if (resLabels_) cudaFree(resLabels_);
+    if (resPrevLabels_) cudaFree(resPrevLabels_);
+    if (changedCount_) cudaFree(changedCount_);
+    resPrevLabels_ = nullptr;
+    changedCount_ = nullptr;
+    prevLabelsValid_ = false;
     if (resDist_) cudaFree(resDist_);
     if (resDist64_) cudaFree(resDist64_);
     resDist64_ = nullptr;
@@ -997,7 +1025,7 @@ class CudaBackend final : public Backend {
   static constexpr std::size_t kRingBytes = std::size_t(1) << 20;  // pieces of the centroid upload and downloads
   char* ring_[2] = {nullptr, nullptr};
   cudaEvent_t ringDone_[2] = {nullptr, nullptr};
-  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total
+  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total, changed resident rows
   CentroidStats* hostStats_ = nullptr;       // pinned: scale and maxNorm of the pass's centroids
   CentroidStatsDevice* cstats_ = nullptr;
   cudaEvent_t statsReady_ = nullptr;
@@ -1032,6 +1060,12 @@ class CudaBackend final : public Backend {
 
   RowOps resident_;
   int* resLabels_ = nullptr;
+  // The resident rows' labels of the previous pass that computed them (swapped with resLabels_ after each such
+  // pass), valid when that pass was the engine's last completed one: finishPass counts the changed rows.
+  int* resPrevLabels_ = nullptr;
+  bool prevLabelsValid_ = false;
+  bool hostCountsChanges_ = false;  // KMFLEET_CUDA_HOST_REASSIGNED=1 (A/B only): leave the count to the engine
+  unsigned long long* changedCount_ = nullptr;
   float* resDist_ = nullptr;
   double* resDist64_ = nullptr;  // this pass's fp64 distance of each resident row (farthest rows, finishPass)
   ResidentAccumulateScratch racc_;  // rows > 0: processResidentWhole

@@ -67,7 +67,8 @@ std::size_t operandRowBytes(std::int64_t d, OpKind op) { return std::size_t(padD
 std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m) {
   // values (16-bit rows as they are, else fp32) + operands + scale/norm + label/distance outputs (device)
   // + the fp64 distance kept for the pass's farthest rows (asked for only when a cluster came out empty)
-  return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8 + 8;
+  // + the previous pass's label (changed rows counted on the device)
+  return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8 + 8 + 4;
 }
 
 std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m,

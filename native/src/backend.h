@@ -112,6 +112,11 @@ struct PassTotals {
   // chunk), and may find them late, from distances it kept, once a count comes out 0.
   std::vector<FarRow> farthest;
   std::int64_t rowsSeen = 0;        // rows processed in the pass, resident included
+  // Optional: rows [0, changedRows) were compared by the backend with the labels of its previous completed pass
+  // (the engine's labels for them), and `changed` of them differ. 0: the engine compares every row itself. The
+  // CUDA backend compares its resident rows on the device (10M rows: ~1 ms of host memory traffic saved a pass).
+  std::int64_t changedRows = 0;
+  std::int64_t changed = 0;
 };
 
 // Distance exactness contract for Precision::FP32 (DESIGN.md "Numerics"): the label equals the argmin of the

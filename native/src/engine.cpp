@@ -326,13 +326,17 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   const std::int64_t N = cfg_.rows, seen = cursor_;
   PassResult r;
   r.mode = mode_;
-  // Labels: rows of this pass vs the previous one; unseen rows keep their previous label.
+  // Labels: rows of this pass vs the previous one; unseen rows keep their previous label. Rows the backend already
+  // compared (PassTotals.changedRows: the CUDA backend's resident rows, on the device) are not compared again.
   if (seen < N) std::memcpy(next_.data() + seen, labels_.data() + seen, static_cast<std::size_t>(N - seen) * 4);
+  const std::int64_t compared = totals.changedRows > 0 && totals.changedRows <= seen ? totals.changedRows : 0;
+  if (compared > 0) r.reassigned = totals.changed;
   std::vector<std::int64_t> changed(static_cast<std::size_t>(pool_->size()), 0);
   pool_->run([&](int tid, int nt) {
     std::int64_t b, e, c = 0;
-    ThreadPool::range(seen, tid, nt, 1, b, e);
-    for (std::int64_t i = b; i < e; ++i) c += next_[static_cast<std::size_t>(i)] != labels_[static_cast<std::size_t>(i)];
+    ThreadPool::range(seen - compared, tid, nt, 1, b, e);
+    for (std::int64_t i = compared + b; i < compared + e; ++i)
+      c += next_[static_cast<std::size_t>(i)] != labels_[static_cast<std::size_t>(i)];
     changed[static_cast<std::size_t>(tid)] = c;
   });
   for (auto c : changed) r.reassigned += c;
