@@ -239,7 +239,8 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
   try {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      passCentroids_ = centroids_;
+      passCentroids_.resize(centroids_.size());
+      pool_->copy(passCentroids_.data(), centroids_.data(), centroids_.size());
       if (distances) distances_.allocate(static_cast<std::size_t>(cfg_.rows), "distances");
     }
     mode_ = mode;

@@ -100,6 +100,7 @@ class Engine {
   bool wantDistances_ = false;
   std::int64_t cursor_ = 0;       // next row expected
   std::vector<float> passCentroids_;
+  std::vector<float> nextCentroids_;  // applyFit's result, swapped into centroids_ (no K×D allocation a pass)
   double passStartMs_ = 0;
   // KMFLEET_ENGINE_STATS: each pass's host time per step on stderr (copy of the centroids, the backend's begin, rows,
   // the backend's finish, the label diff, the data variance, the update). Nothing measured is changed by it.

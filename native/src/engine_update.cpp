@@ -61,7 +61,9 @@ double Engine::dataVariance(const PassTotals& t) const {
 void Engine::applyFit(const PassTotals& t, PassResult& r) {
   const std::int64_t K = cfg_.k, D = cfg_.dims;
   std::vector<std::int64_t> n = t.counts;
-  std::vector<float> next = passCentroids_;
+  std::vector<float>& next = nextCentroids_;
+  next.resize(passCentroids_.size());
+  pool_->copy(next.data(), passCentroids_.data(), passCentroids_.size());
   // Empty clusters, in index order, take the farthest rows in (distance desc, row asc) order — scikit-learn's
   // relocation — skipping a row whose cluster would become empty in turn. Only then are the sums copied.
   std::vector<double> reseeded;
@@ -110,7 +112,7 @@ void Engine::applyFit(const PassTotals& t, PassResult& r) {
   });
   for (std::int64_t k = 0; k < K; ++k) r.shift += shift[k];
   std::lock_guard<std::mutex> lock(mu_);
-  centroids_ = std::move(next);
+  std::swap(centroids_, next);  // the old centroids' buffer holds the next pass's result
 }
 
 }  // namespace kmfleet

@@ -1,5 +1,7 @@
 #include "thread_pool.h"
 
+#include <cstring>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define KMFLEET_PAUSE() _mm_pause()
@@ -94,6 +96,19 @@ void ThreadPool::range(std::int64_t n, int tid, int nthreads, std::int64_t align
   const std::int64_t u1 = u0 + per + (tid < extra ? 1 : 0);
   begin = u0 * align < n ? u0 * align : n;
   end = u1 * align < n ? u1 * align : n;
+}
+
+void ThreadPool::copy(float* dst, const float* src, std::size_t n) {
+  constexpr std::size_t kSerial = std::size_t(1) << 18;  // below 1 MiB a wake-up of the pool costs more than it saves
+  if (n < kSerial || size_ == 1) {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  run([&](int tid, int nt) {
+    std::int64_t b = 0, e = 0;
+    range(static_cast<std::int64_t>(n), tid, nt, 1024, b, e);
+    if (e > b) std::memcpy(dst + b, src + b, static_cast<std::size_t>(e - b) * sizeof(float));
+  });
 }
 
 }  // namespace kmfleet
