@@ -28,6 +28,7 @@ void countLabelChanges(const std::int32_t* a, const std::int32_t* b, std::int64_
   // int4 loads: the arrays are cudaMalloc'd (256-byte aligned) and start at row 0
   const std::int64_t quads = n / 4;
   const int tail = static_cast<int>(n - quads * 4);
+  // grid-stride: at most ~8 blocks per SM of an H100/H200 (132 SMs); more rows only loop
   const unsigned blocks = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((quads + 255) / 256, 132 * 8)));
   countKernel<<<blocks, 256, 0, s>>>(reinterpret_cast<const int4*>(a), reinterpret_cast<const int4*>(b), quads,
                                      a + quads * 4, b + quads * 4, tail, out);

@@ -123,14 +123,16 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
 
   p.residentRowBytes = residentRowBytes(d, p.op, cfg.dtype, cfg.metric);
   std::size_t left = usable - p.fixedBytes - p.streamBytes;
+  // the bytes resident rows may take out of what is left: the configured budget, at most what is left
+  const auto budgetOf = [&](std::size_t l) {
+    return cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), l) : l;
+  };
+  const auto allFit = [&](std::size_t l) { return std::int64_t(budgetOf(l) / p.residentRowBytes) >= n; };
   // Rows streamed on every pass: more slots, beside the budget (~64 MiB each at the default chunk), so the copies
   // run ahead of a compute that resident work may delay. KMFLEET_CUDA_SLOTS (2..16) overrides, for A/B runs.
   {
     const std::size_t slotBytes = std::size_t(p.chunkRows) * (rowBytes + 8);
-    const std::int64_t mayHold = std::int64_t(
-        (cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), left) : left) /
-        residentRowBytes(d, p.op, cfg.dtype, cfg.metric));
-    int want = mayHold < n ? kStreamingSlots : 2;
+    int want = allFit(left) ? 2 : kStreamingSlots;
     if (const char* v = std::getenv("KMFLEET_CUDA_SLOTS")) want = std::clamp(std::atoi(v), 2, 16);
     const std::size_t extra = std::size_t(want - 2) * slotBytes;
     if (want > 2 && extra <= left / 4) {
@@ -142,10 +144,8 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   // Partly resident (the rows don't all fit): reserve the overlap's per-chunk partials and the chunk stream's
   // scratch (accumulate + flagged rows) beside the resident budget: ~4 MiB a partial at K×D = 4096×128 against
   // ~130 MiB a resident chunk. At most one partial per chunk and ≤ 1/8 of the usable memory; none → old path.
-  const std::size_t budget0 =
-      cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), left) : left;
   std::size_t overlapScratch = 0;
-  if (std::int64_t(budget0 / p.residentRowBytes) < n) {
+  if (!allFit(left)) {
     const std::size_t per = overlapPartialBytes(d, k);
     overlapScratch = accumulateScratchBytes(p.chunkRows, int(d), int(k)) +
                      std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256;  // flagged rows (cuda_backend.cu flagsS_)
@@ -156,7 +156,7 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
       left -= overlapScratch + std::size_t(parts) * per;
     }
   }
-  p.residentBudget = cfg.memoryBudget >= 0 ? std::min<std::size_t>(std::size_t(cfg.memoryBudget), left) : left;
+  p.residentBudget = budgetOf(left);
   const std::int64_t fit = std::int64_t(p.residentBudget / p.residentRowBytes);
   if (fit >= n) p.residentRows = n;
   else p.residentRows = fit / p.chunkRows * p.chunkRows;  // whole chunks: a chunk is resident or streamed
