@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <new>
 #include <type_traits>
 
@@ -160,85 +162,91 @@ struct FusedShared {
 
 // Segment = sorted positions [p0, p0 + m) of cluster c. Leaves the column sums in sh.col, writes every row's
 // distance (dist, dist32), returns the segment's inertia in thread 0.
-template <int T, InType IN>
+// Columns per lane: T groups of V adjacent columns, group t of lane l = columns (l + 32t)·V … +V−1: V = 4 reads a
+// row with one 8- or 16-byte load per lane (D % 4 == 0), V = 1 is the scalar layout (column l + 32t). The column
+// sums add the rows in the same order either way (same bits); a row's fp64 distance adds its columns in the lane's
+// order, so it depends on V (fixed by D: every path of a pass, resident or streamed, uses the same V).
+template <int T, int V, InType IN>
 __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, int p0, int m, const float* cRow,
                                bool cosine, bool sums, double* dist, float* dist32, FusedShared& sh) {
+  constexpr int TV = T * V;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int i = tid; i < m; i += blockDim.x) sh.idx[i] = sortedIndex[p0 + i];
   __syncthreads();
-  float cj[T];
-  double cs[T];
+  auto column = [&](int t, int v) { return (lane + 32 * t) * V + v; };
+  float cj[TV];
+  double cs[TV];
 #pragma unroll
-  for (int t = 0; t < T; ++t) {
-    const int j = lane + 32 * t;
-    cj[t] = j < d ? cRow[j] : 0.f;
-    cs[t] = 0;
-  }
+  for (int t = 0; t < T; ++t)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int j = column(t, v);
+      cj[t * V + v] = j < d ? cRow[j] : 0.f;
+      cs[t * V + v] = 0;
+    }
+  auto load = [&](size_t x, int t, float* out) {  // group t of the row starting at element x (whole group or none)
+    if (column(t, 0) < d) {
+      loadValues<IN, V>(xv, x + column(t, 0), out);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) out[v] = 0.f;
+    }
+  };
+  auto add = [&](const float* val, double& q) {  // one row's values into the column sums and its distance
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int j = column(t, v), e = t * V + v;
+        if (j < d) {
+          cs[e] += val[e];
+          if (cosine) {
+            q = fma(static_cast<double>(val[e]), static_cast<double>(cj[e]), q);
+          } else {
+            const double u = static_cast<double>(val[e]) - static_cast<double>(cj[e]);
+            q = fma(u, u, q);
+          }
+        }
+      }
+  };
   // R rows of the warp per step (i, i+W, …): their loads are all in flight before the first sum; the column
   // sums still add row i, then i+W, … — the order of one row per step, so the same bits.
   constexpr int R = KMFLEET_FUSED_ROWS;
   int i = warp;
   for (; i + (R - 1) * W < m; i += R * W) {
-    float v[R][T];
+    float val[R][TV];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const size_t x = static_cast<size_t>(sh.idx[i + r * W]) * d;
 #pragma unroll
-      for (int t = 0; t < T; ++t) {
-        const int j = lane + 32 * t;
-        v[r][t] = j < d ? loadValue<IN>(xv, x + j) : 0.f;
-      }
-    }
-    double q[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      q[r] = 0;
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        const int j = lane + 32 * t;
-        if (j < d) {
-          cs[t] += v[r][t];
-          if (cosine) {
-            q[r] = fma(static_cast<double>(v[r][t]), static_cast<double>(cj[t]), q[r]);
-          } else {
-            const double u = static_cast<double>(v[r][t]) - static_cast<double>(cj[t]);
-            q[r] = fma(u, u, q[r]);
-          }
-        }
-      }
+      for (int t = 0; t < T; ++t) load(x, t, &val[r][t * V]);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const double qs = warpSum64(q[r]);
+      double q = 0;
+      add(val[r], q);
+      const double qs = warpSum64(q);
       if (lane == 0) sh.rowDist[i + r * W] = cosine ? 1.0 - qs : qs;
     }
   }
   for (; i < m; i += W) {
     const size_t x = static_cast<size_t>(sh.idx[i]) * d;
-    double q = 0;
+    float val[TV];
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const int j = lane + 32 * t;
-      if (j < d) {
-        const float v = loadValue<IN>(xv, x + j);
-        cs[t] += v;
-        if (cosine) {
-          q = fma(static_cast<double>(v), static_cast<double>(cj[t]), q);
-        } else {
-          const double u = static_cast<double>(v) - static_cast<double>(cj[t]);
-          q = fma(u, u, q);
-        }
-      }
-    }
+    for (int t = 0; t < T; ++t) load(x, t, &val[t * V]);
+    double q = 0;
+    add(val, q);
     q = warpSum64(q);
     if (lane == 0) sh.rowDist[i] = cosine ? 1.0 - q : q;
   }
   if (sums) {
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const int j = lane + 32 * t;
-      if (j < d) sh.wsum[warp * kFusedMaxDims + j] = cs[t];
-    }
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int j = column(t, v);
+        if (j < d) sh.wsum[warp * kFusedMaxDims + j] = cs[t * V + v];
+      }
   }
   __syncthreads();
   if (sums)
@@ -259,7 +267,30 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
   return in;
 }
 
-template <int T, InType IN>
+// The fused kernels' columns per lane (fusedSegment): f(T, V) as integral constants. V = 4 when D % 4 == 0 and
+// the rows start 4-value aligned (cudaMalloc'd arrays, whole rows: always), so one load per lane reads 4 values;
+// T groups cover D ≤ 128 or ≤ 256 with the fewest registers. KMFLEET_SUMS_SCALAR=1: V = 1 (A/B of the loads only;
+// distances then add their columns in the other order).
+template <typename F>
+void withFusedShape(RowValues x, int d, F&& f) {
+  static const bool scalar = [] {
+    const char* v = std::getenv("KMFLEET_SUMS_SCALAR");
+    return v && *v && *v != '0';
+  }();
+  const std::size_t vecBytes = 4 * (x.type == InType::F32 ? 4 : 2);
+  const bool vec = !scalar && d % 4 == 0 && reinterpret_cast<std::uintptr_t>(x.p) % vecBytes == 0;
+  using I1 = std::integral_constant<int, 1>;
+  using I2 = std::integral_constant<int, 2>;
+  using I4 = std::integral_constant<int, 4>;
+  using I8 = std::integral_constant<int, kFusedMaxDims / 32>;
+  if (vec) {
+    if (d <= 128) f(I1{}, I4{}); else f(I2{}, I4{});
+  } else {  // 4 groups up to D = 128: half the registers of the general 8, more blocks per SM
+    if (d <= 128) f(I4{}, I1{}); else f(I8{}, I1{});
+  }
+}
+
+template <int T, int V, InType IN>
 __global__ void fusedSegmentKernel(const void* xv, int d, int k, const float* cf, int cosine, const int* sortedIndex,
                                    const int* counts, const int* starts, const int* extraOff, bool sums,
                                    double* dist, float* dist32, double* partials, double* partialInertia) {
@@ -275,14 +306,14 @@ __global__ void fusedSegmentKernel(const void* xv, int d, int k, const float* cf
   const int seg = b - extraOff[c] + 1;
   const int p0 = starts[c] + seg * S;
   const int m = min(S, starts[c] + counts[c] - p0);
-  const double in = fusedSegment<T, IN>(xv, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums, dist,
+  const double in = fusedSegment<T, V, IN>(xv, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums, dist,
                                  dist32, sh);
   if (sums)
     for (int j = threadIdx.x; j < d; j += blockDim.x) partials[static_cast<size_t>(b) * d + j] = sh.col[j];
   if (threadIdx.x == 0) partialInertia[b] = in;
 }
 
-template <int T, InType IN>
+template <int T, int V, InType IN>
 __global__ void fusedClusterKernel(const void* xv, int d, const float* cf, int cosine, const int* sortedIndex,
                                    const int* counts, const int* starts, const int* extraOff, bool sums,
                                    double* dist, float* dist32, const double* partials, const double* partialInertia,
@@ -291,7 +322,7 @@ __global__ void fusedClusterKernel(const void* xv, int d, const float* cf, int c
   const int c = blockIdx.x;
   const int cnt = counts[c];
   if (cnt == 0) return;
-  const double in = fusedSegment<T, IN>(xv, d, sortedIndex, starts[c], min(cnt, S), cf + static_cast<size_t>(c) * d, cosine,
+  const double in = fusedSegment<T, V, IN>(xv, d, sortedIndex, starts[c], min(cnt, S), cf + static_cast<size_t>(c) * d, cosine,
                                  sums, dist, dist32, sh);
   const int e0 = extraOff[c], e1 = extraOff[c + 1];
   if (sums)
@@ -361,7 +392,7 @@ __device__ bool findSegment(int b, const int* counts, const int* starts, const i
   return true;
 }
 
-template <int T, InType IN>
+template <int T, int V, InType IN>
 __global__ void residentFusedSegmentKernel(const void* xv, int d, const float* cf, int cosine, const int* sortedIndex,
                                            const int* counts, const int* starts, const int* segOff, int pairs,
                                            int chunks, bool sums, double* dist, float* dist32, double* partials,
@@ -369,7 +400,7 @@ __global__ void residentFusedSegmentKernel(const void* xv, int d, const float* c
   __shared__ FusedShared sh;
   int c, p0, m;
   if (!findSegment(blockIdx.x, counts, starts, segOff, pairs, chunks, c, p0, m)) return;
-  const double in = fusedSegment<T, IN>(xv, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums,
+  const double in = fusedSegment<T, V, IN>(xv, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums,
                                         dist, dist32, sh);
   if (sums)
     for (int j = threadIdx.x; j < d; j += blockDim.x) partials[static_cast<size_t>(blockIdx.x) * d + j] = sh.col[j];
@@ -568,14 +599,12 @@ void accumulateResident(RowValues x, int d, int k, const std::int32_t* labels, c
   withValueType(x.type, [&](auto inTag) {
     constexpr InType IN = decltype(inTag)::value;
     if (fused) {
-      auto run = [&](auto tTag) {
-        constexpr int T = decltype(tTag)::value;
-        residentFusedSegmentKernel<T, IN><<<segBlocks, W * 32, 0, s>>>(
+      withFusedShape(x, d, [&](auto tTag, auto vTag) {
+        constexpr int T = decltype(tTag)::value, V = decltype(vTag)::value;
+        residentFusedSegmentKernel<T, V, IN><<<segBlocks, W * 32, 0, s>>>(
             x.p, d, cf, cosine ? 1 : 0, a.sortedIndex, a.counts, a.starts, a.segOff, pairs, chunks, sums, dist,
             dist32, a.partials, a.partialInertia);
-      };
-      if (d <= 128) run(std::integral_constant<int, 4>{});
-      else run(std::integral_constant<int, kFusedMaxDims / 32>{});
+      });
     } else {
       residentSegmentKernel<IN><<<segBlocks, d >= 256 ? 256 : 128, 0, s>>>(
           x.p, d, a.sortedIndex, dist, a.counts, a.starts, a.segOff, pairs, chunks, sums, a.partials,
@@ -635,20 +664,17 @@ void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* l
   cub::DeviceScan::ExclusiveSum(a.sortTemp, tb, a.extras, a.extraOffsets, k + 1, s);
   const unsigned segBlocks = static_cast<unsigned>(n / S + 1);
   if (fused) {
-    // T = columns per lane: 4 up to D = 128 (half the registers of the general 8: more blocks per SM)
-    auto run = [&](auto tTag, auto inTag) {
-      constexpr int T = decltype(tTag)::value;
-      constexpr InType IN = decltype(inTag)::value;
-      fusedSegmentKernel<T, IN><<<segBlocks, W * 32, 0, s>>>(x.p, d, k, cf, cosine ? 1 : 0, a.sortedIndex,
-                                                             a.chunkCounts, a.starts, a.extraOffsets, sums, dist,
-                                                             dist32, a.partials, a.partialInertia);
-      fusedClusterKernel<T, IN><<<static_cast<unsigned>(k), W * 32, 0, s>>>(
-          x.p, d, cf, cosine ? 1 : 0, a.sortedIndex, a.chunkCounts, a.starts, a.extraOffsets, sums, dist, dist32,
-          a.partials, a.partialInertia, sumsOut, countsOut, inertiaOut);
-    };
     withValueType(x.type, [&](auto inTag) {
-      if (d <= 128) run(std::integral_constant<int, 4>{}, inTag);
-      else run(std::integral_constant<int, kFusedMaxDims / 32>{}, inTag);
+      constexpr InType IN = decltype(inTag)::value;
+      withFusedShape(x, d, [&](auto tTag, auto vTag) {
+        constexpr int T = decltype(tTag)::value, V = decltype(vTag)::value;
+        fusedSegmentKernel<T, V, IN><<<segBlocks, W * 32, 0, s>>>(x.p, d, k, cf, cosine ? 1 : 0, a.sortedIndex,
+                                                                  a.chunkCounts, a.starts, a.extraOffsets, sums, dist,
+                                                                  dist32, a.partials, a.partialInertia);
+        fusedClusterKernel<T, V, IN><<<static_cast<unsigned>(k), W * 32, 0, s>>>(
+            x.p, d, cf, cosine ? 1 : 0, a.sortedIndex, a.chunkCounts, a.starts, a.extraOffsets, sums, dist, dist32,
+            a.partials, a.partialInertia, sumsOut, countsOut, inertiaOut);
+      });
     });
     return;
   }

@@ -20,6 +20,29 @@ __device__ __forceinline__ float loadValue(const void* p, size_t i) {
   else return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
 }
 
+// V adjacent values from element i (V = 1, or 4 with i·size aligned to 4 values): one 8- or 16-byte load.
+template <InType IN, int V>
+__device__ __forceinline__ void loadValues(const void* p, size_t i, float* out) {
+  static_assert(V == 1 || V == 4, "1 or 4 values");
+  if constexpr (V == 1) {
+    out[0] = loadValue<IN>(p, i);
+  } else if constexpr (IN == InType::F32) {
+    const float4 f = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    out[0] = f.x; out[1] = f.y; out[2] = f.z; out[3] = f.w;
+  } else {
+    const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(p) + i);
+    float2 a, b;
+    if constexpr (IN == InType::F16) {
+      a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+      b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    } else {
+      a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+      b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    }
+    out[0] = a.x; out[1] = a.y; out[2] = b.x; out[3] = b.y;
+  }
+}
+
 template <InType IN>
 using InTag = std::integral_constant<InType, IN>;
 
