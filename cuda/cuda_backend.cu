@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "centroid_update.h"
 #include "cuda_bridge.h"
 #include "far_rows.h"
 #include "label_changes.h"
@@ -148,7 +149,9 @@ class CudaBackend final : public Backend {
     resStep_ = resSteps_ = 0;
     pendingFolds_.clear();
     far_.clear();
-    uploadCentroids(spec.centroids);
+    // the engine's centroids are the `next` of our last updateOnDevice, still in cf_: nothing to take
+    if (!(spec.centroidsFromUpdate && cfFromUpdate_)) uploadCentroids(spec.centroids);
+    sumsKept_ = false;
     check(cudaMemsetAsync(sums_, 0, sizeof(double) * std::size_t(k_) * d_, compute_), "memset");
     check(cudaMemsetAsync(counts_, 0, sizeof(long long) * k_, compute_), "memset");
     check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
@@ -264,13 +267,16 @@ class CudaBackend final : public Backend {
     PassTotals t;
     download(counts_, std::size_t(k_), t.counts);
     download(inertia_, std::size_t(k_), t.inertia);
-    if (fit_) download(sums_, std::size_t(k_) * d_, t.sums);
+    const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
+    // the sums stay here for updateOnDevice unless the host must re-seed an empty cluster
+    sumsKept_ = fit_ && spec_.keepSums && !anyEmpty;
+    t.sumsKept = sumsKept_;
+    if (fit_ && !sumsKept_) download(sums_, std::size_t(k_) * d_, t.sums);
     const unsigned long long flagged = hostFlags_[2];
     lastRecheckRows_ = static_cast<std::int64_t>(flagged);
     // backend.h: the farthest rows only when a cluster came out empty (the engine reads them only then). Streamed
     // chunks offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64
     // distances kept on the device, chunk by chunk as they were fed: the same candidates as computed eagerly.
-    const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
     if (fit_ && spec_.farthest > 0 && (anyEmpty || perChunk_)) {
       if (residentRan_) residentFarthest();
       std::stable_sort(far_.begin(), far_.end(), [](const FarRow& a, const FarRow& b) {
@@ -310,6 +316,42 @@ class CudaBackend final : public Backend {
     return t;
   }
 
+  // The fit update where the totals are (centroid_update.cu: the engine's arithmetic, bit for bit). The next
+  // centroids come down in one copy into the pinned upload staging and stay in cf_ for the next pass.
+  bool updatesOnDevice() const override { return true; }
+  DeviceUpdate updateOnDevice(bool dataVariance) override {
+    check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+    if (!sumsKept_)
+      throw EngineError(ErrorCode::InvalidArgument, "updateOnDevice needs a finished fit pass that kept its sums");
+    sumsKept_ = false;
+    ClusterUpdateArgs a;
+    a.sums = sums_;
+    a.counts = counts_;
+    a.inertia = inertia_;
+    a.centroids = cf_;
+    a.k = k_;
+    a.d = d_;
+    a.cosine = cosine_;
+    a.rows = static_cast<double>(rowsSeen_);
+    a.mu = mu64_;
+    a.scatter = dataVariance ? scatter_ : nullptr;
+    a.next = cfNext_;
+    a.shift = shift_;
+    clusterUpdate(a, compute_);
+    check(cudaGetLastError(), "clusterUpdate");
+    check(cudaMemcpyAsync(hostCentroids_, cfNext_, sizeof(float) * std::size_t(k_) * d_, cudaMemcpyDeviceToHost,
+                          compute_),
+          "D2H");
+    DeviceUpdate u;
+    download(shift_, std::size_t(k_), u.shift);
+    if (dataVariance) download(scatter_, std::size_t(k_), u.scatter);
+    check(cudaStreamSynchronize(compute_), "clusterUpdate");
+    std::swap(cf_, cfNext_);
+    cfFromUpdate_ = true;
+    u.next = hostCentroids_;
+    return u;
+  }
+
   void abortPass() noexcept override {
     cudaSetDevice(cfg_.device);
     cudaStreamSynchronize(copy_);
@@ -318,6 +360,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(d2h_);
     cudaGetLastError();
     overlap_ = false;
+    sumsKept_ = false;
     resStep_ = resSteps_ = 0;
     pendingFolds_.clear();
     for (Slot& s : slots_) s.pending = false;
@@ -372,6 +415,10 @@ class CudaBackend final : public Backend {
     cstats_ = devAlloc<CentroidStatsDevice>(1, "centroid statistics");
     // centroids and totals
     cf_ = devAlloc<float>(std::size_t(k_) * d_, "centroids");
+    cfNext_ = devAlloc<float>(std::size_t(k_) * d_, "centroids");
+    mu64_ = devAlloc<double>(d_, "centroid update");
+    scatter_ = devAlloc<double>(k_, "centroid update");
+    shift_ = devAlloc<double>(k_, "centroid update");
     bhi_ = devAlloc<unsigned short>(std::size_t(kp_) * dp_, "centroid operands");
     blo_ = terms > 1 ? devAlloc<unsigned short>(std::size_t(kp_) * dp_, "centroid operands") : nullptr;
     cnorm_ = devAlloc<float>(kp_, "centroid norms");
@@ -533,6 +580,10 @@ class CudaBackend final : public Backend {
     }
     if (passReady_) cudaEventDestroy(passReady_);
     passReady_ = nullptr;
+    for (void* p : {static_cast<void*>(cfNext_), static_cast<void*>(mu64_), static_cast<void*>(scatter_),
+                    static_cast<void*>(shift_)})
+      if (p) cudaFree(p);
+    cfNext_ = nullptr; mu64_ = nullptr; scatter_ = nullptr; shift_ = nullptr;
     for (void* p : {static_cast<void*>(cf_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                     static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),
                     static_cast<void*>(counts_), static_cast<void*>(inertia_), static_cast<void*>(bad_),
@@ -607,6 +658,7 @@ class CudaBackend final : public Backend {
 
   // The pass's centroids up through the pinned staging, in pieces: the DMA of a piece overlaps the copy of the next.
   void uploadCentroids(const float* c) {
+    cfFromUpdate_ = false;
     const std::size_t total = sizeof(float) * std::size_t(k_) * d_;
     char* h = reinterpret_cast<char*>(hostCentroids_);
     for (std::size_t off = 0; off < total; off += kRingBytes) {
@@ -1034,6 +1086,13 @@ class CudaBackend final : public Backend {
   int slotNext_ = 0;
 
   float* cf_ = nullptr;
+  // updateOnDevice: the next centroids (swapped with cf_), fp64 data mean, per-cluster shift and scatter
+  float* cfNext_ = nullptr;
+  double* mu64_ = nullptr;
+  double* scatter_ = nullptr;
+  double* shift_ = nullptr;
+  bool cfFromUpdate_ = false;  // cf_ holds the last updateOnDevice's `next` (nothing uploaded since)
+  bool sumsKept_ = false;      // the last finishPass kept its sums for updateOnDevice
   unsigned short* bhi_ = nullptr;
   unsigned short* blo_ = nullptr;
   float* cnorm_ = nullptr;

@@ -49,10 +49,11 @@ OpKind opFor(Precision p) {
 
 std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op) {
   const std::size_t dp = padDims(d), kp = padCentroids(k), K = k, D = d;
-  return K * D * 4                     // fp32 centroids
+  return K * D * 4 * 2                 // fp32 centroids: the pass's and the next (centroid_update.cu)
          + kp * dp * 2 * 2             // operands hi (+ lo)
          + kp * 4 + D * 4              // ‖c‖², μ
          + K * D * 8 + K * 16          // fp64 sums, counts, inertia
+         + K * 16 + D * 8              // the update's shift and scatter per cluster, fp64 data mean
          + 8 * kMiB;                   // small buffers, allocator slack
   (void)op;
 }

@@ -107,6 +107,11 @@ export interface PassResult {
   dataVariance: number;
   /** wall milliseconds of the pass, measured in native code */
   ms: number;
+  /**
+   * Fit passes: where the centroid update ran — 'device' when the backend computed it where its totals are (CUDA,
+   * every cluster non-empty; the same bits as 'host'), else 'host'. Assign passes: 'none'.
+   */
+  update: 'host' | 'device' | 'none';
 }
 
 export interface GpuInfo {

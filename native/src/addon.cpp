@@ -251,6 +251,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
             o.Set("counts", counts);
             o.Set("dataVariance", result->dataVariance);
             o.Set("ms", result->ms);
+            o.Set("update", result->mode != PassMode::Fit ? "none" : result->updatedOnDevice ? "device" : "host");
             return o;
           });
     } catch (const Napi::Error& err) {

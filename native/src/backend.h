@@ -89,6 +89,12 @@ struct PassSpec {
   int farthest = 0;
   // Set by cancel(); a backend may poll it inside long internal work (resident rows) and throw Cancelled.
   const std::atomic<bool>* cancel = nullptr;
+  // Only for a backend that updatesOnDevice(). keepSums: a fit pass whose update the engine will ask of the backend
+  // (updateOnDevice) — the sums may stay on the device (PassTotals.sumsKept). centroidsFromUpdate: `centroids` are
+  // bit for bit the `next` of the backend's last updateOnDevice (the engine set nothing else since), so a backend
+  // that still holds them need not take them again.
+  bool keepSums = false;
+  bool centroidsFromUpdate = false;
 };
 
 // A candidate for re-seeding an empty cluster: one of the rows farthest from its assigned centroid.
@@ -117,6 +123,17 @@ struct PassTotals {
   // CUDA backend compares its resident rows on the device (10M rows: ~1 ms of host memory traffic saved a pass).
   std::int64_t changedRows = 0;
   std::int64_t changed = 0;
+  // Fit passes with PassSpec.keepSums and every cluster non-empty: `sums` is left empty and the backend kept them
+  // for updateOnDevice. A pass that left a cluster empty always brings its sums (the host re-seeds).
+  bool sumsKept = false;
+};
+
+// Optional (Backend::updatesOnDevice): the update of a fit pass whose sums the backend kept, computed where they are
+// with the Engine's arithmetic bit for bit (engine_update.cpp: applyFit without re-seeding, dataVariance).
+struct DeviceUpdate {
+  std::vector<double> shift;    // K: ‖next_k − c_k‖² (row_math.h sqDist64)
+  std::vector<double> scatter;  // K, when the data variance was asked: cluster k's term (0 for an empty cluster)
+  const float* next = nullptr;  // K×D next centroids in backend-owned host memory, valid until the next call into it
 };
 
 // Distance exactness contract for Precision::FP32 (DESIGN.md "Numerics"): the label equals the argmin of the
@@ -158,6 +175,14 @@ class Backend {
   // Drop a pass after an error or a cancel: wait for in-flight work, discard partial totals. Never throws.
   // Resident rows retained so far are discarded too unless complete.
   virtual void abortPass() noexcept = 0;
+
+  // Optional device-side update (the CUDA backend). Called right after a finishPass that returned sumsKept; the
+  // backend then holds `next` as the centroids of a following pass with PassSpec.centroidsFromUpdate.
+  virtual bool updatesOnDevice() const { return false; }
+  virtual DeviceUpdate updateOnDevice(bool dataVariance) {
+    (void)dataVariance;
+    throw EngineError(ErrorCode::InvalidArgument, "this backend does not update centroids on its device");
+  }
 };
 
 // GPU inventory (native/index.ts GpuInfo). Filled by cuda/ (queryCudaDevices) or by the engine without CUDA.

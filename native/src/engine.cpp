@@ -144,6 +144,7 @@ void Engine::setCentroids(const float* c, std::size_t count) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   centroids_ = std::move(v);
+  centroidsFromUpdate_ = false;
 }
 
 std::vector<float> Engine::centroids() const {
@@ -237,8 +238,10 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
   cancelFlag_.store(false);
   const double t0 = nowMs();
   try {
+    bool fromUpdate = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      fromUpdate = centroidsFromUpdate_;
       passCentroids_.resize(centroids_.size());
       pool_->copy(passCentroids_.data(), centroids_.data(), centroids_.size());
       if (distances) distances_.allocate(static_cast<std::size_t>(cfg_.rows), "distances");
@@ -260,6 +263,9 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
     spec.distances = distances ? distances_.data() : nullptr;
     spec.farthest = static_cast<int>(far);
     spec.cancel = &cancelFlag_;
+    // the update where the totals are (backend.h DeviceUpdate); KMFLEET_HOST_UPDATE=1 keeps it on the host (A/B, tests)
+    spec.keepSums = mode == PassMode::Fit && !hostUpdate_ && backend_->updatesOnDevice();
+    spec.centroidsFromUpdate = fromUpdate;
     const double t1 = nowMs();
     backend_->beginPass(spec);
     passRunning_ = true;
@@ -346,10 +352,15 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   for (auto c : changed) r.reassigned += c;
   for (double v : totals.inertia) r.inertia += v;
   const double tf2 = nowMs();
-  r.dataVariance = seen == N ? dataVariance(totals) : std::numeric_limits<double>::quiet_NaN();
   r.counts.assign(totals.counts.begin(), totals.counts.end());
-  const double tf3 = nowMs();
-  if (mode_ == PassMode::Fit) applyFit(totals, r);
+  double tf3 = tf2;
+  if (mode_ == PassMode::Fit && totals.sumsKept) {
+    applyDeviceFit(totals, r, seen == N);  // the data variance and the update in one go (stats: under "update")
+  } else {
+    r.dataVariance = seen == N ? dataVariance(totals) : std::numeric_limits<double>::quiet_NaN();
+    tf3 = nowMs();
+    if (mode_ == PassMode::Fit) applyFit(totals, r);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::swap(labels_, next_);
@@ -406,6 +417,7 @@ void Engine::runInit(std::uint64_t gen, const void* sample, DType dtype, std::in
   if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
   std::lock_guard<std::mutex> lock(mu_);
   centroids_ = std::move(c);
+  centroidsFromUpdate_ = false;
 }
 
 std::vector<std::int32_t> Engine::labels(std::int64_t firstRow, std::int64_t count) const {

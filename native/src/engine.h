@@ -29,6 +29,7 @@ struct PassResult {
   std::vector<double> counts;
   double dataVariance = 0;  // NaN when the pass did not see every row
   double ms = 0;
+  bool updatedOnDevice = false;  // fit passes: the backend's updateOnDevice computed the update
 };
 
 class Engine {
@@ -70,6 +71,7 @@ class Engine {
   void abortPass();
   void processResidentIfNeeded();
   void applyFit(const PassTotals& t, PassResult& r);
+  void applyDeviceFit(const PassTotals& t, PassResult& r, bool dataVariance);
   double dataVariance(const PassTotals& t) const;
 
   EngineConfig cfg_;
@@ -88,6 +90,7 @@ class Engine {
   std::atomic<bool> cancelFlag_{false};
   mutable std::mutex mu_;        // centroids_, labels swap, distances
   std::vector<float> centroids_; // K×D, empty until set
+  bool centroidsFromUpdate_ = false;  // centroids_ is the backend's last updateOnDevice result (PassSpec)
   Array<std::int32_t> labels_, next_;
   Array<float> distances_;
 
@@ -106,6 +109,9 @@ class Engine {
   // the backend's finish, the label diff, the data variance, the update). Nothing measured is changed by it.
   bool statsEnabled_ = std::getenv("KMFLEET_ENGINE_STATS") != nullptr;
   double stat_[2] = {0, 0};
+  // KMFLEET_HOST_UPDATE=1: the fit update on the host even when the backend could do it on its device (same bits:
+  // A/B and the test that compares them)
+  bool hostUpdate_ = std::getenv("KMFLEET_HOST_UPDATE") != nullptr;
 };
 
 // Greedy k-means++ (scikit-learn's _kmeans_plusplus) over n fp32 rows (already normalized for cosine). An engine

@@ -113,6 +113,30 @@ void Engine::applyFit(const PassTotals& t, PassResult& r) {
   for (std::int64_t k = 0; k < K; ++k) r.shift += shift[k];
   std::lock_guard<std::mutex> lock(mu_);
   std::swap(centroids_, next);  // the old centroids' buffer holds the next pass's result
+  centroidsFromUpdate_ = false;
+}
+
+// The same update computed by the backend where the sums are (backend.h DeviceUpdate: every cluster non-empty, so no
+// re-seeding). Its per-cluster terms come back and are added here in cluster order, as above: the same bits.
+void Engine::applyDeviceFit(const PassTotals& t, PassResult& r, bool variance) {
+  const std::int64_t K = cfg_.k, D = cfg_.dims;
+  variance = variance && t.rowsSeen > 0;
+  DeviceUpdate u = backend_->updateOnDevice(variance);
+  r.updatedOnDevice = true;
+  r.dataVariance = std::numeric_limits<double>::quiet_NaN();
+  if (variance) {
+    double scatter = 0;
+    for (std::int64_t k = 0; k < K; ++k)
+      if (t.counts[k] != 0) scatter += u.scatter[static_cast<std::size_t>(k)];
+    r.dataVariance = std::max(0.0, scatter) / (static_cast<double>(t.rowsSeen) * static_cast<double>(D));
+  }
+  for (std::int64_t k = 0; k < K; ++k) r.shift += u.shift[static_cast<std::size_t>(k)];
+  std::vector<float>& next = nextCentroids_;
+  next.resize(static_cast<std::size_t>(K * D));
+  pool_->copy(next.data(), u.next, next.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  std::swap(centroids_, next);
+  centroidsFromUpdate_ = true;
 }
 
 }  // namespace kmfleet

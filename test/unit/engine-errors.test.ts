@@ -116,6 +116,7 @@ describe('feeds', () => {
     const good = await runPass<PassResult>(e, bytesOf(x), 1000, 'fit');
     expect(good.reassigned).toBe(1000);
     expect(Number.isFinite(good.inertia)).toBe(true);
+    expect(good.update).toBe('host');  // the CPU backend has no device-side update (backend.h DeviceUpdate)
   });
 
   it('Inf in f16 input, zero row in cosine', async () => {

@@ -162,7 +162,7 @@ class ContractEngine implements KmeansEngine {
       this.c = next;
     }
     this.passes++;
-    return { mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0 };
+    return { mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0, update: mode === 'fit' ? 'host' : 'none' };
   }
   labels(first = 0, count = this.options.rows - first) { return this.labelsNow.slice(first, first + count); }
   cancel() { this.cancelled = true; }
