@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "../centroid_update.h"
 #include "../kernels.h"
 #include "../operands.h"
 #include "../planner.h"
@@ -116,6 +117,13 @@ struct Problem {
   CentroidStats* hstats = nullptr;  // pinned
   float* hcPinned = nullptr;        // pinned staging of the centroids
   bool legacy = false;
+  // the device update (centroid_update.cu, as the backend's updateOnDevice): next centroids, fp64 μ, shift, scatter
+  float* cfNext = nullptr;
+  double* mu64 = nullptr;
+  double* shift = nullptr;
+  double* scatter = nullptr;
+  double* hK = nullptr;  // pinned: shift and scatter, K each
+  bool onDevice = false;  // cf holds the last device update's centroids (hc is their copy)
 
   void alloc(long long n_, int d_, int k_, OpKind op_, InType in_) {
     n = n_; d = d_; k = k_; op = op_; in = in_;
@@ -147,6 +155,11 @@ struct Problem {
     CK(cudaHostAlloc(&hstats, sizeof(CentroidStats), cudaHostAllocPortable));
     CK(cudaHostAlloc(&hcPinned, static_cast<size_t>(k) * d * 4, cudaHostAllocPortable));
     allocAccumulateScratch(acc, n, d, k);
+    CK(cudaMalloc(&cfNext, static_cast<size_t>(k) * d * 4));
+    CK(cudaMalloc(&mu64, static_cast<size_t>(d) * 8));
+    CK(cudaMalloc(&shift, static_cast<size_t>(k) * 8));
+    CK(cudaMalloc(&scatter, static_cast<size_t>(k) * 8));
+    CK(cudaHostAlloc(&hK, static_cast<size_t>(k) * 16, cudaHostAllocPortable));
     const char* lg = std::getenv("KMBENCH_LEGACY");
     legacy = lg && *lg && *lg != '0';
   }
@@ -154,8 +167,10 @@ struct Problem {
     if (raw != rows.xf) cudaFree(raw);
     for (void* p : {(void*)rows.xf, rows.ahi, rows.alo, (void*)rows.rowScale, (void*)rows.rowNorm, (void*)cf, bhi, blo,
                     (void*)cnorm, (void*)labels, (void*)flagged, (void*)flaggedThr, (void*)candCount, (void*)cand, (void*)flaggedCount, (void*)dist, (void*)sums,
-                    (void*)counts, (void*)inertia, (void*)bad, (void*)mu, (void*)cstats})
+                    (void*)counts, (void*)inertia, (void*)bad, (void*)mu, (void*)cstats, (void*)cfNext, (void*)mu64,
+                    (void*)shift, (void*)scatter})
       if (p) cudaFree(p);
+    cudaFreeHost(hK);
     cudaFreeHost(hstats);
     cudaFreeHost(hcPinned);
     freeAccumulateScratch(acc);
@@ -185,7 +200,11 @@ struct Problem {
     CK(cudaMemcpy(hc.data(), cf, hc.size() * 4, cudaMemcpyDeviceToHost));
   }
   void setCentroids() {  // hc → device operands, as the backend's beginPass does
-    if (legacy) {  // before: pageable upload, statistics on the host
+    if (onDevice) {  // cf already holds hc (the last device update): statistics and operands only
+      prepareCentroidOps(cf, mu, k, d, op, cstats, bhi, blo, cnorm, 0);
+      CK(cudaMemcpyAsync(hstats, &cstats->out, sizeof(CentroidStats), cudaMemcpyDeviceToHost, 0));
+      CK(cudaStreamSynchronize(0));
+    } else if (legacy) {  // before: pageable upload, statistics on the host
       CK(cudaMemcpy(cf, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
       const CentroidStats st = centroidStats(hc.data(), hmu.data(), k, d);
       prepareCentroids(cf, mu, k, d, op, st.scale, bhi, blo, cnorm, 0);
@@ -221,6 +240,23 @@ struct Problem {
     CK(cudaMemsetAsync(counts, 0, static_cast<size_t>(k) * 8, 0));
     CK(cudaMemsetAsync(inertia, 0, static_cast<size_t>(k) * 8, 0));
     accumulate(v, n, d, k, labels, cf, cosine, dist, nullptr, true, acc, sums, counts, inertia, 0);
+  }
+  // The backend's updateOnDevice: the next centroids, shift and data-variance terms computed where the sums are;
+  // the centroids come down once (the engine's copy of them), shift and scatter (K each) too. cf ↔ cfNext.
+  void updateOnDevice(double* hShift, double* hScatter) {
+    ClusterUpdateArgs a;
+    a.sums = sums; a.counts = counts; a.inertia = inertia; a.centroids = cf;
+    a.k = k; a.d = d; a.rows = static_cast<double>(n);
+    a.mu = mu64; a.scatter = scatter; a.next = cfNext; a.shift = shift;
+    clusterUpdate(a, 0);
+    CK(cudaGetLastError());
+    CK(cudaMemcpyAsync(hcPinned, cfNext, hc.size() * 4, cudaMemcpyDeviceToHost, 0));
+    CK(cudaMemcpyAsync(hShift, shift, static_cast<size_t>(k) * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaMemcpyAsync(hScatter, scatter, static_cast<size_t>(k) * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaStreamSynchronize(0));
+    std::memcpy(hc.data(), hcPinned, hc.size() * 4);
+    std::swap(cf, cfNext);
+    onDevice = true;
   }
   unsigned flaggedNow() {
     unsigned f = 0;
@@ -453,10 +489,14 @@ static int runCheck() {
 }
 
 // ---------------------------------------------------------------- bench
-// One Lloyd iteration as the engine runs it with resident data: centroids up (+ statistics and operands), assign
-// (+ recheck), distances, deterministic sums, sums/counts down, new centroids on the host. The host-side stages
+// One Lloyd iteration as the engine runs it with resident data: statistics and operands of the centroids, assign
+// (+ recheck), distances, deterministic sums, counts and inertia down, then the update on the device (the backend's
+// updateOnDevice: next centroids, shift and data-variance terms, the centroids down once). KMBENCH_HOST_UPDATE=1:
+// the update as before the device update (centroids up, sums down, division on the host) for same-run A/B; an
+// iteration that leaves a cluster empty takes that path too (the engine re-seeds on the host). The host-side stages
 // are synchronous here, so their wall times add up: prep (upload + statistics + operands, until the statistics are
-// back), down (sums and counts D2H), div (the host division).
+// back), down (counts, inertia, and the sums on the host path), div (the update: device kernels and the centroids'
+// copy down, or the host division).
 struct HostStages { double prep = 0, down = 0, div = 0; };
 static double msSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -464,6 +504,8 @@ static double msSince(std::chrono::steady_clock::time_point t) {
 static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsigned* flagged, HostStages* st) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t kd = static_cast<size_t>(P.k) * P.d;
+  const char* hu = std::getenv("KMBENCH_HOST_UPDATE");
+  const bool hostUpdate = P.legacy || (hu && *hu && *hu != '0');
   for (int it = 0; it < iters; ++it) {
     auto t = std::chrono::steady_clock::now();
     P.setCentroids();
@@ -472,15 +514,25 @@ static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsign
     P.update(false);
     CK(cudaStreamSynchronize(0));
     t = std::chrono::steady_clock::now();
-    CK(cudaMemcpyAsync(hs, P.sums, kd * 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaMemcpyAsync(hcnt, P.counts, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaMemcpyAsync(hs, P.inertia, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaStreamSynchronize(0));
+    const bool empty = std::find(hcnt, hcnt + P.k, 0LL) != hcnt + P.k;
+    if (hostUpdate || empty) {
+      CK(cudaMemcpyAsync(hs, P.sums, kd * 8, cudaMemcpyDeviceToHost, 0));
+      CK(cudaStreamSynchronize(0));
+    }
     if (st) st->down += msSince(t);
     if (flagged) *flagged = P.flaggedNow();
     t = std::chrono::steady_clock::now();
-    for (int c = 0; c < P.k; ++c)
-      if (hcnt[c] > 0)
-        for (int j = 0; j < P.d; ++j) P.hc[static_cast<size_t>(c) * P.d + j] = static_cast<float>(hs[static_cast<size_t>(c) * P.d + j] / hcnt[c]);
+    if (hostUpdate || empty) {
+      for (int c = 0; c < P.k; ++c)
+        if (hcnt[c] > 0)
+          for (int j = 0; j < P.d; ++j) P.hc[static_cast<size_t>(c) * P.d + j] = static_cast<float>(hs[static_cast<size_t>(c) * P.d + j] / hcnt[c]);
+      P.onDevice = false;
+    } else {
+      P.updateOnDevice(P.hK, P.hK + P.k);
+    }
     if (st) st->div += msSince(t);
   }
   CK(cudaGetLastError());
@@ -552,13 +604,21 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
     if (P.legacy) prepareCentroids(P.cf, P.mu, k, d, op, P.cops.scale, P.bhi, P.blo, P.cnorm, 0);
     else prepareCentroidOps(P.cf, P.mu, k, d, op, P.cstats, P.bhi, P.blo, P.cnorm, 0);
   });
+  // the device update's kernels alone (centroid_update.cu: next centroids, shift, data-variance terms)
+  const float updMs = timeIt([&] {
+    ClusterUpdateArgs a;
+    a.sums = P.sums; a.counts = P.counts; a.inertia = P.inertia; a.centroids = P.cf;
+    a.k = k; a.d = d; a.rows = static_cast<double>(n);
+    a.mu = P.mu64; a.scatter = P.scatter; a.next = P.cfNext; a.shift = P.shift;
+    clusterUpdate(a, 0);
+  });
   const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
   std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f assign_ms=%.3f tflops=%.1f "
               "recheck_first=%.5f%% recheck_last=%.5f%% mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f "
-              "host_prep_ms=%.3f host_down_ms=%.3f host_div_ms=%.3f centroid_kernels_ms=%.3f rows=%s%s\n",
+              "host_prep_ms=%.3f host_down_ms=%.3f host_div_ms=%.3f centroid_kernels_ms=%.3f update_kernels_ms=%.3f rows=%s%s\n",
               opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16", blobs ? "blobs" : "random", n,
               d, k, ms, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, mmaMs, am - mmaMs, distMs, sumMs, prepMs, downMs,
-              divMs, cprepMs, P.vals.type == InType::F32 ? "f32" : "16bit", P.legacy ? " legacy=1" : "");
+              divMs, cprepMs, updMs, P.vals.type == InType::F32 ? "f32" : "16bit", P.legacy ? " legacy=1" : "");
   std::fflush(stdout);
   P.release();
 }
@@ -572,6 +632,12 @@ static int runBench(int argc, char** argv) {
   }
   if (argc > 2 && std::string(argv[2]) == "fp16") {  // the two fp16 targets (update-path A/B runs)
     benchOne(10000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
+    benchOne(1000000, 256, 4096, OpKind::F16x1, InType::F16, 0);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "targets") {  // the issue's three in-core targets (A/B runs)
+    benchOne(10000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
+    benchOne(10000000, 128, 1024, OpKind::F16x3, InType::F32, 0);
     benchOne(1000000, 256, 4096, OpKind::F16x1, InType::F16, 0);
     return 0;
   }
