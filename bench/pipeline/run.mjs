@@ -7,6 +7,9 @@
  *
  *   npm run build:ts && node bench/pipeline/run.mjs [--rows 1000000] [--dims 32] [--k 100] [--iters 20] [--runs 2]
  *     [--checkpoint-every 1] [--checkpoint-min-interval-ms N] [--read-concurrency N] [--cache-dir DIR] [--backend cpu]
+ *     [--worker-node-args='--cpu-prof --cpu-prof-dir=DIR'] [--worker-log FILE]
+ *     (node flags for the worker process only, e.g. a profile or --trace-gc, which NODE_OPTIONS may not carry; the
+ *     worker's own output is written to FILE when it exits)
  *
  * What is timed: fit = its own totalMs, run in this process (warm, as the worker is; open → summary.json written);
  * pipeline = enqueued → finished, from the job's own BullMQ timestamps (queue pickup, S3 download, checkpoints, upload,
@@ -16,7 +19,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -38,6 +41,8 @@ const { values: a } = parseArgs({
     'checkpoint-min-interval-ms': { type: 'string' },
     'read-concurrency': { type: 'string' },
     backend: { type: 'string', default: 'cpu' },
+    'worker-node-args': { type: 'string' },
+    'worker-log': { type: 'string' },
   },
 });
 const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs);
@@ -89,6 +94,7 @@ function cpuMs(pid) {
 const median = (xs) => { const v = [...xs].sort((x, y) => x - y); return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2; };
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-bench-'));
 const stops = [];
+let stopping = false;
 try {
   // ---- data ----
   const path = join(dir, 'blobs.npy');
@@ -117,8 +123,16 @@ try {
   await sink.end();
 
   // ---- a warm worker in its own process ----
-  const worker = child([join(ROOT, 'bin', 'kmfleet.js'), 'worker'], env);
-  stops.push(async () => { worker.p.kill('SIGTERM'); await worker.exited; });
+  const nodeArgs = a['worker-node-args']?.split(/\s+/).filter(Boolean) ?? [];
+  const worker = child([...nodeArgs, join(ROOT, 'bin', 'kmfleet.js'), 'worker'], env);
+  // a worker that dies would leave the bench waiting for a job nobody runs
+  worker.exited.then((code) => { if (!stopping) { console.error(`worker exited (${code}):\n${worker.out()}`); process.exit(1); } });
+  stops.push(async () => {
+    stopping = true;
+    worker.p.kill('SIGTERM');
+    await worker.exited;
+    if (a['worker-log']) writeFileSync(a['worker-log'], worker.out());
+  });
   const client = new KmfleetClient({ connection: redis.url });
   stops.push(() => client.close());
   const info = await (await client.connection()).info('server');
