@@ -47,6 +47,7 @@ import { runKmeans } from './kmeans/driver.js';
 import { KmeansAbortedError } from './kmeans/errors.js';
 import type { IterationReport, KmeansCheckpoint, KmeansResult } from './kmeans/types.js';
 import type { DevicePool } from './device-pool.js';
+import type { EngineReleases } from './engine-releases.js';
 import type { LockLossRegistry } from './lock-loss.js';
 import { jobLogger, type Logger } from './logger.js';
 import type { FleetMetrics, JobOutcome } from './metrics/index.js';
@@ -73,6 +74,11 @@ export interface ProcessorDeps {
   lockLoss?: LockLossRegistry;
   /** GPUs of this process: each running job takes its own */
   devices?: DevicePool;
+  /**
+   * Closes a finished job's engine (and gives its GPU back) after BullMQ recorded the job's end rather than before
+   * (worker.ts wires its events); without it the engine is closed as the processor returns.
+   */
+  releases?: EngineReleases;
 }
 
 type Processor = (job: Job<JobData, JobResult>, token?: string, signal?: AbortSignal) => Promise<JobResult>;
@@ -218,6 +224,8 @@ async function runJob(
     if (config.chunkRows !== undefined) engineOptions.chunkRows = config.chunkRows;
     if (config.threads !== undefined) engineOptions.threads = config.threads;
     if (config.memoryBudgetBytes !== undefined) engineOptions.memoryBudget = config.memoryBudgetBytes;
+    // an engine of an earlier job waiting to be closed gives its memory (and its GPU) back before this one takes any
+    deps.releases?.releaseAll();
     if (engineOptions.backend !== 'cpu' && deps.devices && deps.devices.size > 0) {
       device = deps.devices.acquire();
       if (device !== undefined) engineOptions.device = device;
@@ -377,8 +385,16 @@ async function runJob(
   } finally {
     cancelWatch.dispose();
     lockWatch?.dispose();
-    engine?.close();
-    deps.devices?.release(device);
+    const opened = engine;
+    const release = () => {
+      try {
+        opened?.close();
+      } finally {
+        deps.devices?.release(device);
+      }
+    };
+    if (deps.releases && opened) deps.releases.defer(jobId, release);
+    else release();
     await source?.close().catch(() => {});
     running?.end(outcome === 'retried' && attempt >= (job.opts.attempts ?? 1) ? 'failed' : outcome);
   }

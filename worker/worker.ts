@@ -17,6 +17,7 @@ import type { WorkerConfig } from './config.js';
 import { createLogger, type Logger } from './logger.js';
 import { createFleetMetrics, startMetricsServer, type FleetMetrics, type MetricsServer } from './metrics/index.js';
 import { DevicePool } from './device-pool.js';
+import { EngineReleases } from './engine-releases.js';
 import { LockLossRegistry } from './lock-loss.js';
 import { createProcessor, type OpenEngine } from './processor.js';
 import { createS3, type S3Handle } from './s3/client.js';
@@ -102,7 +103,8 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
   const devices = new DevicePool(gpuOrdinals());
   const concurrency = config.concurrency ?? Math.max(1, devices.size);
   const lockLoss = new LockLossRegistry();
-  const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss, devices });
+  const releases = new EngineReleases({ onError: (err, jobId) => logger.error({ err, jobId }, 'closing the engine of a finished job failed') });
+  const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss, devices, releases });
   const worker = new Worker(keys.queueName, processor, {
     connection: redis,
     prefix: keys.bullPrefix,
@@ -113,6 +115,9 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
     autorun: true,
   });
   worker.on('error', (err) => logger.error({ err: err.message }, 'worker error'));
+  // a finished job's engine is closed once BullMQ has recorded the job's end: its completion no longer waits for that
+  worker.on('completed', (job) => releases.reported(job.id));
+  worker.on('failed', (job) => releases.reported(job?.id));
   worker.on('lockRenewalFailed', (jobIds: string[]) => {
     logger.warn({ jobIds }, 'could not renew job locks: stopping those jobs');
     lockLoss.lost(jobIds);
@@ -148,6 +153,7 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
         logger.info({ reason }, 'shutting down: running jobs checkpoint and go back to the queue');
         preempt.abort(new Error(`worker shutting down (${reason})`));
         await worker.close();
+        releases.releaseAll();
         await cancels.close();
         await metricsServer?.close();
         if (!opts.s3) s3.destroy();
