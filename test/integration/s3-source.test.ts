@@ -1,6 +1,7 @@
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CachedRowSource, MemoryCachedRowSource } from '../../worker/dataset/cache.js';
 import { S3RowSource } from '../../worker/dataset/s3-source.js';
@@ -8,7 +9,7 @@ import { DatasetFormatError } from '../../worker/formats/errors.js';
 import { encodeNpy } from '../../worker/formats/npy-encode.js';
 import { createS3 } from '../../worker/s3/client.js';
 import { S3ObjectChangedError, S3ObjectNotFoundError } from '../../worker/s3/errors.js';
-import { delay, startS3FaultProxy } from '../helpers/s3-fault-proxy.js';
+import { delay, s3Error, startS3FaultProxy, truncate } from '../helpers/s3-fault-proxy.js';
 import { startS3Server, type S3ServerHandle } from '../helpers/s3-server.js';
 
 const ROWS = 5000;
@@ -39,7 +40,40 @@ describe('S3RowSource against s3rver', () => {
     if (cacheDir) rmSync(cacheDir, { recursive: true, force: true });
   });
 
-  it('opens an npy with one HEAD and one GET, and reads rows in many parallel parts into the target', async () => {
+  it('opens an npy with ONE ranged GET (size and ETag from its answer), a raw file with one HEAD; a cut probe is retried', async () => {
+    // S3 answers a range over an empty object with 416 (s3rver 3.7.1 drops the connection instead: the proxy answers)
+    const invalidRange = () => s3Error(416, 'InvalidRange', 'The requested range is not satisfiable');
+    const proxy = await startS3FaultProxy(s3, {
+      fault: (r) => (r.n === 3 ? truncate(100) : r.method === 'GET' && r.key === 'empty.npy' ? invalidRange() : undefined),
+    });
+    const client = createS3({ ...proxy.settings, retry: { attempts: 3, baseMs: 1, maxMs: 5 } });
+    try {
+      const ops = () => proxy.requests.map((r) => `${r.operation} ${r.headers.range ?? ''}`.trim());
+      const npy = await S3RowSource.open(client, 's3://data/x.npy', { format: 'npy' });
+      expect([npy.rows, npy.dims, npy.size]).toEqual([ROWS, DIMS, 128 + ROWS * DIMS * 4]);
+      expect(npy.etag).toMatch(/^"[0-9a-f]{32}"$/);
+      expect(ops()).toEqual(['GetObject bytes=0-65547']);
+      const raw = await S3RowSource.open(client, 's3://data/x.f32', { format: 'f32', dims: DIMS });
+      expect(raw.rows).toBe(ROWS);
+      expect(ops().slice(1)).toEqual(['HeadObject']);
+      // the 3rd request's body is cut after 100 bytes: the probe is asked again, whole
+      const again = await S3RowSource.open(client, 's3://data/x.npy', { format: 'npy' });
+      expect([again.rows, again.etag]).toEqual([ROWS, npy.etag]);
+      expect(ops().slice(2)).toEqual(['GetObject bytes=0-65547', 'GetObject bytes=0-65547']);
+      expect(proxy.requests[2].fault).toBe('truncate');
+      // an object smaller than the probe, and an empty one (no byte to range over: answered by a HEAD)
+      await s3.put('data', 'tiny.npy', encodeNpy(new Float32Array([1, 2, 3, 4]), [2, 2]));
+      expect((await S3RowSource.open(client, 's3://data/tiny.npy', { format: 'npy' })).rows).toBe(2);
+      await s3.handle.client.send(new PutObjectCommand({ Bucket: 'data', Key: 'empty.npy', Body: '', ContentLength: 0 }));
+      await expect(S3RowSource.open(client, 's3://data/empty.npy', { format: 'npy' })).rejects.toThrow(/0 bytes: too short for a \.npy file/);
+      await expect(S3RowSource.open(client, 's3://data/none.npy', { format: 'npy' })).rejects.toBeInstanceOf(S3ObjectNotFoundError);
+    } finally {
+      client.destroy();
+      await proxy.stop();
+    }
+  });
+
+  it('reads rows in many parallel parts into the target', async () => {
     const src = await S3RowSource.open(s3.handle, 's3://data/x.npy', { format: 'npy', partBytes: 1000, concurrency: 4 });
     expect([src.rows, src.dims, src.dtype, src.rowBytes]).toEqual([ROWS, DIMS, 'f32', DIMS * 4]);
     expect(src.stats.requests).toBe(0);

@@ -1,6 +1,7 @@
 /**
- * A RowSource over an S3 object (DESIGN.md, steps 1 and 4): HEAD for size and ETag, then ONE ranged GET of the first
- * bytes for the header (large enough for the longest header the parser accepts, so no second round trip). Rows are
+ * A RowSource over an S3 object (DESIGN.md, steps 1 and 4): an npy is opened with ONE ranged GET of its first bytes,
+ * large enough for the longest header the parser accepts, whose answer also gives the object's size and ETag (a HEAD
+ * before it cost a second round trip before the download could start); a raw file needs only a HEAD. Rows are
  * read with parallel ranged GETs straight into the caller's buffer (the engine's host buffer): no staging copy.
  *
  * Every GET carries the ETag seen at open as If-Match and compares the ETag of the answer, so a dataset replaced
@@ -11,7 +12,7 @@ import { DatasetFormatError } from '../formats/errors.js';
 import { NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, parseNpyHeader, type DatasetDType, type DatasetLayout } from '../formats/npy-header.js';
 import { rawLayout } from '../formats/raw.js';
 import type { S3Handle } from '../s3/client.js';
-import { headObject, readRangeInto } from '../s3/objects.js';
+import { headObject, readObjectStart, readRangeInto, type ObjectInfo } from '../s3/objects.js';
 import { formatS3Uri, parseS3Uri, type S3Location } from '../s3/uri.js';
 import { checkReadRange, type ReadHint, type RowSource } from './row-source.js';
 
@@ -80,21 +81,20 @@ export class S3RowSource implements RowSource {
    */
   static async open(s3: S3Handle, uri: string, options: S3RowSourceOptions): Promise<S3RowSource> {
     const location = parseS3Uri(uri);
-    const info = await headObject(s3, location, options.signal);
+    const start = options.format === 'npy' ? await readObjectStart(s3, location, NPY_PREFIX_BYTES + NPY_MAX_HEADER_BYTES, options.signal) : undefined;
+    const info: ObjectInfo = start ?? (await headObject(s3, location, options.signal));
     if (options.expectEtag !== undefined && options.expectEtag !== info.etag) {
       throw new DatasetFormatError(`${uri} has ETag ${info.etag}, not the ${options.expectEtag} this job was started on`);
     }
     let layout: DatasetLayout;
-    if (options.format === 'npy') {
+    if (start) {
       if (info.size < NPY_PREFIX_BYTES) throw new DatasetFormatError(`${uri} is ${info.size} bytes: too short for a .npy file`);
-      const probe = Buffer.alloc(Math.min(info.size, NPY_PREFIX_BYTES + NPY_MAX_HEADER_BYTES));
-      await readRangeInto(s3, location, 0, probe.length, probe, 0, { etag: info.etag, signal: options.signal });
-      layout = parseNpyHeader(probe, info.size);
+      layout = parseNpyHeader(start.bytes, info.size);
       if (options.dims !== undefined && options.dims !== layout.dims) {
         throw new DatasetFormatError(`${uri} has ${layout.dims} dims, not the ${options.dims} the spec gives`);
       }
     } else {
-      layout = rawLayout(options.format, info.size, options.dims);
+      layout = rawLayout(options.format as Exclude<S3DatasetFormat, 'npy'>, info.size, options.dims);
     }
     const partBytes = Math.max(layout.rowBytes, options.partBytes ?? DEFAULT_PART_BYTES);
     return new S3RowSource(

@@ -30,6 +30,10 @@ function isNotFound(err: unknown): boolean {
   const name = (err as { name?: string })?.name;
   return name === 'NoSuchKey' || name === 'NotFound' || status(err) === 404;
 }
+function isInvalidRange(err: unknown): boolean {
+  const name = (err as { name?: string })?.name;
+  return name === 'InvalidRange' || status(err) === 416;
+}
 function isPreconditionFailed(err: unknown): boolean {
   const name = (err as { name?: string })?.name;
   return name === 'PreconditionFailed' || status(err) === 412;
@@ -44,6 +48,54 @@ export async function headObject(s3: S3Handle, loc: S3Location, signal?: AbortSi
     if (isNotFound(err)) throw new S3ObjectNotFoundError(formatS3Uri(loc));
     throw err;
   }
+}
+
+export interface ObjectStart extends ObjectInfo {
+  /** the object's first min(length, size) bytes */
+  bytes: Buffer;
+}
+
+/**
+ * Size, ETag and the first `length` bytes of an object in ONE ranged GET, where a HEAD and a GET took two round trips
+ * before opening a dataset: the answer's Content-Range carries the object's size. An empty object, which has no byte to
+ * range over (416), is asked with a HEAD. Missing → S3ObjectNotFoundError; a body cut short is retried.
+ */
+export async function readObjectStart(s3: S3Handle, loc: S3Location, length: number, signal?: AbortSignal): Promise<ObjectStart> {
+  const uri = formatS3Uri(loc);
+  return withRetries(
+    async () => {
+      let r;
+      try {
+        r = await s3.client.send(new GetObjectCommand({ Bucket: loc.bucket, Key: loc.key, Range: `bytes=0-${Math.max(1, length) - 1}` }), { abortSignal: signal });
+      } catch (err) {
+        if (isNotFound(err)) throw new S3ObjectNotFoundError(uri);
+        if (isInvalidRange(err)) {
+          const info = await headObject(s3, loc, signal);
+          if (info.size === 0) return { ...info, bytes: Buffer.alloc(0) };
+        }
+        throw err;
+      }
+      // "bytes 0-99/1234"; a server that ignores Range answers 200 with the whole object
+      const total = r.ContentRange ? /\/(\d+)$/.exec(r.ContentRange)?.[1] : r.ContentLength;
+      const size = total === undefined ? NaN : Number(total);
+      if (!Number.isSafeInteger(size) || !r.ETag) {
+        (r.Body as { destroy?: () => void } | undefined)?.destroy?.();
+        throw new Error(`GET ${uri}: no size or ETag in the answer`);
+      }
+      const want = Math.min(length, size);
+      const bytes = Buffer.allocUnsafe(want);
+      let got = 0;
+      for await (const chunk of r.Body as AsyncIterable<Uint8Array>) {
+        const n = Math.min(chunk.byteLength, want - got);
+        bytes.set(chunk.subarray(0, n), got);
+        got += n;
+      }
+      if (got !== want) throw new S3ShortReadError(`GET ${uri} bytes=0-${want - 1}: got ${got} of ${want} bytes`);
+      return { size, etag: r.ETag, lastModified: r.LastModified, bytes };
+    },
+    s3.settings.retry,
+    { signal },
+  );
 }
 
 /**
