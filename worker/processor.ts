@@ -155,14 +155,17 @@ async function runJob(
       lockKey: `${job.queueQualifiedName}:${jobId}:lock`,
       token,
     });
-    const claim = await store.claimJob();
-    log.info({ claim, dataset: spec.dataset.uri, k: spec.k, maxIter: spec.maxIter }, 'job started');
+    log.info({ dataset: spec.dataset.uri, k: spec.k, maxIter: spec.maxIter }, 'job started');
 
-    // ---- 2. open the dataset ----
-    // The output bucket check, the dataset's HEAD + header GET and the progress write are independent round trips: in
-    // parallel, with the bucket's error first when both fail (a typo in output is named before anything else).
-    const [bucketCheck, opened, progressed] = await Promise.allSettled([
-      assertBucketExists(s3, parseS3Uri(spec.output).bucket),
+    // ---- 2. claim, open the dataset ----
+    // The claim, the output bucket check, the dataset's header GET and the progress write are independent round trips,
+    // all in flight together. The download starts as soon as the dataset is open: it only reads, so it need not wait
+    // for the claim (which fences writes) or the bucket check. When several fail, the error named is the first of
+    // claim, bucket, dataset (a typo in output is named before anything about the dataset).
+    const claiming = settle(store.claimJob());
+    const bucketCheck = settle(assertBucketExists(s3, parseS3Uri(spec.output).bucket));
+    const progressed = settle(progress('opening', 0));
+    const opened = await settle(
       S3RowSource.open(s3, spec.dataset.uri, {
         format: spec.dataset.format,
         dims: spec.dataset.dims,
@@ -171,17 +174,20 @@ async function runJob(
         // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight
         // finish and the last completed iteration's checkpoint is still in hand
       }),
-      progress('opening', 0),
-    ]);
-    if (bucketCheck.status === 'rejected') throw bucketCheck.reason;
-    if (opened.status === 'rejected') throw opened.reason;
-    if (progressed.status === 'rejected') throw progressed.reason;
+    );
+    if (opened.status === 'rejected') {
+      await throwFirstFailure([claiming, bucketCheck]);
+      throw opened.reason;
+    }
     const s3Source = opened.value;
     source = s3Source;
     etag = s3Source.etag;
     saver = new BackgroundCheckpointSaver(store, hash, etag, (ms) => deps.metrics?.checkpointWritten(ms));
     const problems = checkDatasetLimits({ rows: s3Source.rows, dims: s3Source.dims, bytes: s3Source.size }, spec.k, config.limits);
-    if (problems.length > 0) throw new JobInputError(`dataset ${spec.dataset.uri} cannot be used: ${problems.join('; ')}`);
+    if (problems.length > 0) {
+      await throwFirstFailure([claiming, bucketCheck]);
+      throw new JobInputError(`dataset ${spec.dataset.uri} cannot be used: ${problems.join('; ')}`);
+    }
     if (config.cacheDir) {
       source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => log.warn({ err }, 'dataset cache off for this job'));
     } else if (s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes) {
@@ -189,8 +195,10 @@ async function runJob(
       memory.prefetch();
       source = memory;
     }
+    await throwFirstFailure([claiming, bucketCheck, progressed]);
+    const claim = store.claim;
     timings.openMs = performance.now() - t0;
-    log.info({ dataset: s3Source.describe(), ms: Math.round(timings.openMs) }, 'dataset opened');
+    log.info({ claim, dataset: s3Source.describe(), ms: Math.round(timings.openMs) }, 'dataset opened');
 
     // ---- 3. checkpoint or init ----
     await progress('planning', 0);
@@ -397,6 +405,22 @@ async function runJob(
     else release();
     await source?.close().catch(() => {});
     running?.end(outcome === 'retried' && attempt >= (job.opts.attempts ?? 1) ? 'failed' : outcome);
+  }
+}
+
+/** A promise's outcome, never rejecting: for round trips started together whose errors are named in a fixed order. */
+function settle<T>(p: Promise<T>): Promise<PromiseSettledResult<T>> {
+  return p.then(
+    (value) => ({ status: 'fulfilled', value }),
+    (reason: unknown) => ({ status: 'rejected', reason }),
+  );
+}
+
+/** Waits for each in turn and throws the first one's error, if any failed. */
+async function throwFirstFailure(results: Promise<PromiseSettledResult<unknown>>[]): Promise<void> {
+  for (const r of results) {
+    const s = await r;
+    if (s.status === 'rejected') throw s.reason;
   }
 }
 
