@@ -90,4 +90,29 @@ describe(`runKmeans (native engine, ${backend})`, () => {
     expect(err).toBeInstanceOf(KmeansAbortedError);
     expect((err as KmeansAbortedError).checkpoint?.iteration).toBeGreaterThanOrEqual(2);
   });
+
+  it('hands the final centroids out before the last assign pass; the result holds the same values as the engine after it', async () => {
+    for (const s of [spec({ maxIter: 7 }), spec({ maxIter: 0 })]) {
+      const source = await LocalFileSource.open(f32);
+      const engine = await Engine.open({ rows: source.rows, dims: source.dims, k: s.k, metric: s.metric, dtype: source.dtype, backend, threads: backend === 'cpu' ? 2 : undefined, chunkRows: 1536 });
+      try {
+        const passes: string[] = [];
+        const beginPass = engine.beginPass.bind(engine);
+        engine.beginPass = (mode, o) => {
+          passes.push(mode);
+          return beginPass(mode, o);
+        };
+        const handed: { centroids: Float32Array; passesBefore: number }[] = [];
+        const result = await runKmeans({ engine, source, spec: s, onFinalCentroids: (c) => handed.push({ centroids: Float32Array.from(c), passesBefore: passes.length }) });
+        expect(passes).toEqual([...Array<string>(s.maxIter).fill('fit'), 'assign']);
+        expect(handed).toHaveLength(1);
+        expect(handed[0].passesBefore).toBe(s.maxIter); // every fit pass done, the assign pass not begun
+        expect(bytes(handed[0].centroids).equals(bytes(result.centroids))).toBe(true);
+        expect(bytes(engine.centroids()).equals(bytes(result.centroids))).toBe(true);
+      } finally {
+        engine.close();
+        await source.close();
+      }
+    }
+  });
 });

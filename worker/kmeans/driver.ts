@@ -25,6 +25,11 @@ export interface RunKmeansOptions {
   resume?: KmeansCheckpoint;
   /** after every iteration; awaited (a worker writes the checkpoint and progress here); a throw stops the run */
   onIteration?: (report: IterationReport, checkpoint: KmeansCheckpoint) => Promise<void> | void;
+  /**
+   * The final centroids (the result's), once known: before the last assign pass, which only labels rows. A worker
+   * starts their upload here, beside that pass. Not awaited; a throw stops the run.
+   */
+  onFinalCentroids?: (centroids: Float32Array) => void;
   /** abort: the current pass stops at a chunk boundary and the run rejects with KmeansAbortedError */
   signal?: AbortSignal;
   log?: KmeansLogger;
@@ -135,12 +140,15 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     timings.iterateMs = performance.now() - tIter;
 
     const ta = performance.now();
+    // an assign pass leaves the centroids as they are: these are the result's
+    const centroids = engine.centroids();
+    o.onFinalCentroids?.(centroids);
     const final = await pass('assign', spec.distances ?? false);
     timings.assignMs = performance.now() - ta;
     if (Number.isFinite(final.dataVariance)) dataVariance = final.dataVariance;
     timings.readMs = readTime.ms;
     const result: KmeansResult = {
-      centroids: engine.centroids(),
+      centroids,
       iterations: history.length,
       converged: stop !== 'maxIter',
       stopReason: stop,
