@@ -51,7 +51,7 @@ import type { EngineReleases } from './engine-releases.js';
 import type { LockLossRegistry } from './lock-loss.js';
 import { jobLogger, type Logger } from './logger.js';
 import type { FleetMetrics, JobOutcome } from './metrics/index.js';
-import { OutputWriter } from './outputs/writer.js';
+import { OutputWriter, type OutputFile } from './outputs/writer.js';
 import type { S3Handle } from './s3/client.js';
 import { assertBucketExists } from './s3/objects.js';
 import { parseS3Uri } from './s3/uri.js';
@@ -249,6 +249,17 @@ async function runJob(
     // chained, so the stream stays in iteration order and at most one iteration's writes are in flight; a failure
     // stops the run at the next iteration (or before the outputs).
     let redisWrites: Promise<unknown> = Promise.resolve();
+    const writer = new OutputWriter({
+      s3,
+      output: spec.output,
+      jobId,
+      fence: () => store!.assertOwner(),
+      partBytes: config.uploadPartBytes,
+    });
+    outputs = writer;
+    const { k } = spec;
+    const dims = source.dims;
+    let centroidsUpload: Promise<OutputFile> | undefined;
     const result: KmeansResult = await runKmeans({
       engine,
       source,
@@ -285,6 +296,12 @@ async function runJob(
         log.info({ iteration: report.iteration, inertia: report.inertia, reassigned: report.reassigned, ms: Math.round(report.ms) }, 'iteration');
         timings.bookkeepingMs += performance.now() - tb;
       },
+      // centroids.npy goes up beside the final assign pass (which only labels rows); if the run fails after all,
+      // discard() waits for this upload before it deletes what was written
+      onFinalCentroids: (centroids) => {
+        centroidsUpload = writer.writeCentroids(centroids, k, dims);
+        centroidsUpload.catch(() => {}); // settled with the other uploads
+      },
     });
     await Promise.all([saver.flush(), redisWrites]);
     if (s3Source.stats.bytes) deps.metrics?.s3BytesRead(s3Source.stats.bytes);
@@ -293,21 +310,14 @@ async function runJob(
     const writing = progress('writing', result.iterations, result.history);
     writing.catch(() => {}); // awaited after the uploads
     const tu = performance.now();
-    outputs = new OutputWriter({
-      s3,
-      output: spec.output,
-      jobId,
-      fence: () => store!.assertOwner(),
-      partBytes: config.uploadPartBytes,
-    });
     const eng = engine;
     const rows = source.rows;
     // The files are independent objects (summary.json, the commit point, comes after all of them): uploaded together.
     // All settle before a failure is thrown, so that discard() sees every object that was written.
     const uploads = await Promise.allSettled([
-      outputs.writeCentroids(result.centroids, spec.k, source.dims),
-      outputs.writeRows('assignments.npy', '<i4', rows, (f, n) => eng.labels(f, n)),
-      config.writeDistances ? outputs.writeRows('distances.npy', '<f4', rows, (f, n) => eng.distances(f, n)) : undefined,
+      centroidsUpload ?? writer.writeCentroids(result.centroids, k, dims),
+      writer.writeRows('assignments.npy', '<i4', rows, (f, n) => eng.labels(f, n)),
+      config.writeDistances ? writer.writeRows('distances.npy', '<f4', rows, (f, n) => eng.distances(f, n)) : undefined,
     ]);
     const failedUpload = uploads.find((u) => u.status === 'rejected');
     if (failedUpload) throw failedUpload.reason;

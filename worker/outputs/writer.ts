@@ -36,6 +36,8 @@ export interface OutputWriterOptions {
 
 export class OutputWriter {
   private readonly written: S3Location[] = [];
+  /** writes not settled yet: discard() waits for them, or an object could appear after its delete */
+  private readonly inflight = new Set<Promise<unknown>>();
   readonly files: Record<string, OutputFile> = {};
   private committed = false;
 
@@ -55,20 +57,30 @@ export class OutputWriter {
   }
 
   /** centroids.npy: float32 K×D, small enough for one PUT. */
-  async writeCentroids(centroids: Float32Array, k: number, dims: number): Promise<OutputFile> {
-    return this.putWhole('centroids.npy', encodeNpy(centroids, [k, dims], '<f4'));
+  writeCentroids(centroids: Float32Array, k: number, dims: number): Promise<OutputFile> {
+    return this.track(this.putWhole('centroids.npy', encodeNpy(centroids, [k, dims], '<f4')));
   }
 
   /**
    * A per-row output (assignments.npy int32, distances.npy float32) streamed through a multipart upload, `chunkRows`
    * at a time from `get(firstRow, count)` (the engine's labels / distances), so N rows never sit whole in memory.
    */
-  async writeRows(
+  writeRows(
     name: string,
     descr: '<i4' | '<f4',
     rows: number,
     get: (firstRow: number, count: number) => Int32Array | Float32Array,
     chunkRows = 1 << 20,
+  ): Promise<OutputFile> {
+    return this.track(this.streamRows(name, descr, rows, get, chunkRows));
+  }
+
+  private async streamRows(
+    name: string,
+    descr: '<i4' | '<f4',
+    rows: number,
+    get: (firstRow: number, count: number) => Int32Array | Float32Array,
+    chunkRows: number,
   ): Promise<OutputFile> {
     await this.o.fence();
     const loc = this.loc(name);
@@ -94,11 +106,19 @@ export class OutputWriter {
     return file;
   }
 
-  /** Delete whatever this writer put, unless committed. Best effort; never throws. */
+  /** Delete whatever this writer put, unless committed, once its writes in flight have settled. Never throws. */
   async discard(): Promise<void> {
+    await Promise.allSettled([...this.inflight]);
     if (this.committed || this.written.length === 0) return;
     const locs = this.written.splice(0);
     await deleteKeys(this.o.s3, locs[0].bucket, locs.map((l) => l.key)).catch(() => {});
+  }
+
+  private track<T>(write: Promise<T>): Promise<T> {
+    this.inflight.add(write);
+    const done = () => this.inflight.delete(write);
+    write.then(done, done);
+    return write;
   }
 
   private async putWhole(name: string, body: Buffer, contentType = 'application/octet-stream'): Promise<OutputFile> {
