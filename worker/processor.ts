@@ -48,6 +48,7 @@ import { KmeansAbortedError } from './kmeans/errors.js';
 import type { IterationReport, KmeansCheckpoint, KmeansResult } from './kmeans/types.js';
 import type { DevicePool } from './device-pool.js';
 import type { EngineReleases } from './engine-releases.js';
+import { IterationWrites } from './iteration-writes.js';
 import type { LockLossRegistry } from './lock-loss.js';
 import { jobLogger, type Logger } from './logger.js';
 import type { FleetMetrics, JobOutcome } from './metrics/index.js';
@@ -245,10 +246,8 @@ async function runJob(
     // ---- 4. iterate ----
     await progress(resume ? 'iterating' : 'initializing', resume?.iteration ?? 0, resume?.history);
     const pacer = new CheckpointPacer(spec.checkpointEvery, config.checkpointMinIntervalMs);
-    // Each iteration's Redis writes (history + progress) go out without the next iteration waiting for them; they are
-    // chained, so the stream stays in iteration order and at most one iteration's writes are in flight; a failure
-    // stops the run at the next iteration (or before the outputs).
-    let redisWrites: Promise<unknown> = Promise.resolve();
+    // each iteration's Redis writes (history + progress) go out beside the next pass, in order (iteration-writes.ts)
+    const iterationWrites = new IterationWrites();
     const writer = new OutputWriter({
       s3,
       output: spec.output,
@@ -279,18 +278,18 @@ async function runJob(
       onIteration: async (report, cp) => {
         const tb = performance.now();
         deps.metrics?.iterationDone(report.ms, source!.rows);
-        await redisWrites;
-        redisWrites = Promise.all([
-          appendIteration(redis, keys, jobId, {
-            iteration: report.iteration,
-            inertia: report.inertia,
-            reassigned: report.reassigned,
-            shift: report.shift,
-            ms: report.ms,
-          }),
-          progress('iterating', report.iteration, cp.history),
-        ]);
-        redisWrites.catch(() => {}); // awaited at the next iteration or after the run
+        await iterationWrites.next(() =>
+          Promise.all([
+            appendIteration(redis, keys, jobId, {
+              iteration: report.iteration,
+              inertia: report.inertia,
+              reassigned: report.reassigned,
+              shift: report.shift,
+              ms: report.ms,
+            }),
+            progress('iterating', report.iteration, cp.history),
+          ]),
+        );
         // on the cpu backend a save is written between iterations: beside a pass it only takes cores from the engine
         if (pacer.take(report.iteration)) await saver!.submit(cp, engine!.plan.backend !== 'cpu');
         log.info({ iteration: report.iteration, inertia: report.inertia, reassigned: report.reassigned, ms: Math.round(report.ms) }, 'iteration');
@@ -303,7 +302,7 @@ async function runJob(
         centroidsUpload.catch(() => {}); // settled with the other uploads
       },
     });
-    await Promise.all([saver.flush(), redisWrites]);
+    await Promise.all([saver.flush(), iterationWrites.flush()]);
     if (s3Source.stats.bytes) deps.metrics?.s3BytesRead(s3Source.stats.bytes);
 
     // ---- 5. outputs, summary.json last ----
