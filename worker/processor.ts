@@ -1,16 +1,20 @@
 /**
  * The BullMQ processor: one attempt of one job, DESIGN.md "The path of one job" steps 1–6.
  *
- *   1. validate   parseJobSpec again (the worker's limits), cancel check, claim the job's writes (fencing)
- *   2. open       S3RowSource: HEAD + one header GET; dataset limits; the local cache (KMFLEET_CACHE_DIR), or for
- *                 datasets up to 1 GiB the memory cache, prefetching (downloaded once for k-means++ and every pass;
- *                 k-means++'s uniform sample touches every block, so on that init the first pass starts once the
- *                 download is complete; random / given / previous init and resumes overlap it)
+ *   1. validate   parseJobSpec again (the worker's limits), cancel check
+ *   2. open       (job-open.ts) claim the job's writes (fencing) ∥ output bucket check ∥ S3RowSource: one ranged GET of
+ *                 the header; dataset limits; the local cache (KMFLEET_CACHE_DIR), or for datasets up to 1 GiB the
+ *                 memory cache, prefetching as soon as the header is read (downloaded once for k-means++ and every
+ *                 pass; k-means++'s uniform sample touches every block, so on that init the first pass starts once
+ *                 the download is complete; random / given / previous init and resumes overlap it)
  *   3. start      the newest checkpoint matching spec hash + dataset ETag, else init (kmeans++ | random | given)
- *   4. iterate    runKmeans; after each iteration: iteration stream + progress → Redis; checkpoint → S3 (fenced) when the
- *                 pacer says so (every checkpointEvery iterations, at most one per KMFLEET_CHECKPOINT_MIN_INTERVAL_MS)
- *   5. finish     centroids.npy, assignments.npy (multipart), [distances.npy], summary.json LAST (fenced)
- *   6. record     the JobResult: BullMQ return value + the model's result history
+ *   4. iterate    runKmeans; after each iteration: iteration stream + progress → Redis, sent beside the next pass;
+ *                 checkpoint → S3 (fenced) when the pacer says so (every checkpointEvery iterations, at most one per
+ *                 KMFLEET_CHECKPOINT_MIN_INTERVAL_MS)
+ *   5. finish     centroids.npy (beside the final assign pass), assignments.npy (multipart), [distances.npy],
+ *                 summary.json LAST (fenced)
+ *   6. record     the JobResult: BullMQ return value + the model's result history; the engine is closed (and its GPU
+ *                 given back) once BullMQ has recorded the job's end (engine-releases.ts)
  *
  * Outcomes: user problems (bad spec, bad or missing dataset, k > rows…) → UnrecoverableError naming the problem, no
  * retry, no outputs. Cancel (from any process, producer/cancel.ts) → UnrecoverableError("cancelled"). Preemption
@@ -26,7 +30,6 @@ import { CANCEL_REASON, type CancelListener } from '../producer/cancel.js';
 import type { JobData } from '../producer/job-data.js';
 import { appendIteration } from '../producer/job-state.js';
 import type { Keys } from '../producer/keys.js';
-import { checkDatasetLimits } from '../producer/limits.js';
 import { makeProgress, type JobPhase } from '../producer/progress.js';
 import { recordResult, type JobResult } from '../producer/results.js';
 import { parseJobSpec, specHash as computeSpecHash, type JobSpec } from '../producer/spec.js';
@@ -35,10 +38,7 @@ import { BackgroundCheckpointSaver } from './checkpoints/background-saver.js';
 import { CheckpointPacer } from './checkpoints/pacer.js';
 import { CheckpointStore } from './checkpoints/store.js';
 import type { WorkerConfig } from './config.js';
-import { CachedRowSource } from './dataset/cache.js';
-import { MemoryCachedRowSource } from './dataset/memory-cache.js';
 import type { RowSource } from './dataset/row-source.js';
-import { S3RowSource } from './dataset/s3-source.js';
 import { JobInputError, toJobError } from './failures.js';
 import { resolveInit } from './initial-centroids.js';
 import { buildJobResult, buildSummary } from './job-summary.js';
@@ -50,12 +50,11 @@ import type { DevicePool } from './device-pool.js';
 import type { EngineReleases } from './engine-releases.js';
 import { IterationWrites } from './iteration-writes.js';
 import type { LockLossRegistry } from './lock-loss.js';
+import { openJob } from './job-open.js';
 import { jobLogger, type Logger } from './logger.js';
 import type { FleetMetrics, JobOutcome } from './metrics/index.js';
 import { OutputWriter, type OutputFile } from './outputs/writer.js';
 import type { S3Handle } from './s3/client.js';
-import { assertBucketExists } from './s3/objects.js';
-import { parseS3Uri } from './s3/uri.js';
 
 export type OpenEngine = (options: EngineOptions) => Promise<Engine>;
 
@@ -158,45 +157,12 @@ async function runJob(
     });
     log.info({ dataset: spec.dataset.uri, k: spec.k, maxIter: spec.maxIter }, 'job started');
 
-    // ---- 2. claim, open the dataset ----
-    // The claim, the output bucket check, the dataset's header GET and the progress write are independent round trips,
-    // all in flight together. The download starts as soon as the dataset is open: it only reads, so it need not wait
-    // for the claim (which fences writes) or the bucket check. When several fail, the error named is the first of
-    // claim, bucket, dataset (a typo in output is named before anything about the dataset).
-    const claiming = settle(store.claimJob());
-    const bucketCheck = settle(assertBucketExists(s3, parseS3Uri(spec.output).bucket));
-    const progressed = settle(progress('opening', 0));
-    const opened = await settle(
-      S3RowSource.open(s3, spec.dataset.uri, {
-        format: spec.dataset.format,
-        dims: spec.dataset.dims,
-        partBytes: config.readPartBytes,
-        concurrency: config.readConcurrency,
-        // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight
-        // finish and the last completed iteration's checkpoint is still in hand
-      }),
-    );
-    if (opened.status === 'rejected') {
-      await throwFirstFailure([claiming, bucketCheck]);
-      throw opened.reason;
-    }
-    const s3Source = opened.value;
-    source = s3Source;
+    // ---- 2. claim, open the dataset (job-open.ts: all in flight together; the download starts at once) ----
+    const opened = await openJob({ s3, spec, config, store, progress: () => progress('opening', 0), stop, log });
+    const s3Source = opened.s3Source;
+    source = opened.source;
     etag = s3Source.etag;
     saver = new BackgroundCheckpointSaver(store, hash, etag, (ms) => deps.metrics?.checkpointWritten(ms));
-    const problems = checkDatasetLimits({ rows: s3Source.rows, dims: s3Source.dims, bytes: s3Source.size }, spec.k, config.limits);
-    if (problems.length > 0) {
-      await throwFirstFailure([claiming, bucketCheck]);
-      throw new JobInputError(`dataset ${spec.dataset.uri} cannot be used: ${problems.join('; ')}`);
-    }
-    if (config.cacheDir) {
-      source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => log.warn({ err }, 'dataset cache off for this job'));
-    } else if (s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes) {
-      const memory = new MemoryCachedRowSource(s3Source, { blockBytes: config.readPartBytes, concurrency: config.readConcurrency, signal: stop });
-      memory.prefetch();
-      source = memory;
-    }
-    await throwFirstFailure([claiming, bucketCheck, progressed]);
     const claim = store.claim;
     timings.openMs = performance.now() - t0;
     log.info({ claim, dataset: s3Source.describe(), ms: Math.round(timings.openMs) }, 'dataset opened');
@@ -414,22 +380,6 @@ async function runJob(
     else release();
     await source?.close().catch(() => {});
     running?.end(outcome === 'retried' && attempt >= (job.opts.attempts ?? 1) ? 'failed' : outcome);
-  }
-}
-
-/** A promise's outcome, never rejecting: for round trips started together whose errors are named in a fixed order. */
-function settle<T>(p: Promise<T>): Promise<PromiseSettledResult<T>> {
-  return p.then(
-    (value) => ({ status: 'fulfilled', value }),
-    (reason: unknown) => ({ status: 'rejected', reason }),
-  );
-}
-
-/** Waits for each in turn and throws the first one's error, if any failed. */
-async function throwFirstFailure(results: Promise<PromiseSettledResult<unknown>>[]): Promise<void> {
-  for (const r of results) {
-    const s = await r;
-    if (s.status === 'rejected') throw s.reason;
   }
 }
 

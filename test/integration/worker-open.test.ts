@@ -53,6 +53,38 @@ describe('worker: opening a job', () => {
     }
   });
 
+  it('a missing output bucket found after the download started: the job fails naming it and the download stops', async () => {
+    const path = join(dir, 'big.npy');
+    await generateDataset(path, { kind: 'normal', rows: 200_000, dims: 16, seed: 3 }); // 12.8 MB: 13 blocks of 1 MiB
+    await stack.s3.put('data', 'big.npy', readFileSync(path));
+    const blocks: number[] = [];
+    const proxy = await startS3FaultProxy(stack.s3, {
+      fault: (r) => {
+        if (r.operation === 'BucketRequest') return delay(300);
+        const range = String(r.headers.range ?? '');
+        if (r.operation === 'GetObject' && !range.startsWith('bytes=0-')) {
+          blocks.push(Date.now());
+          return delay(100);
+        }
+        return undefined;
+      },
+    });
+    const s3 = createS3(proxy.settings);
+    const worker = await stack.startWorker({ KMFLEET_S3_READ_PART_MB: '1', KMFLEET_S3_READ_CONCURRENCY: '1' }, { s3 });
+    try {
+      await stack.client.enqueue({ dataset: { uri: 's3://data/big.npy' }, k: 2, backend: 'cpu', output: 's3://no-such-bucket/runs' }, { jobId: 'open-3' });
+      const err = await stack.client.wait('open-3', { timeoutMs: 30_000, pollMs: 20 }).catch((e: Error) => e);
+      expect(String(err)).toMatch(/no-such-bucket/);
+      expect(blocks.length).toBeGreaterThan(0); // the download had started
+      await new Promise((r) => setTimeout(r, 800));
+      expect(blocks.length).toBeLessThan(7); // and stopped: 13 blocks at one GET a time would go on for 1.3 s
+    } finally {
+      await worker.shutdown('test end');
+      s3.destroy();
+      await proxy.stop();
+    }
+  });
+
   it('output bucket and dataset both missing: the bucket is named', async () => {
     const worker = await stack.startWorker();
     onTestFinished(() => worker.shutdown('test end'));
