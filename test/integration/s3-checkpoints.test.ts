@@ -75,6 +75,11 @@ describe('checkpoint store: S3 objects + fenced Redis record', () => {
     expect('bytes' in latest && latest.bytes.toString()).toBe('B6');
     await redis.set(lockKey, 'tokB');
     await expect(b.assertOwner()).resolves.toBeUndefined();
+    // the job is done: the owner deletes both objects the record names; a fenced worker deletes nothing
+    await a.cleanup();
+    expect(s3.keys('out', 'runs/job1/_checkpoints/')).toHaveLength(2);
+    await b.cleanup();
+    expect(s3.keys('out', 'runs/job1/_checkpoints/')).toEqual([]);
   });
 
   it('a corrupted checkpoint object is not trusted', async () => {
