@@ -46,7 +46,7 @@ def main():
         device = dev_file.read_text().strip().splitlines()[0]
     torch_ms = {(r["dtype"], r["n"], r["d"], r["k"]): float(r["ms_per_iter"]) for r in torch_rows}
     print(f"### kmfleet CUDA backend — {device}\n")
-    print("Full Lloyd iteration (assign + fp64 sums + host update), data resident, random normal unless noted.\n")
+    print("Full Lloyd iteration (assign + fp64 sums + the update on the device), data resident, random normal unless noted.\n")
     print("| shape (N, D, K) | data | kernel | ms/iter | assign ms | eff. TFLOP/s | recheck rows | torch ms/iter | × torch |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in kern:
