@@ -29,13 +29,17 @@ export interface IterationRecord {
 
 export async function appendIteration(redis: RedisClient, keys: Keys, jobId: string, rec: IterationRecord): Promise<void> {
   const key = keys.iterations(jobId);
-  await redis
+  const replies = await redis
     .multi()
     .xadd(key, 'MAXLEN', '~', ITERATIONS_MAXLEN, '*',
       'iteration', String(rec.iteration), 'inertia', String(rec.inertia),
       'reassigned', String(rec.reassigned), 'shift', String(rec.shift), 'ms', String(rec.ms))
     .pexpire(key, JOB_STATE_TTL_MS)
     .exec();
+  // EXEC answers command by command: a failed XADD (say WRONGTYPE) does not reject exec(), it is in its reply
+  if (replies === null) throw new Error(`iteration ${rec.iteration} of job ${jobId} was not recorded: the transaction was discarded`);
+  const failed = replies.find(([err]) => err);
+  if (failed) throw failed[0];
 }
 
 /**

@@ -63,4 +63,11 @@ describe('IterationWrites', () => {
     await expect(writes.flush()).rejects.toThrow(/WRONGTYPE/);
     await expect(writes.next(xadd)).rejects.toThrow(/WRONGTYPE/);
   });
+
+  it('appendIteration rejects when its XADD fails inside the transaction (EXEC answers per command)', async () => {
+    await redis.set(keys.iterations('job-wrongtype'), 'x');
+    await expect(appendIteration(redis, keys, 'job-wrongtype', record(1))).rejects.toThrow(/WRONGTYPE/);
+    await appendIteration(redis, keys, 'job-ok', record(1));
+    expect((await readIterations(redis, keys, 'job-ok')).map((r) => r.iteration)).toEqual([1]);
+  });
 });
