@@ -48,13 +48,14 @@ namespace {
 #define KMFLEET_WGMMA_EPILOGUE 0
 #endif
 constexpr int kConsumers = 2;
-constexpr int kRowsPerConsumer = 128;                           // two m64 halves
-constexpr int kBlockRowsH = kConsumers * kRowsPerConsumer;      // 256 rows per row block
+// M = m64 halves per consumer: 2 (256-row blocks) in general; 1 (128-row blocks) for exact fp32 with Dp > 128, whose
+// hi + lo rows of a 256-row block would not fit beside the centroid ring.
+__host__ __device__ constexpr int blockRowsH(int M) { return kConsumers * 64 * M; }
+__host__ __device__ constexpr int aChunkBytes(int M) { return blockRowsH(M) * 64 * 2; }  // one 64-dim chunk of a block's rows
 constexpr int kTileN = 128;                                     // centroids per tile = kBlockCentroids (Kp padding)
 constexpr int kChunk = 64;                                      // dims per TMA box: one 128-byte swizzle row
 constexpr int kThreadsH = 128 * (kConsumers + 1);
 constexpr int kStageBytes = kTileN * kChunk * 2;                // 16 KB
-constexpr int kAChunkBytes = kBlockRowsH * kChunk * 2;          // 32 KB
 constexpr int kMaxStages = 8;
 constexpr int kMinStages = 3;
 constexpr int kMaxDp = 256;
@@ -155,7 +156,7 @@ __device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.s
 __device__ __forceinline__ void setMaxRegsDec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); }
 
 struct SharedLayout {
-  unsigned short* a;   // aBufs × nK × terms × (256 rows × 64)
+  unsigned short* a;   // aBufs × nK × terms × (block rows × 64)
   unsigned short* b;   // stages × (128 centroids × 64)
   std::uint64_t* full;  // stages
   std::uint64_t* empty; // stages
@@ -163,12 +164,12 @@ struct SharedLayout {
   std::uint64_t* aEmpty;// aBufs
 };
 
-__device__ __forceinline__ SharedLayout carve(unsigned char* raw, const HopperArgs& p, int terms) {
+__device__ __forceinline__ SharedLayout carve(unsigned char* raw, const HopperArgs& p, int terms, int aChunk) {
   // 1024-byte alignment: the 128-byte swizzle pattern repeats every 8 rows of 128 bytes.
   unsigned char* base = reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t(1023));
   SharedLayout s;
   s.a = reinterpret_cast<unsigned short*>(base);
-  base += static_cast<std::size_t>(p.aBufs) * p.nK * terms * kAChunkBytes;
+  base += static_cast<std::size_t>(p.aBufs) * p.nK * terms * aChunk;
   s.b = reinterpret_cast<unsigned short*>(base);
   base += static_cast<std::size_t>(p.stages) * kStageBytes;
   auto* bars = reinterpret_cast<std::uint64_t*>(base);
@@ -188,7 +189,10 @@ __device__ __forceinline__ void namedArrive(int id) { asm volatile("bar.arrive %
 
 // THREE (exact fp32 mode): rows and centroids are hi + lo fp16 pairs, the products hi·hi + hi·lo + lo·hi (the
 // order of assign_kernel.cu), and each row keeps its second best too, for the margin test of the error bound.
-template <bool BF16, bool THREE>
+// M = 1 (128-row blocks, exact Dp > 128): each consumer hands a k-chunk's stages back as soon as its products are
+// done (wgmma.wait_group 1), so the ring need not hold a whole centroid tile beside the rows; the consumers then
+// issue freely (with the ping-pong, the second consumer would still need the whole tile the first one went through).
+template <bool BF16, bool THREE, int M>
 __global__ void __launch_bounds__(kThreadsH, 1)
     assignHopperKernel(const __grid_constant__ CUtensorMap rowsHi, const __grid_constant__ CUtensorMap rowsLo,
                        const __grid_constant__ CUtensorMap centroidsHi, const __grid_constant__ CUtensorMap centroidsLo,
@@ -196,7 +200,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int TERMS = THREE ? 2 : 1;
   extern __shared__ unsigned char smemRaw[];
-  const SharedLayout sm = carve(smemRaw, p, TERMS);
+  constexpr int kBlockRowsH = blockRowsH(M), kAChunkBytes = aChunkBytes(M), kRowsPerConsumer = 64 * M;
+  constexpr bool kPingPong = KMFLEET_WGMMA_PINGPONG && M == 2;
+  const SharedLayout sm = carve(smemRaw, p, TERMS, kAChunkBytes);
   const int tid = threadIdx.x, wg = tid >> 7;
   constexpr unsigned kConsumerWarps = 4 * kConsumers;
   constexpr int kAChunkHalves = kAChunkBytes / 2, kStageHalves = kStageBytes / 2;
@@ -250,28 +256,28 @@ __global__ void __launch_bounds__(kThreadsH, 1)
   const int consumer = wg - 1, ctid = tid - 128 * wg, warp = ctid >> 5, lane = ctid & 31;
   const int rowOff = consumer * kRowsPerConsumer;  // this warpgroup's rows within the row block
   const int myTurn = 1 + consumer, otherTurn = 2 - consumer;
-  if (KMFLEET_WGMMA_PINGPONG && consumer == 1) namedArrive(1);  // consumer 0 issues first
-  float acc[2][64];
+  if (kPingPong && consumer == 1) namedArrive(1);  // consumer 0 issues first
+  float acc[M][64];
   // Thread's rows: half m, fragment row h → rowOff + m·64 + warp·16 + h·8 + lane/4. Their factors g_r are read
   // one row block ahead, so the global load's latency is not paid at every block start.
   auto rowOf = [&](int rb, int i) { return rb * kBlockRowsH + rowOff + (i >> 1) * 64 + warp * 16 + (i & 1) * 8 + (lane >> 2); };
-  auto loadG = [&](int rb, float (&g)[4]) {
+  auto loadG = [&](int rb, float (&g)[2 * M]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2 * M; ++i) {
       const int r = rowOf(rb, i);
       g[i] = r < p.n ? __ldg(p.rowScale + r) : 1.f;
     }
   };
-  float gNext[4];
+  float gNext[2 * M];
   loadG(blockIdx.x, gNext);
   unsigned it = 0, blockIter = 0;
   for (int rb = blockIdx.x; rb < p.rowBlocks; rb += gridDim.x, ++blockIter) {
     const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
     const unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * TERMS * kAChunkHalves;
-    float g[4], best[4], second[4];
-    int bestIdx[4];
+    float g[2 * M], best[2 * M], second[2 * M];
+    int bestIdx[2 * M];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2 * M; ++i) {
       g[i] = gNext[i] * p.halfScaleC;
       best[i] = INFINITY;
       second[i] = INFINITY;
@@ -281,7 +287,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 
     for (int ct = 0; ct < p.nTiles; ++ct) {
       const unsigned firstIt = it;
-      if (KMFLEET_WGMMA_PINGPONG) namedSync(myTurn);
+      if (kPingPong) namedSync(myTurn);
       wgFence();
       // Both halves' products per k-step, back to back on the same B descriptor. (Issuing half 0's products
       // in one commit group and half 1's in the next, to overlap half 0's epilogue with half 1's products,
@@ -300,7 +306,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           const std::uint64_t dbh = smemDesc(bHi + kk * 16);
           const int accumulate = (kc > 0 || kk > 0) ? 1 : 0;
 #pragma unroll
-          for (int m = 0; m < 2; ++m) {
+          for (int m = 0; m < M; ++m) {
             const std::uint64_t dah = smemDesc(aHi + m * 64 * kChunk + kk * 16);
             wgmma128<BF16>(acc[m], dah, dbh, accumulate);
             if constexpr (THREE) {
@@ -310,13 +316,21 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           }
         }
         wgCommit();
+        if constexpr (M == 1) {  // the previous k-chunk's products are done: its stages go back now
+          if (kc > 0) {
+            wgWait<1>();
+            if (lane == 0)
+              for (unsigned j = it - TERMS; j < it; ++j) barArrive(sm.empty + (j % p.stages));
+          }
+        }
       }
-      if (KMFLEET_WGMMA_PINGPONG) namedArrive(otherTurn);
+      if (kPingPong) namedArrive(otherTurn);
       wgWait<0>();
-      // this tile's stages are consumed: hand them back to the producer (one arrival per warp); after the block's
-      // last products its rows are no longer read either: the next block's may load while this epilogue runs
+      // this tile's stages are consumed (M = 1: the last k-chunk's): hand them back to the producer (one arrival per
+      // warp); after the block's last products its rows are no longer read either: the next block's may load while
+      // this epilogue runs
       if (lane == 0) {
-        for (unsigned j = firstIt; j < it; ++j) barArrive(sm.empty + (j % p.stages));
+        for (unsigned j = M == 1 ? it - TERMS : firstIt; j < it; ++j) barArrive(sm.empty + (j % p.stages));
         if (ct == p.nTiles - 1) barArrive(sm.aEmpty + ab);
       }
 
@@ -325,7 +339,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
       for (int j = 0; j < 16; ++j) cn[j] = __ldg(reinterpret_cast<const float2*>(p.cnorm + colBase + j * 8));
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < M; ++m) {
         if constexpr (THREE) {
           // exact mode: best and second best, in increasing column order (strict '<': the lowest index wins)
 #pragma unroll
@@ -383,7 +397,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
     }
     // quad merge (the 4 lanes of a quad hold the same rows, different columns), then the store
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2 * M; ++i) {
 #pragma unroll
       for (int off = 1; off <= 2; off <<= 1) {
         const float ob = __shfl_xor_sync(0xffffffffu, best[i], off);
@@ -487,15 +501,15 @@ bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B to
   return v != nullptr && std::strcmp(v, "mma") == 0;
 }
 
-template <bool BF16, bool THREE>
+template <bool BF16, bool THREE, int M>
 void launchHopper(const CUtensorMap (&maps)[4], const HopperArgs& a, std::size_t smem, int grid, cudaStream_t s) {
   static std::size_t configured = 0;  // per instantiation: raise the dynamic limit once per size
   if (smem > configured) {
-    cudaFuncSetAttribute(assignHopperKernel<BF16, THREE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(assignHopperKernel<BF16, THREE, M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem));
     configured = smem;
   }
-  assignHopperKernel<BF16, THREE><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
+  assignHopperKernel<BF16, THREE, M><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
 }
 
 }  // namespace
@@ -510,14 +524,17 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   if (!dev.hopper) return false;
   const bool three = op == OpKind::F16x3;
   const int terms = three ? 2 : 1;
+  const int M = three && dp > 128 ? 1 : 2;  // 128-row blocks where 256 rows of hi + lo would not fit
 
   HopperArgs a{};
   a.nK = dp / kChunk;
-  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * terms * kAChunkBytes;
+  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * terms * aChunkBytes(M);
   const std::size_t fixed = 1024 /* alignment slack */ + kBarrierBytes;
   const std::size_t optin = static_cast<std::size_t>(dev.smemOptin);
-  // a tile's stages must all fit in the ring (a consumer releases them together), plus one to load ahead
-  const std::size_t minStages = std::max<std::size_t>(kMinStages, static_cast<std::size_t>(a.nK) * terms + 1);
+  // M = 2: a tile's stages must all fit in the ring (a consumer releases them together), plus one to load ahead;
+  // M = 1: two k-chunks' stages per consumer (the one in flight and the one being issued), plus one
+  const std::size_t held = M == 1 ? 2 * static_cast<std::size_t>(terms) : static_cast<std::size_t>(a.nK) * terms;
+  const std::size_t minStages = std::max<std::size_t>(kMinStages, held + 1);
   if (fixed + aBytes + minStages * kStageBytes > optin) return false;
   // Two row buffers when that still leaves the ring deep enough: the next block's rows then load during this one.
   a.aBufs = fixed + 2 * aBytes + std::max<std::size_t>(4, minStages) * kStageBytes <= optin ? 2 : 1;
@@ -527,10 +544,11 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   const bool bf16 = op == OpKind::BF16x1;
   const std::int64_t kp = padCentroids(k);
   CUtensorMap maps[4];  // rows hi, rows lo, centroids hi, centroids lo (lo = hi when one product)
-  if (!makeMap(&maps[0], rows.ahi, n, dp, kBlockRowsH, bf16) || !makeMap(&maps[2], c.bhi, kp, dp, kTileN, bf16))
+  const int blockRows = blockRowsH(M);
+  if (!makeMap(&maps[0], rows.ahi, n, dp, blockRows, bf16) || !makeMap(&maps[2], c.bhi, kp, dp, kTileN, bf16))
     return false;
   if (three) {
-    if (!makeMap(&maps[1], rows.alo, n, dp, kBlockRowsH, false) || !makeMap(&maps[3], c.blo, kp, dp, kTileN, false))
+    if (!makeMap(&maps[1], rows.alo, n, dp, blockRows, false) || !makeMap(&maps[3], c.blo, kp, dp, kTileN, false))
       return false;
   } else {
     maps[1] = maps[0];
@@ -546,13 +564,14 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   a.flaggedThr = flaggedThr;
   a.n = static_cast<int>(n);
   a.nTiles = static_cast<int>(kp / kTileN);
-  a.rowBlocks = static_cast<int>((n + kBlockRowsH - 1) / kBlockRowsH);
+  a.rowBlocks = static_cast<int>((n + blockRows - 1) / blockRows);
   a.halfScaleC = c.scale * 0.5f;
   a.bound = bound;
   const int grid = std::min(a.rowBlocks, dev.sms);
-  if (three) launchHopper<false, true>(maps, a, smem, grid, s);
-  else if (bf16) launchHopper<true, false>(maps, a, smem, grid, s);
-  else launchHopper<false, false>(maps, a, smem, grid, s);
+  if (three && M == 1) launchHopper<false, true, 1>(maps, a, smem, grid, s);
+  else if (three) launchHopper<false, true, 2>(maps, a, smem, grid, s);
+  else if (bf16) launchHopper<true, false, 2>(maps, a, smem, grid, s);
+  else launchHopper<false, false, 2>(maps, a, smem, grid, s);
   return true;
 }
 

@@ -478,6 +478,10 @@ static int runCheck() {
   fails += checkOne(20011, 128, 1000, OpKind::F16x1, InType::F16, 16, 0.f, false);
   fails += checkOne(20011, 128, 1000, OpKind::F16x3, InType::F16, 16, 0.f, false);
   fails += checkOne(20011, 128, 1000, OpKind::BF16x1, InType::BF16, 16, 0.f, false);
+  // exact mode with 128 < Dp ≤ 256: the Hopper kernel's 128-row blocks (per-chunk stage release)
+  fails += checkOne(20011, 200, 300, OpKind::F16x3, InType::F32, 0, 0.f, false);
+  fails += checkOne(30011, 256, 1000, OpKind::F16x3, InType::F32, 16, 0.f, false);
+  fails += checkOne(20011, 160, 129, OpKind::F16x3, InType::F32, 32, 1000.f, false);
   fails += checkOne(20011, 300, 77, OpKind::F16x3, InType::F16, 8, 0.f, false);  // D > 256: segment sums, distances
   fails += checkOne(20011, 300, 77, OpKind::BF16x1, InType::BF16, 0, 0.f, false);
   fails += checkOne(20011, 64, 256, OpKind::F16x3, InType::F16, 0, 0.f, true);   // cosine f16: the fp32 copy

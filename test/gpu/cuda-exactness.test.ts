@@ -103,6 +103,9 @@ describe('CUDA fp32 = float64 reference (awkward shapes, N not a multiple of any
   it('D=4096, K=7, N=1001', async () => {
     await check(f32Case('d4096', blobData(1001, 4096, 5, 6), 1001, 4096, 7, 'l2', 300), 1);
   });
+  it('blobs D=200, K=300, N=6007 (exact mode on 128-row Hopper blocks: Dp = 256)', async () => {
+    await check(f32Case('blobs d200', blobData(6007, 200, 25, 12), 6007, 200, 300, 'l2', 2048), 1);
+  });
   it('blobs D=128, K=1000, N=10007', async () => {
     await check(f32Case('blobs d128', blobData(10007, 128, 30, 9), 10007, 128, 1000, 'l2', 4096), 1);
   });
