@@ -524,7 +524,9 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   if (!dev.hopper) return false;
   const bool three = op == OpKind::F16x3;
   const int terms = three ? 2 : 1;
-  const int M = three && dp > 128 ? 1 : 2;  // 128-row blocks where 256 rows of hi + lo would not fit
+  // 128-row blocks where 256 rows of hi + lo would not fit (KMFLEET_WGMMA_ROWS=128: for every exact shape, A/B only)
+  const char* rowsEnv = std::getenv("KMFLEET_WGMMA_ROWS");
+  const int M = three && (dp > 128 || (rowsEnv && std::strcmp(rowsEnv, "128") == 0)) ? 1 : 2;
 
   HopperArgs a{};
   a.nK = dp / kChunk;
