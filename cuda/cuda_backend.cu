@@ -580,11 +580,8 @@ class CudaBackend final : public Backend {
     }
     if (passReady_) cudaEventDestroy(passReady_);
     passReady_ = nullptr;
-    for (void* p : {static_cast<void*>(cfNext_), static_cast<void*>(mu64_), static_cast<void*>(scatter_),
-                    static_cast<void*>(shift_)})
-      if (p) cudaFree(p);
-    cfNext_ = nullptr; mu64_ = nullptr; scatter_ = nullptr; shift_ = nullptr;
-    for (void* p : {static_cast<void*>(cf_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
+    for (void* p : {static_cast<void*>(cf_), static_cast<void*>(cfNext_), static_cast<void*>(mu64_),
+                    static_cast<void*>(scatter_), static_cast<void*>(shift_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                     static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),
                     static_cast<void*>(counts_), static_cast<void*>(inertia_), static_cast<void*>(bad_),
                     static_cast<void*>(flaggedTotal_), static_cast<void*>(flaggedCount_), static_cast<void*>(flagged_), static_cast<void*>(flaggedThr_), static_cast<void*>(candCount_),

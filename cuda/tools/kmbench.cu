@@ -85,6 +85,12 @@ static const char* opName(OpKind op) {
 }
 
 // Device state of one problem.
+// An A/B switch of this tool: set, non-empty and not "0".
+static bool envFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && *v != '0';
+}
+
 struct Problem {
   long long n = 0;
   int d = 0, k = 0;
@@ -160,8 +166,7 @@ struct Problem {
     CK(cudaMalloc(&shift, static_cast<size_t>(k) * 8));
     CK(cudaMalloc(&scatter, static_cast<size_t>(k) * 8));
     CK(cudaHostAlloc(&hK, static_cast<size_t>(k) * 16, cudaHostAllocPortable));
-    const char* lg = std::getenv("KMBENCH_LEGACY");
-    legacy = lg && *lg && *lg != '0';
+    legacy = envFlag("KMBENCH_LEGACY");
   }
   void release() {
     if (raw != rows.xf) cudaFree(raw);
@@ -243,12 +248,15 @@ struct Problem {
   }
   // The backend's updateOnDevice: the next centroids, shift and data-variance terms computed where the sums are;
   // the centroids come down once (the engine's copy of them), shift and scatter (K each) too. cf ↔ cfNext.
-  void updateOnDevice(double* hShift, double* hScatter) {
+  ClusterUpdateArgs updateArgs() const {  // l2, every row, the data variance asked (as the engine's fit passes)
     ClusterUpdateArgs a;
     a.sums = sums; a.counts = counts; a.inertia = inertia; a.centroids = cf;
     a.k = k; a.d = d; a.rows = static_cast<double>(n);
     a.mu = mu64; a.scatter = scatter; a.next = cfNext; a.shift = shift;
-    clusterUpdate(a, 0);
+    return a;
+  }
+  void updateOnDevice(double* hShift, double* hScatter) {
+    clusterUpdate(updateArgs(), 0);
     CK(cudaGetLastError());
     CK(cudaMemcpyAsync(hcPinned, cfNext, hc.size() * 4, cudaMemcpyDeviceToHost, 0));
     CK(cudaMemcpyAsync(hShift, shift, static_cast<size_t>(k) * 8, cudaMemcpyDeviceToHost, 0));
@@ -508,8 +516,7 @@ static double msSince(std::chrono::steady_clock::time_point t) {
 static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsigned* flagged, HostStages* st) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t kd = static_cast<size_t>(P.k) * P.d;
-  const char* hu = std::getenv("KMBENCH_HOST_UPDATE");
-  const bool hostUpdate = P.legacy || (hu && *hu && *hu != '0');
+  const bool hostUpdate = P.legacy || envFlag("KMBENCH_HOST_UPDATE");
   for (int it = 0; it < iters; ++it) {
     auto t = std::chrono::steady_clock::now();
     P.setCentroids();
@@ -609,13 +616,7 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
     else prepareCentroidOps(P.cf, P.mu, k, d, op, P.cstats, P.bhi, P.blo, P.cnorm, 0);
   });
   // the device update's kernels alone (centroid_update.cu: next centroids, shift, data-variance terms)
-  const float updMs = timeIt([&] {
-    ClusterUpdateArgs a;
-    a.sums = P.sums; a.counts = P.counts; a.inertia = P.inertia; a.centroids = P.cf;
-    a.k = k; a.d = d; a.rows = static_cast<double>(n);
-    a.mu = P.mu64; a.scatter = P.scatter; a.next = P.cfNext; a.shift = P.shift;
-    clusterUpdate(a, 0);
-  });
+  const float updMs = timeIt([&] { clusterUpdate(P.updateArgs(), 0); });
   const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
   std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f assign_ms=%.3f tflops=%.1f "
               "recheck_first=%.5f%% recheck_last=%.5f%% mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f "
@@ -732,8 +733,7 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   std::vector<int> labels(n);
   bool timing = false;
   // the update as the engine runs it: on the device when the pass kept its sums (KMBENCH_HOST_UPDATE=1: on the host)
-  const char* hu = std::getenv("KMBENCH_HOST_UPDATE");
-  const bool hostUpdate = hu && *hu && *hu != '0';
+  const bool hostUpdate = envFlag("KMBENCH_HOST_UPDATE");
   bool fromUpdate = false;
   auto pass = [&]() {
     using clk = std::chrono::steady_clock;

@@ -89,6 +89,7 @@ export async function readObjectStart(s3: S3Handle, loc: S3Location, length: num
         const n = Math.min(chunk.byteLength, want - got);
         bytes.set(chunk.subarray(0, n), got);
         got += n;
+        if (got === want) break; // (leaving the loop closes the body: a server that ignored Range sent all of it)
       }
       if (got !== want) throw new S3ShortReadError(`GET ${uri} bytes=0-${want - 1}: got ${got} of ${want} bytes`);
       return { size, etag: r.ETag, lastModified: r.LastModified, bytes };
