@@ -48,6 +48,16 @@
  *   - beginPass while a pass is open (cancelled, failed or abandoned) replaces it. After an error other than an
  *     out-of-sequence feed, later feeds and finishPass of that pass reject with the same error.
  *   - close(): pending Promises reject with CancelledError; Buffers from buffer(i) are detached (length 0).
+ *   - Rows loaded ahead of the first pass (engine.loadsRows, engine.loadRows(rows, firstRow, rowCount)): a worker hands
+ *     the engine rows as its download delivers them, in any order, and the engine keeps those of [0, plan.residentRows)
+ *     as resident rows (converted as a pass would) without a pass: no labels, nothing accumulated, nothing reported.
+ *     Each load resolves with the rows now held contiguously from row 0 (H); the next pass then starts its feeds at H
+ *     (the engine processes [0, H) itself first) — or at row 0, as always. Results are bit for bit those of a pass
+ *     fed from row 0. A row that fails the input checks (non-finite, cosine zero norm) is not kept and ends the
+ *     load's rows there without an error: the pass that streams it reports it exactly as without a load. Not while a
+ *     pass is open. cancel() also rejects the loads queued before it (CancelledError); a load that rejects kept
+ *     nothing, so the last resolved value stays exact. The caller must leave the rows unchanged until the Promise
+ *     settles. loadsRows is false where the backend cannot (CUDA for now): feed every row in the first pass there.
  *   - Extra export: loadAddon() (the raw addon, for diagnostics).
  *   - Env: KMFLEET_CPU_ISA=generic|avx2|avx512 caps the CPU kernels (read when an engine opens); KMFLEET_DEBUG=1
  *     prints per-pass notes of the CPU backend (rows rechecked in fp64) on stderr.
@@ -158,6 +168,8 @@ interface NativeEngine {
   setCentroids(centroids: Float32Array): void;
   centroids(): Float32Array;
   initKmeansPlusPlus(sample: Uint8Array | Float32Array, sampleRows: number, seed: number): Promise<void>;
+  readonly loadsRows: boolean;
+  loadRows(rows: Uint8Array, firstRow: number, rowCount: number): Promise<number>;
   beginPass(mode: PassMode, options?: { distances?: boolean }): void;
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void>;
   finishPass(): Promise<NativePassResult>;
@@ -265,6 +277,23 @@ export class Engine {
 
   initKmeansPlusPlus(sample: Buffer | Float32Array, sampleRows: number, seed: number): Promise<void> {
     return later(() => this.native.initKmeansPlusPlus(sample, sampleRows, seed));
+  }
+
+  /** whether loadRows is supported (the CPU backend); false once closed */
+  get loadsRows(): boolean {
+    return this.native.loadsRows;
+  }
+
+  /**
+   * Keep rows [firstRow, firstRow + rowCount) (bytes in the engine dtype, from `rows`) as resident rows ahead of a
+   * pass; resolves with the rows held from row 0, where the next pass's feeds may start. See the notes above.
+   */
+  async loadRows(rows: Uint8Array, firstRow: number, rowCount: number): Promise<number> {
+    try {
+      return await this.native.loadRows(rows, firstRow, rowCount);
+    } catch (e) {
+      throw typed(e);
+    }
   }
 
   beginPass(mode: PassMode, options?: { distances?: boolean }): void {

@@ -24,6 +24,15 @@ namespace {
 
 // ---- NativeEngine -----------------------------------------------------------------------------------------
 
+// Keeps the rows of a loadRows call alive while the engine thread reads them. Reset in the call's settle (the JS
+// thread); a task dropped while the environment shuts down leaks the reference rather than touch V8 off its thread.
+struct KeepAlive {
+  Napi::ObjectReference ref;
+  ~KeepAlive() {
+    if (!ref.IsEmpty()) ref.SuppressDestruct();
+  }
+};
+
 // Owned by the wrapper and by every external Buffer handed out, so buffer memory outlives a GC'd wrapper.
 struct EngineHolder {
   std::unique_ptr<Engine> engine;
@@ -38,6 +47,8 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
                         InstanceMethod<&NativeEngine::SetCentroids>("setCentroids"),
                         InstanceMethod<&NativeEngine::Centroids>("centroids"),
                         InstanceMethod<&NativeEngine::InitKmeansPlusPlus>("initKmeansPlusPlus"),
+                        InstanceAccessor<&NativeEngine::LoadsRows>("loadsRows"),
+                        InstanceMethod<&NativeEngine::LoadRows>("loadRows"),
                         InstanceMethod<&NativeEngine::BeginPass>("beginPass"),
                         InstanceMethod<&NativeEngine::Feed>("feed"),
                         InstanceMethod<&NativeEngine::FinishPass>("finishPass"),
@@ -170,6 +181,51 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
       return runner_->submit(
           env, [ep, gen, copy, dtype, rows, seed](Outcome&) { ep->runInit(gen, copy->data(), dtype, rows, seed); },
           nullptr);
+    } catch (const Napi::Error& err) {
+      return rejected(env, err);
+    } catch (const EngineError& err) {
+      return rejected(env, makeJsError(env, err.code(), err.what(), err.row()));
+    }
+  }
+
+  Napi::Value LoadsRows(const Napi::CallbackInfo& info) {
+    // false once closed: nothing can be loaded any more
+    return Napi::Boolean::New(info.Env(), holder_ && holder_->engine && runner_ && holder_->engine->loadsRows());
+  }
+
+  // loadRows(rows, firstRow, rowCount) → Promise<rows held from row 0>. `rows`: a Buffer or typed array whose first
+  // rowCount × rowBytes bytes are the rows, read on the engine thread (the caller must not change them until the
+  // Promise settles; a reference keeps them from being collected).
+  Napi::Value LoadRows(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      Engine& e = engine(env);
+      if (!info[0].IsTypedArray())
+        throwJs(env, ErrorCode::InvalidArgument, "loadRows(rows, firstRow, rowCount) needs a Buffer of rows in the engine dtype");
+      for (int i = 1; i < 3; ++i)
+        if (!info[i].IsNumber()) throwJs(env, ErrorCode::InvalidArgument, "loadRows(rows, firstRow, rowCount): firstRow and rowCount must be integers");
+      const double f = info[1].As<Napi::Number>().DoubleValue(), n = info[2].As<Napi::Number>().DoubleValue();
+      if (f != std::floor(f) || n != std::floor(n) || !std::isfinite(f) || !std::isfinite(n))
+        throwJs(env, ErrorCode::InvalidArgument, "loadRows(rows, firstRow, rowCount): firstRow and rowCount must be integers");
+      const std::int64_t first = static_cast<std::int64_t>(f), count = static_cast<std::int64_t>(n);
+      Napi::TypedArray ta = info[0].As<Napi::TypedArray>();
+      const double need = n * static_cast<double>(e.plan().rowBytes);
+      if (static_cast<double>(ta.ByteLength()) < need)
+        throwJs(env, ErrorCode::InvalidArgument,
+                "loadRows: the rows have " + std::to_string(ta.ByteLength()) + " bytes, rowCount=" + std::to_string(count) +
+                    " × " + std::to_string(e.plan().rowBytes) + " bytes per row needs " + std::to_string(static_cast<std::int64_t>(need)));
+      const std::uint64_t gen = e.admitLoad(first, count);
+      const void* data = static_cast<const std::uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset();
+      auto keep = std::make_shared<KeepAlive>();
+      keep->ref = Napi::Persistent(info[0].As<Napi::Object>());
+      auto held = std::make_shared<std::int64_t>(0);
+      Engine* ep = &e;
+      return runner_->submit(
+          env, [ep, gen, data, first, count, held](Outcome&) { *held = ep->runLoad(gen, data, first, count); },
+          [keep, held](Napi::Env env, const Outcome&) -> Napi::Value {
+            keep->ref.Reset();
+            return Napi::Number::New(env, static_cast<double>(*held));
+          });
     } catch (const Napi::Error& err) {
       return rejected(env, err);
     } catch (const EngineError& err) {

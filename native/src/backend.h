@@ -183,6 +183,24 @@ class Backend {
     (void)dataVariance;
     throw EngineError(ErrorCode::InvalidArgument, "this backend does not update centroids on its device");
   }
+
+  // Optional (Backend::loadsRows; the CPU backend): retain rows [firstRow, firstRow + count) as resident rows —
+  // converted/normalized as processChunk would — WITHOUT a pass: no labels, nothing accumulated. A worker hands
+  // over rows while its download is still running, so that the first pass costs like a later one. `rows` holds
+  // count whole rows in the input dtype (count * plan().rowBytes bytes), owned by the caller and read only during
+  // the call. Never called while a pass is open. Ranges may come in any order and may overlap; rows at or past
+  // plan().residentRows are ignored. residentHeld() of such a backend is the rows held contiguously from row 0
+  // (complete or not): the next pass processes those (processResident) and the engine streams the rest after them.
+  // Input checks are the pass's: a row that fails them (non-finite; zero norm for cosine) is not retained, nor are
+  // the rows after it in the call, and nothing is thrown — the pass that streams that row reports it exactly as
+  // without a load. Throws only OutOfMemory (the first call allocates the resident rows), retaining nothing then.
+  virtual bool loadsRows() const { return false; }
+  virtual void loadRows(const void* rows, std::int64_t firstRow, std::int64_t count) {
+    (void)rows;
+    (void)firstRow;
+    (void)count;
+    throw EngineError(ErrorCode::InvalidArgument, "this backend does not load rows ahead of a pass");
+  }
 };
 
 // GPU inventory (native/index.ts GpuInfo). Filled by cuda/ (queryCudaDevices) or by the engine without CUDA.

@@ -196,6 +196,27 @@ std::uint64_t Engine::admitInit() {
   return ++gen_;
 }
 
+std::uint64_t Engine::admitLoad(std::int64_t firstRow, std::int64_t rowCount) {
+  if (!backend_->loadsRows())
+    invalid("loadRows is not supported by the " + std::string(plan().backend == BackendKind::Cuda ? "cuda" : "cpu") +
+            " backend (engine.loadsRows is false): feed the rows in the first pass");
+  if (passOpen_) invalid("cannot load rows while a pass is running (call finishPass first)");
+  if (rowCount < 1) invalid("rowCount must be >= 1, got " + str(rowCount));
+  if (firstRow < 0 || firstRow + rowCount > cfg_.rows)
+    invalid("rows [" + str(firstRow) + ", " + str(firstRow + rowCount) + ") are out of range: the dataset has " +
+            str(cfg_.rows) + " rows");
+  return ++gen_;
+}
+
+std::int64_t Engine::runLoad(std::uint64_t gen, const void* rows, std::int64_t firstRow, std::int64_t rowCount) {
+  // checked once, before anything is retained: a load is short (a block of a download), and one that rejects must
+  // have retained nothing, so that the caller's count of rows held stays exact
+  if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+  if (passRunning_) invalid("cannot load rows while a pass is running");
+  backend_->loadRows(rows, firstRow, rowCount);
+  return backend_->residentHeld();
+}
+
 void Engine::feedSettled(int buffer) {
   if (buffer >= 0 && buffer < static_cast<int>(inFlight_.size())) inFlight_[static_cast<std::size_t>(buffer)] = false;
 }

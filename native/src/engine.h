@@ -57,6 +57,14 @@ class Engine {
   void finishSettled(bool ok);   // [js] the finishPass promise settled
   void cancel();                 // [js] work of the current generation stops at the next chunk boundary
 
+  // Rows loaded ahead of a pass (backend.h loadRows): kept as resident rows, no labels, nothing accumulated. Not while a
+  // pass is open; any order. Each load is its own generation, so cancel() also drops the loads queued before it.
+  bool loadsRows() const { return backend_->loadsRows(); }
+  std::uint64_t admitLoad(std::int64_t firstRow, std::int64_t rowCount);  // [js]
+  // [engine] Returns the rows held from row 0 afterwards (where the next pass's streamed rows start). A load that
+  // throws (Cancelled before it starts, OutOfMemory) retained nothing.
+  std::int64_t runLoad(std::uint64_t gen, const void* rows, std::int64_t firstRow, std::int64_t rowCount);
+
   // [engine] Execution. Throw EngineError; a Cancelled/failed pass is aborted and later work of it rejected.
   void runBegin(std::uint64_t gen, PassMode mode, bool distances);
   void runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount);

@@ -1,6 +1,6 @@
 // The CPU backend: host buffers, resident rows (host memory, so `kmfleet fit` does not re-read the file on later
-// passes), input conversion and checks, then the exact assignment (assign.cpp) and the deterministic
-// accumulation (accumulate.cpp) on the engine's thread pool.
+// passes; retained by the first pass or loaded ahead of it, backend.h loadRows), input conversion and checks, then
+// the exact assignment (assign.cpp) and the deterministic accumulation (accumulate.cpp) on the engine's thread pool.
 #include "cpu_backend.h"
 
 #include <unistd.h>
@@ -14,6 +14,7 @@
 
 #include "../row_math.h"
 #include "cpu_internal.h"
+#include "row_ranges.h"
 
 namespace kmfleet {
 
@@ -74,9 +75,9 @@ class CpuBackend final : public Backend {
 
   const Plan& plan() const override { return plan_; }
   void* hostBuffer(int index) override { return buffers_.at(static_cast<std::size_t>(index)).data(); }
-  std::int64_t residentHeld() const override {
-    return plan_.residentRows > 0 && residentFilled_ == plan_.residentRows ? plan_.residentRows : 0;
-  }
+  // Rows held from row 0, complete or not (backend.h loadRows): a pass processes them and the engine streams the rest.
+  // Rows once held stay held (they passed the input checks); only a pass that sees all of them completes the set.
+  std::int64_t residentHeld() const override { return plan_.residentRows > 0 ? held_.prefix() : 0; }
 
   void beginPass(const PassSpec& spec) override {
     spec_ = spec;
@@ -86,7 +87,6 @@ class CpuBackend final : public Backend {
       s.row.allocate(static_cast<std::size_t>(pack_.kpad), "kernel scratch");
     }
     acc_.reset(cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
-    if (residentFilled_ != plan_.residentRows) residentFilled_ = 0;
     rechecked_ = 0;
   }
 
@@ -101,7 +101,7 @@ class CpuBackend final : public Backend {
 
   void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) override {
     const float* x = prepare(buffers_.at(static_cast<std::size_t>(buffer)).data(), firstRow, rows);
-    retain(x, firstRow, rows);
+    retain(x, norm2_.data(), firstRow, rows);
     compute(x, norm2_.data(), firstRow, rows);
   }
 
@@ -114,9 +114,30 @@ class CpuBackend final : public Backend {
     return acc_.finish();
   }
 
-  void abortPass() noexcept override {
-    if (residentFilled_ != plan_.residentRows) residentFilled_ = 0;
-    rowsSeen_ = 0;
+  void abortPass() noexcept override { rowsSeen_ = 0; }
+
+  bool loadsRows() const override { return true; }
+
+  // Converts straight into the resident rows (no host buffer, no pass). One thread, the engine's: a load runs while
+  // a download is in flight, whose server and client need the other cores more than the load needs them.
+  void loadRows(const void* rows, std::int64_t firstRow, std::int64_t count) override {
+    const std::int64_t R = plan_.residentRows, end = std::min(firstRow + count, R);
+    if (firstRow >= end) return;
+    allocateResident();
+    const std::int64_t D = cfg_.dims;
+    const std::size_t rowBytes = plan_.rowBytes;
+    std::vector<std::pair<std::int64_t, std::int64_t>> missing;
+    held_.forEachMissing(firstRow, end, [&](std::int64_t b, std::int64_t e) { missing.emplace_back(b, e); });
+    for (const auto& [b, e] : missing) {
+      std::int64_t r = b;
+      for (; r < e; ++r) {
+        const void* in = static_cast<const std::uint8_t*>(rows) + static_cast<std::size_t>(r - firstRow) * rowBytes;
+        if (prepareRow(in, resident_.data() + r * D, true, residentNorm2_[static_cast<std::size_t>(r)]) != RowCheck::Ok)
+          break;  // left to the pass that streams it: the same error, the same row
+      }
+      held_.add(b, r);
+      if (r < e) return;
+    }
   }
 
  private:
@@ -134,30 +155,16 @@ class CpuBackend final : public Backend {
       std::int64_t b, e;
       ThreadPool::range(n, tid, nt, 1, b, e);
       for (std::int64_t r = b; r < e; ++r) {
-        float* xr = out + r * D;
-        if (cfg_.dtype == DType::F16) {
-          kt_.f16ToF32(static_cast<const std::uint16_t*>(buf) + r * D, xr, D);
-        } else if (cfg_.dtype == DType::BF16) {
-          const std::uint16_t* in = static_cast<const std::uint16_t*>(buf) + r * D;
-          for (std::int64_t d = 0; d < D; ++d) xr[d] = bf16ToF32(in[d]);
-        } else if (!direct) {
-          std::memcpy(xr, static_cast<const float*>(buf) + r * D, static_cast<std::size_t>(D) * 4);
-        }
-        double n2 = sqNorm64(xr, D);
-        if (!std::isfinite(n2)) {
+        const RowCheck c = prepareRow(static_cast<const std::uint8_t*>(buf) + static_cast<std::size_t>(r) * plan_.rowBytes,
+                                      out + r * D, !direct, norm2[r]);
+        if (c == RowCheck::NonFinite) {
           badNonFinite[static_cast<std::size_t>(tid)] = r;
           return;
         }
-        if (cfg_.metric == Metric::Cosine) {
-          if (n2 == 0) {
-            badZero[static_cast<std::size_t>(tid)] = r;
-            return;
-          }
-          const double inv = 1.0 / std::sqrt(n2);
-          for (std::int64_t d = 0; d < D; ++d) xr[d] = static_cast<float>(static_cast<double>(xr[d]) * inv);
-          n2 = sqNorm64(xr, D);
+        if (c == RowCheck::ZeroNorm) {
+          badZero[static_cast<std::size_t>(tid)] = r;
+          return;
         }
-        norm2[r] = n2;
       }
     });
     const std::int64_t nf = *std::min_element(badNonFinite.begin(), badNonFinite.end());
@@ -173,22 +180,56 @@ class CpuBackend final : public Backend {
     return out;
   }
 
-  // Keeps rows of [0, residentRows) the first time they arrive in sequence.
-  void retain(const float* x, std::int64_t firstRow, std::int64_t n) {
-    if (firstRow != residentFilled_ || firstRow >= plan_.residentRows) return;
-    const std::int64_t D = cfg_.dims, m = std::min(n, plan_.residentRows - firstRow);
-    if (!resident_.data()) {
-      resident_.allocate(static_cast<std::size_t>(plan_.residentRows * D), "resident rows");
-      residentNorm2_.allocate(static_cast<std::size_t>(plan_.residentRows), "resident rows");
+  enum class RowCheck { Ok, NonFinite, ZeroNorm };
+
+  // One input row → fp32 (unit length for cosine) at xr, and its ‖x‖² in fp64. The one conversion of both a pass
+  // (prepare) and a load (loadRows), so a loaded row is bit for bit the row a pass would have retained. f32 rows are
+  // copied only when `copy` (a pass on f32 L2 rows computes in place, in the host buffer).
+  RowCheck prepareRow(const void* in, float* xr, bool copy, double& norm2) const {
+    const std::int64_t D = cfg_.dims;
+    if (cfg_.dtype == DType::F16) {
+      kt_.f16ToF32(static_cast<const std::uint16_t*>(in), xr, D);
+    } else if (cfg_.dtype == DType::BF16) {
+      const std::uint16_t* h = static_cast<const std::uint16_t*>(in);
+      for (std::int64_t d = 0; d < D; ++d) xr[d] = bf16ToF32(h[d]);
+    } else if (copy) {
+      std::memcpy(xr, in, static_cast<std::size_t>(D) * 4);
     }
-    pool_.run([&](int tid, int nt) {
-      std::int64_t b, e;
-      ThreadPool::range(m, tid, nt, 1, b, e);
-      if (b < e)
-        std::memcpy(resident_.data() + (firstRow + b) * D, x + b * D, static_cast<std::size_t>((e - b) * D) * 4);
+    double n2 = sqNorm64(xr, D);
+    if (!std::isfinite(n2)) return RowCheck::NonFinite;
+    if (cfg_.metric == Metric::Cosine) {
+      if (n2 == 0) return RowCheck::ZeroNorm;
+      const double inv = 1.0 / std::sqrt(n2);
+      for (std::int64_t d = 0; d < D; ++d) xr[d] = static_cast<float>(static_cast<double>(xr[d]) * inv);
+      n2 = sqNorm64(xr, D);
+    }
+    norm2 = n2;
+    return RowCheck::Ok;
+  }
+
+  void allocateResident() {
+    if (resident_.data()) return;
+    resident_.allocate(static_cast<std::size_t>(plan_.residentRows * cfg_.dims), "resident rows");
+    residentNorm2_.allocate(static_cast<std::size_t>(plan_.residentRows), "resident rows");
+  }
+
+  // Keeps the chunk's rows of [0, residentRows) that are not held yet (a load may have brought some already).
+  void retain(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n) {
+    const std::int64_t end = std::min(firstRow + n, plan_.residentRows);
+    if (firstRow >= end) return;
+    allocateResident();
+    const std::int64_t D = cfg_.dims;
+    held_.forEachMissing(firstRow, end, [&](std::int64_t from, std::int64_t to) {
+      const std::int64_t m = to - from, off = from - firstRow;
+      pool_.run([&](int tid, int nt) {
+        std::int64_t b, e;
+        ThreadPool::range(m, tid, nt, 1, b, e);
+        if (b < e)
+          std::memcpy(resident_.data() + (from + b) * D, x + (off + b) * D, static_cast<std::size_t>((e - b) * D) * 4);
+      });
+      std::memcpy(residentNorm2_.data() + from, norm2 + off, static_cast<std::size_t>(m) * 8);
     });
-    std::memcpy(residentNorm2_.data() + firstRow, norm2_.data(), static_cast<std::size_t>(m) * 8);
-    residentFilled_ += m;
+    held_.add(firstRow, end);
   }
 
   // Assignment then accumulation, in pieces of ~1 MiB of rows so that the accumulation finds them in cache
@@ -223,7 +264,7 @@ class CpuBackend final : public Backend {
   std::vector<AssignScratch> scratch_;
   Array<float> resident_;
   Array<double> residentNorm2_;
-  std::int64_t residentFilled_ = 0;
+  RowRanges held_;  // resident rows in place (retained by a pass or loaded)
   std::int64_t rowsSeen_ = 0, rechecked_ = 0;
   bool debug_ = false;
 };
