@@ -38,6 +38,8 @@ import { BackgroundCheckpointSaver } from './checkpoints/background-saver.js';
 import { CheckpointPacer } from './checkpoints/pacer.js';
 import { CheckpointStore } from './checkpoints/store.js';
 import type { WorkerConfig } from './config.js';
+import { MemoryCachedRowSource } from './dataset/memory-cache.js';
+import { ResidentPreload } from './dataset/resident-preload.js';
 import type { RowSource } from './dataset/row-source.js';
 import { JobInputError, toJobError } from './failures.js';
 import { resolveInit } from './initial-centroids.js';
@@ -113,6 +115,7 @@ async function runJob(
 
   let source: RowSource | undefined;
   let engine: Engine | undefined;
+  let preload: ResidentPreload | undefined;
   let outputs: OutputWriter | undefined;
   let store: CheckpointStore | undefined;
   let saver: BackgroundCheckpointSaver | undefined;
@@ -208,6 +211,8 @@ async function runJob(
     engine = await openEngine(engineOptions);
     reportDevice(deps.metrics, engine, engineOptions.device ?? 0, log);
     log.info({ plan: engine.plan }, 'engine open');
+    // rows still downloading go to the engine's resident memory as they land, not in the first pass
+    if (source instanceof MemoryCachedRowSource) preload = ResidentPreload.start(engine, source);
 
     // ---- 4. iterate ----
     await progress(resume ? 'iterating' : 'initializing', resume?.iteration ?? 0, resume?.history);
@@ -239,6 +244,7 @@ async function runJob(
         distances: config.writeDistances,
       },
       resume,
+      preload,
       signal: stop,
       log,
       onIteration: async (report, cp) => {
@@ -368,6 +374,7 @@ async function runJob(
   } finally {
     cancelWatch.dispose();
     lockWatch?.dispose();
+    preload?.stop(); // the source's close() waits for loads in flight
     const opened = engine;
     const release = () => {
       try {

@@ -37,6 +37,12 @@ interface Pending {
   waiters: { need: number; resolve: () => void }[];
 }
 
+/**
+ * Told as rows land: rows [firstRow, firstRow + count) of one block are in place, reported from the block's first row
+ * with a count that grows (the same rows may be reported again); `blockDone` once the whole block is in.
+ */
+export type RowsArrivedListener = (firstRow: number, count: number, blockDone: boolean) => void;
+
 export class MemoryCachedRowSource implements RowSource {
   readonly rows: number;
   readonly dims: number;
@@ -56,6 +62,9 @@ export class MemoryCachedRowSource implements RowSource {
   private queue: number[] = [];
   private active = 0;
   private readonly inFlight = new Set<Promise<void>>();
+  /** work that reads `data` off the JS thread (the engine's loadRows): close() waits for it */
+  private readonly borrowed = new Set<Promise<unknown>>();
+  private readonly listeners = new Set<RowsArrivedListener>();
   private closing = false;
 
   constructor(private readonly inner: RowSource, opts: MemoryCacheOptions = {}) {
@@ -122,6 +131,43 @@ export class MemoryCachedRowSource implements RowSource {
     return data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes);
   }
 
+  /**
+   * Calls `listener` as rows land (rows already in place are reported at once, block by block). Returns the unsubscribe.
+   * A listener must not throw.
+   */
+  onRowsArrived(listener: RowsArrivedListener): () => void {
+    this.listeners.add(listener);
+    for (let b = 0; b < this.blockCount; b++) {
+      const first = b * this.blockRows;
+      const rows = Math.min(this.blockRows, this.rows - first);
+      if (this.loaded.has(b)) listener(first, rows, true);
+      else {
+        const received = Math.floor((this.pending.get(b)?.received ?? 0) / this.rowBytes);
+        if (received > 0) listener(first, Math.min(rows, received), false);
+      }
+    }
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Rows a RowsArrivedListener was told are in place, without a copy or a wait. Read-only; valid until close(). */
+  rowsInPlace(firstRow: number, count: number): Buffer {
+    if (!this.data) throw new Error(`${this.inner.describe()}: read after close`);
+    return this.data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes);
+  }
+
+  /** close() waits for `work`, which reads rows from rowsInPlace() off the JS thread, before the buffer is reused. */
+  lend(work: Promise<unknown>): void {
+    const settled = work.then(() => {}, () => {});
+    this.borrowed.add(settled);
+    void settled.then(() => this.borrowed.delete(settled));
+  }
+
+  private tell(b: number, rows: number, done: boolean): void {
+    if (this.listeners.size === 0 || rows <= 0) return;
+    const first = b * this.blockRows;
+    for (const l of this.listeners) l(first, rows, done);
+  }
+
   /** The promise of block b, queued (at the back) if it is neither here nor on its way. */
   private want(b: number, wanted: boolean): Promise<void> {
     if (this.loaded.has(b)) return Promise.resolve();
@@ -152,9 +198,12 @@ export class MemoryCachedRowSource implements RowSource {
     return Promise.race([whole, new Promise<void>((resolve) => p.waiters.push({ need, resolve }))]);
   }
 
-  private progress(p: Pending, bytes: number): void {
+  private progress(b: number, p: Pending, bytes: number): void {
     if (bytes <= p.received) return;
+    const rowsBefore = Math.floor(p.received / this.rowBytes);
     p.received = bytes;
+    const rowsNow = Math.floor(bytes / this.rowBytes);
+    if (rowsNow > rowsBefore) this.tell(b, rowsNow, false);
     if (p.waiters.length === 0) return;
     const still: Pending['waiters'] = [];
     for (const w of p.waiters) {
@@ -177,13 +226,14 @@ export class MemoryCachedRowSource implements RowSource {
       const done = this.inner
         .read(firstRow, count, data.subarray(firstRow * this.rowBytes, (firstRow + count) * this.rowBytes), {
           oneRequest: true,
-          onProgress: (bytes) => this.progress(p, bytes),
+          onProgress: (bytes) => this.progress(b, p, bytes),
         })
         .then(
           () => {
             this.loaded.add(b);
             this.pending.delete(b);
             p.resolve();
+            this.tell(b, count, true);
           },
           (err) => {
             // a failed block is retried by the next read that needs it (the inner source already retried transient
@@ -245,7 +295,9 @@ export class MemoryCachedRowSource implements RowSource {
         p.reject(closed);
       }
     }
+    this.listeners.clear();
     await Promise.allSettled([...this.inFlight]);
+    await Promise.all([...this.borrowed]);
     if (this.data) giveBackHostBuffer(this.data);
     this.data = undefined;
     await this.inner.close();

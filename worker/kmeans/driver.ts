@@ -30,6 +30,11 @@ export interface RunKmeansOptions {
    * starts their upload here, beside that pass. Not awaited; a throw stops the run.
    */
   onFinalCentroids?: (centroids: Float32Array) => void;
+  /**
+   * Rows the engine was given ahead of the first pass (worker/dataset/resident-preload.ts): awaited just before that
+   * pass, which starts its feeds at the rows it says the engine holds from row 0.
+   */
+  preload?: { finish(): Promise<number> };
   /** abort: the current pass stops at a chunk boundary and the run rejects with KmeansAbortedError */
   signal?: AbortSignal;
   log?: KmeansLogger;
@@ -64,10 +69,17 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
   const checkAbort = () => {
     if (o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
   };
+  let preload = o.preload;
   const pass = async (mode: 'fit' | 'assign', distances = false): Promise<PassResult> => {
     checkAbort();
+    let firstRow: number | undefined;
+    if (preload) {
+      firstRow = await preload.finish();
+      preload = undefined;
+      checkAbort();
+    }
     try {
-      return await runPass(engine, source, mode, { distances, readTime });
+      return await runPass(engine, source, mode, { distances, readTime, firstRow });
     } catch (err) {
       if (err instanceof CancelledError && o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
       throw err;

@@ -4,7 +4,8 @@
  *
  * Buffer b cycles: wait until its previous feed resolved (the engine may reuse it only then) → read rows into it →
  * wait until the previous chunk's feed was *issued* (feeds must come in row order) → feed.
- * Rows below plan.residentRows are fed only on the engine's first pass; afterwards the engine holds them itself.
+ * Rows below plan.residentRows are fed only on the engine's first pass; afterwards the engine holds them itself. The
+ * first pass starts at options.firstRow when rows were loaded into the engine ahead of it (resident-preload.ts).
  */
 import type { PassMode, PassResult } from '../../native/index.js';
 import type { RowSource } from '../dataset/row-source.js';
@@ -17,6 +18,11 @@ export interface PassOptions {
   distances?: boolean;
   /** adds the milliseconds spent in source.read */
   readTime?: { ms: number };
+  /**
+   * The engine's first pass only: where its feeds start — the rows the engine holds from row 0 after engine.loadRows
+   * (it processes those itself). Later passes start at plan.residentRows whatever this says.
+   */
+  firstRow?: number;
 }
 
 export async function runPass(engine: KmeansEngine, source: RowSource, mode: PassMode, options: PassOptions = {}): Promise<PassResult> {
@@ -24,7 +30,7 @@ export async function runPass(engine: KmeansEngine, source: RowSource, mode: Pas
   if (rowBytes !== source.rowBytes) {
     throw new Error(`engine rows are ${rowBytes} bytes but the source's are ${source.rowBytes}`);
   }
-  const start = primed.has(engine) ? Math.min(residentRows, source.rows) : 0;
+  const start = primed.has(engine) ? Math.min(residentRows, source.rows) : Math.min(options.firstRow ?? 0, residentRows, source.rows);
   const nBuffers = Math.max(1, buffers);
   engine.beginPass(mode, options.distances ? { distances: true } : undefined);
 
