@@ -25,6 +25,15 @@
 //   most 2^-23·(‖x̃‖ + ‖c̃‖)²; zero when μ is not used).
 // If d'₂ − d'₁ > 2ε_r the fp64 argmin is certainly the candidate; otherwise the row is flagged and
 // recheckRows recomputes it exactly (fp64 over all K).
+//
+// The one-product screen (Hopper, assign_wgmma.cu kScreen): acc = xh·ch only. With |x̂ − xh| ≤ 2^-11·|x̂| + 2^-25
+// per element (fp16 round to nearest; 2^-25 the subnormal half-step), likewise for ĉ:
+//   |x̂·ĉ − xh·ch| ≤ Σ |x̂||ĉ − ch| + |x̂ − xh||ĉ| + |x̂ − xh||ĉ − ch| ≤ (2·2^-11 + 2^-22)·‖x̂‖‖ĉ‖ + 2^-25·√Dp·(‖x̂‖ + ‖ĉ‖)
+//   (+ 2^-50·Dp, inside the slack below), fp32 accumulation ≤ (Dp/16 + 1)·2^-22·Σ|xh·ch| with Σ|xh·ch| ≤
+//   (1 + 2^-11)²·‖x̂‖‖ĉ‖; the ‖c‖², final-FMA and μ terms as above. So the screen's ε_r has the same form with
+//   epsX = 1.25·[ĉmax·(2.2·2^-11 + 1.01·(Dp/16 + 1)·2^-22 + 2^-24) + 2^-25·√Dp]. A row whose screen margin is
+//   beyond 2ε_r keeps the screen's label (the same argument as above); the others — on random data 10–30 %, on
+//   clustered data few — take the three products and the margin test above, then the recheck.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -478,19 +487,37 @@ AssignArgs makeArgs(const RowOps& rows, std::int64_t n, int d, const CentroidOps
   *smemBytesOut = smemBytes;
   return a;
 }
+
+#ifdef KMFLEET_HOPPER
+// The one-product screen's bound (derivation at the top of this file).
+ExactBound screenBound(const AssignArgs& exact, const CentroidOps& c) {
+  const double cmaxS = static_cast<double>(c.scale) * c.maxNorm;
+  const double u11 = std::ldexp(1.0, -11), u22 = std::ldexp(1.0, -22), u24 = std::ldexp(1.0, -24),
+               u25 = std::ldexp(1.0, -25);
+  const double dp = exact.dp, sq = std::sqrt(dp);
+  ExactBound b{exact.epsX, exact.epsC, exact.epsG, exact.epsM, exact.cmax};
+  b.epsX = static_cast<float>(1.25 * (cmaxS * (2.2 * u11 + 1.01 * (dp / 16 + 1) * u22 + u24) + u25 * sq));
+  return b;
+}
+#endif
 }  // namespace
 
 void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                 std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
-                cudaStream_t s) {
+                std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
   if (n <= 0) return;
   std::size_t smemBytes = 0;
   AssignArgs a = makeArgs(rows, n, d, c, k, op, &smemBytes);
 #ifdef KMFLEET_HOPPER
-  // wgmma on compute capability 9.0 when it takes the shape, with the same error bound
+  // wgmma on compute capability 9.0 when it takes the shape, with the same error bound (exact mode: screened by
+  // one product first when the caller gave the scratch)
   if (assignRowsHopper(rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr,
-                       ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax}, s))
+                       ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax},
+                       ExactScreen{screened, screenedCount, screenBound(a, c)}, s))
     return;
+#else
+  (void)screened;
+  (void)screenedCount;
 #endif
   a.labels = labels;
   a.flagged = flagged;

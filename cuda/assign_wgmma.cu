@@ -63,14 +63,28 @@ constexpr int kMaxChunks = kMaxDp / 64;
 static_assert(kTileN == kBlockCentroids, "centroids are padded to whole tiles");
 static_assert(kChunk == kDimChunk, "rows are padded to whole TMA boxes");
 
+// What a launch computes (the kernel's MODE):
+//   kPlain   one product per k-step (fp16/bf16/tf32 modes): the label only.
+//   kScreen  one product (the hi operands of exact mode) with best and second best: a row whose margin is beyond
+//            the one-product bound keeps its label; the others are listed in `flagged` for the exact pass.
+//   kExact   hi·hi + hi·lo + lo·hi with best and second best: the margin test of the exact bound; rows within it are
+//            listed in `flagged` with their window (flaggedThr) for candidateRows and the fp64 recheck.
+constexpr int kPlain = 0, kScreen = 1, kExact = 2;
+
 struct HopperArgs {
   const float* rowScale;
-  const float* rowNorm;        // exact mode: ‖x̂‖ of each scaled row (the error bound)
+  const float* rowNorm;        // margin modes: ‖x̂‖ of each scaled row (the error bound)
   const float* cnorm;
   int* labels;
-  int* flagged;                // exact mode: rows whose margin is within the bound, their count and window
+  int* flagged;                // margin modes: rows whose margin is within the bound, their count and window
   unsigned* flaggedCount;
-  float* flaggedThr;
+  float* flaggedThr;           // kExact only
+  // GATHER: block row i is row rowIds[i] of rowsHi/rowsLo (Dp halves per row), for i < min(*nDevice, n)
+  const int* rowIds;
+  const unsigned* nDevice;
+  const unsigned short* rowsHi;
+  const unsigned short* rowsLo;
+  int dp;
   int n, nK, nTiles, rowBlocks, stages, aBufs;
   float halfScaleC;
   ExactBound bound;
@@ -187,18 +201,24 @@ constexpr std::size_t kBarrierBytes = (2 * kMaxStages + 2 * kMaxChunks + 2) * si
 __device__ __forceinline__ void namedSync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void namedArrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
-// THREE (exact fp32 mode): rows and centroids are hi + lo fp16 pairs, the products hi·hi + hi·lo + lo·hi (the
+// kExact (exact fp32 mode): rows and centroids are hi + lo fp16 pairs, the products hi·hi + hi·lo + lo·hi (the
 // order of assign_kernel.cu), and each row keeps its second best too, for the margin test of the error bound.
 // M = 1 (128-row blocks, exact Dp > 128): each consumer hands a k-chunk's stages back as soon as its products are
 // done (wgmma.wait_group 1), so the ring need not hold a whole centroid tile beside the rows; the consumers then
 // issue freely (with the ping-pong, the second consumer would still need the whole tile the first one went through).
-template <bool BF16, bool THREE, int M>
+// GATHER (the exact pass over the rows the screen listed): the rows are not one contiguous range, so the producer
+// warpgroup's warps 1–3 copy them into the row buffers with cp.async (in the layout the 128-byte-swizzled TMA
+// boxes have), and the row count is read on the device.
+template <bool BF16, int MODE, int M, bool GATHER>
 __global__ void __launch_bounds__(kThreadsH, 1)
     assignHopperKernel(const __grid_constant__ CUtensorMap rowsHi, const __grid_constant__ CUtensorMap rowsLo,
                        const __grid_constant__ CUtensorMap centroidsHi, const __grid_constant__ CUtensorMap centroidsLo,
                        const HopperArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool THREE = MODE == kExact, MARGIN = MODE != kPlain;
+  static_assert(!GATHER || MODE == kExact, "only the exact pass gathers its rows");
   constexpr int TERMS = THREE ? 2 : 1;
+  constexpr int kGatherThreads = 96;  // producer warps 1–3
   extern __shared__ unsigned char smemRaw[];
   constexpr int kBlockRowsH = blockRowsH(M), kAChunkBytes = aChunkBytes(M), kRowsPerConsumer = 64 * M;
   constexpr bool kPingPong = KMFLEET_WGMMA_PINGPONG && M == 2;
@@ -206,6 +226,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
   const int tid = threadIdx.x, wg = tid >> 7;
   constexpr unsigned kConsumerWarps = 4 * kConsumers;
   constexpr int kAChunkHalves = kAChunkBytes / 2, kStageHalves = kStageBytes / 2;
+  // GATHER: the count the screen left on the device (the stream orders it before this launch)
+  const int n = GATHER ? min(static_cast<int>(*p.nDevice), p.n) : p.n;
+  const int rowBlocks = GATHER ? (n + kBlockRowsH - 1) / kBlockRowsH : p.rowBlocks;
 
   if (tid == 0) {
     for (int s = 0; s < p.stages; ++s) {
@@ -213,7 +236,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       barInit(sm.empty + s, kConsumerWarps);
     }
     for (int b = 0; b < p.aBufs; ++b) {
-      for (int kc = 0; kc < p.nK; ++kc) barInit(sm.aFull + b * kMaxChunks + kc, 1);
+      for (int kc = 0; kc < p.nK; ++kc) barInit(sm.aFull + b * kMaxChunks + kc, GATHER ? kGatherThreads : 1);
       barInit(sm.aEmpty + b, kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -222,12 +245,46 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 
   if (wg == 0) {
     setMaxRegsDec();
+    if constexpr (GATHER) {
+      if (tid >= 32) {
+        // ---- row gatherers: block row i ← row rowIds[i], 16-byte pieces at the swizzled positions TMA would use
+        // (piece c of row r at c ^ (r % 8)); each thread waits for its own copies and makes them visible to the
+        // tensor cores' (async proxy) reads before it arrives
+        const int gt = tid - 32;
+        unsigned blockIter = 0;
+        for (int rb = blockIdx.x; rb < rowBlocks; rb += gridDim.x, ++blockIter) {
+          const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
+          barWait(sm.aEmpty + ab, aPhase ^ 1);
+          unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * TERMS * kAChunkHalves;
+          for (int kc = 0; kc < p.nK; ++kc) {
+            for (int t = 0; t < TERMS; ++t) {
+              const unsigned short* src = t ? p.rowsLo : p.rowsHi;
+              unsigned short* dst = aBase + static_cast<std::size_t>(kc * TERMS + t) * kAChunkHalves;
+              for (int q = gt; q < kBlockRowsH * 8; q += kGatherThreads) {
+                const int r = q >> 3, c = q & 7, i = rb * kBlockRowsH + r;
+                const bool valid = i < n;
+                const long long row = valid ? __ldg(p.rowIds + i) : 0;
+                const unsigned short* from = src + row * p.dp + kc * kChunk + c * 8;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemU32(dst + r * kChunk + ((c ^ (r & 7)) << 3))),
+                             "l"(from), "r"(valid ? 16 : 0)
+                             : "memory");
+              }
+            }
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            barArrive(sm.aFull + ab * kMaxChunks + kc);
+          }
+        }
+        return;
+      }
+    }
     if (tid != 0) return;
     // ---- producer ----
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&rowsHi)) : "memory");
+    if (!GATHER) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&rowsHi)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&centroidsHi)) : "memory");
     unsigned it = 0, blockIter = 0;
-    for (int rb = blockIdx.x; rb < p.rowBlocks; rb += gridDim.x, ++blockIter) {
+    for (int rb = blockIdx.x; rb < rowBlocks; rb += gridDim.x, ++blockIter) {
+      if constexpr (!GATHER) {
       const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
       barWait(sm.aEmpty + ab, aPhase ^ 1);
       unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * TERMS * kAChunkHalves;
@@ -237,6 +294,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
         for (int t = 0; t < TERMS; ++t)
           tmaLoad2d(aBase + static_cast<std::size_t>(kc * TERMS + t) * kAChunkHalves, t ? &rowsLo : &rowsHi,
                     kc * kChunk, rb * kBlockRowsH, bar);
+      }
       }
       for (int ct = 0; ct < p.nTiles; ++ct)
         for (int kc = 0; kc < p.nK; ++kc)
@@ -261,17 +319,18 @@ __global__ void __launch_bounds__(kThreadsH, 1)
   // Thread's rows: half m, fragment row h → rowOff + m·64 + warp·16 + h·8 + lane/4. Their factors g_r are read
   // one row block ahead, so the global load's latency is not paid at every block start.
   auto rowOf = [&](int rb, int i) { return rb * kBlockRowsH + rowOff + (i >> 1) * 64 + warp * 16 + (i & 1) * 8 + (lane >> 2); };
+  auto rowId = [&](int r) { return GATHER ? __ldg(p.rowIds + r) : r; };  // r < n
   auto loadG = [&](int rb, float (&g)[2 * M]) {
 #pragma unroll
     for (int i = 0; i < 2 * M; ++i) {
       const int r = rowOf(rb, i);
-      g[i] = r < p.n ? __ldg(p.rowScale + r) : 1.f;
+      g[i] = r < n ? __ldg(p.rowScale + rowId(r)) : 1.f;
     }
   };
   float gNext[2 * M];
   loadG(blockIdx.x, gNext);
   unsigned it = 0, blockIter = 0;
-  for (int rb = blockIdx.x; rb < p.rowBlocks; rb += gridDim.x, ++blockIter) {
+  for (int rb = blockIdx.x; rb < rowBlocks; rb += gridDim.x, ++blockIter) {
     const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
     const unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * TERMS * kAChunkHalves;
     float g[2 * M], best[2 * M], second[2 * M];
@@ -340,8 +399,8 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       for (int j = 0; j < 16; ++j) cn[j] = __ldg(reinterpret_cast<const float2*>(p.cnorm + colBase + j * 8));
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        if constexpr (THREE) {
-          // exact mode: best and second best, in increasing column order (strict '<': the lowest index wins)
+        if constexpr (MARGIN) {
+          // exact and screen modes: best and second best, in increasing column order (strict '<': the lowest index wins)
 #pragma unroll
           for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -408,10 +467,11 @@ __global__ void __launch_bounds__(kThreadsH, 1)
         best[i] = other ? ob : best[i];
         bestIdx[i] = other ? oi : bestIdx[i];
       }
-      const int r = rowOf(rb, i);
-      if ((lane & 3) == 0 && r < p.n) {
+      const int rr = rowOf(rb, i);
+      if ((lane & 3) == 0 && rr < n) {
+        const int r = rowId(rr);
         p.labels[r] = bestIdx[i];
-        if constexpr (THREE) {  // the margin test of assign_kernel.cu's mergeAndWrite, same bound
+        if constexpr (MARGIN) {  // the margin test of assign_kernel.cu's mergeAndWrite (kScreen: its bound for one product)
           const ExactBound& b = p.bound;
           const float sx = p.rowScale[r], xn = p.rowNorm[r], gr = sx * p.halfScaleC;
           const float mm = xn / sx + b.cmax;
@@ -419,8 +479,10 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           if (!(second[i] - best[i] > 2.f * eps)) {
             const unsigned slot = atomicAdd(p.flaggedCount, 1u);
             p.flagged[slot] = r;
-            const float thr = best[i] + 2.f * eps;
-            p.flaggedThr[slot] = thr + fabsf(thr) * 1e-6f;  // the window, rounded outwards
+            if constexpr (THREE) {
+              const float thr = best[i] + 2.f * eps;
+              p.flaggedThr[slot] = thr + fabsf(thr) * 1e-6f;  // the window, rounded outwards
+            }
           }
         }
       }
@@ -501,22 +563,46 @@ bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B to
   return v != nullptr && std::strcmp(v, "mma") == 0;
 }
 
-template <bool BF16, bool THREE, int M>
+// KMFLEET_EXACT_SCREEN=0: exact mode without the one-product screen (A/B); =only: the screen alone (labels not
+// exact: kmbench's timing split only).
+bool screenEnvironment(const char* value) {
+  const char* v = std::getenv("KMFLEET_EXACT_SCREEN");
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
+template <bool BF16, int MODE, int M, bool GATHER>
 void launchHopper(const CUtensorMap (&maps)[4], const HopperArgs& a, std::size_t smem, int grid, cudaStream_t s) {
   static std::size_t configured = 0;  // per instantiation: raise the dynamic limit once per size
   if (smem > configured) {
-    cudaFuncSetAttribute(assignHopperKernel<BF16, THREE, M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(assignHopperKernel<BF16, MODE, M, GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem));
     configured = smem;
   }
-  assignHopperKernel<BF16, THREE, M><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
+  assignHopperKernel<BF16, MODE, M, GATHER><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
+}
+
+// Shared memory of one launch: rows (aBufs buffers), the centroid ring, barriers. False when it can't fit.
+bool sizeLaunch(HopperArgs& a, int terms, int M, const DeviceFacts& dev, std::size_t* smem) {
+  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * terms * aChunkBytes(M);
+  const std::size_t fixed = 1024 /* alignment slack */ + kBarrierBytes;
+  const std::size_t optin = static_cast<std::size_t>(dev.smemOptin);
+  // M = 2: a tile's stages must all fit in the ring (a consumer releases them together), plus one to load ahead;
+  // M = 1: two k-chunks' stages per consumer (the one in flight and the one being issued), plus one
+  const std::size_t held = M == 1 ? 2 * static_cast<std::size_t>(terms) : static_cast<std::size_t>(a.nK) * terms;
+  const std::size_t minStages = std::max<std::size_t>(kMinStages, held + 1);
+  if (fixed + aBytes + minStages * kStageBytes > optin) return false;
+  // Two row buffers when that still leaves the ring deep enough: the next block's rows then load during this one.
+  a.aBufs = fixed + 2 * aBytes + std::max<std::size_t>(4, minStages) * kStageBytes <= optin ? 2 : 1;
+  a.stages = static_cast<int>(std::min<std::size_t>(kMaxStages, (optin - fixed - a.aBufs * aBytes) / kStageBytes));
+  *smem = fixed + a.aBufs * aBytes + static_cast<std::size_t>(a.stages) * kStageBytes;
+  return true;
 }
 
 }  // namespace
 
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                       std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
-                      const ExactBound& bound, cudaStream_t s) {
+                      const ExactBound& bound, const ExactScreen& screen, cudaStream_t s) {
   if (n <= 0 || n > INT32_MAX / 2 || disabledByEnvironment()) return false;  // row indices (and one block ahead) in int
   const int dp = static_cast<int>(padDims(d));
   if (dp > kMaxDp) return false;
@@ -530,24 +616,20 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
 
   HopperArgs a{};
   a.nK = dp / kChunk;
-  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * terms * aChunkBytes(M);
-  const std::size_t fixed = 1024 /* alignment slack */ + kBarrierBytes;
-  const std::size_t optin = static_cast<std::size_t>(dev.smemOptin);
-  // M = 2: a tile's stages must all fit in the ring (a consumer releases them together), plus one to load ahead;
-  // M = 1: two k-chunks' stages per consumer (the one in flight and the one being issued), plus one
-  const std::size_t held = M == 1 ? 2 * static_cast<std::size_t>(terms) : static_cast<std::size_t>(a.nK) * terms;
-  const std::size_t minStages = std::max<std::size_t>(kMinStages, held + 1);
-  if (fixed + aBytes + minStages * kStageBytes > optin) return false;
-  // Two row buffers when that still leaves the ring deep enough: the next block's rows then load during this one.
-  a.aBufs = fixed + 2 * aBytes + std::max<std::size_t>(4, minStages) * kStageBytes <= optin ? 2 : 1;
-  a.stages = static_cast<int>(std::min<std::size_t>(kMaxStages, (optin - fixed - a.aBufs * aBytes) / kStageBytes));
-  const std::size_t smem = fixed + a.aBufs * aBytes + static_cast<std::size_t>(a.stages) * kStageBytes;
+  std::size_t smem = 0;
+  if (!sizeLaunch(a, terms, M, dev, &smem)) return false;
+  // exact mode screened by one product first (rows and centroids: the hi operands, 256-row blocks)
+  const bool screened = three && screen.rows && screen.count && !screenEnvironment("0");
+  HopperArgs sa = a;
+  std::size_t screenSmem = 0;
+  if (screened && !sizeLaunch(sa, 1, 2, dev, &screenSmem)) return false;
 
   const bool bf16 = op == OpKind::BF16x1;
   const std::int64_t kp = padCentroids(k);
   CUtensorMap maps[4];  // rows hi, rows lo, centroids hi, centroids lo (lo = hi when one product)
   const int blockRows = blockRowsH(M);
-  if (!makeMap(&maps[0], rows.ahi, n, dp, blockRows, bf16) || !makeMap(&maps[2], c.bhi, kp, dp, kTileN, bf16))
+  if (!makeMap(&maps[0], rows.ahi, n, dp, screened ? blockRowsH(2) : blockRows, bf16) ||
+      !makeMap(&maps[2], c.bhi, kp, dp, kTileN, bf16))
     return false;
   if (three) {
     if (!makeMap(&maps[1], rows.alo, n, dp, blockRows, false) || !makeMap(&maps[3], c.blo, kp, dp, kTileN, false))
@@ -565,15 +647,39 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   a.flaggedCount = flaggedCount;
   a.flaggedThr = flaggedThr;
   a.n = static_cast<int>(n);
+  a.dp = dp;
   a.nTiles = static_cast<int>(kp / kTileN);
   a.rowBlocks = static_cast<int>((n + blockRows - 1) / blockRows);
   a.halfScaleC = c.scale * 0.5f;
   a.bound = bound;
   const int grid = std::min(a.rowBlocks, dev.sms);
-  if (three && M == 1) launchHopper<false, true, 1>(maps, a, smem, grid, s);
-  else if (three) launchHopper<false, true, 2>(maps, a, smem, grid, s);
-  else if (bf16) launchHopper<true, false, 2>(maps, a, smem, grid, s);
-  else launchHopper<false, false, 2>(maps, a, smem, grid, s);
+  if (screened) {
+    // 1. one product over every row: labels, and the rows the one-product bound can't decide → screen.rows
+    const int aBufs = sa.aBufs, stages = sa.stages;
+    sa = a;
+    sa.aBufs = aBufs;
+    sa.stages = stages;
+    sa.flagged = screen.rows;
+    sa.flaggedCount = screen.count;
+    sa.flaggedThr = nullptr;
+    sa.bound = screen.bound;
+    sa.rowBlocks = static_cast<int>((n + blockRowsH(2) - 1) / blockRowsH(2));
+    if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
+    launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
+    if (screenEnvironment("only")) return true;
+    // 2. the exact products over those rows only (gathered; their count is on the device)
+    a.rowIds = screen.rows;
+    a.nDevice = screen.count;
+    a.rowsHi = static_cast<const unsigned short*>(rows.ahi);
+    a.rowsLo = static_cast<const unsigned short*>(rows.alo);
+    if (M == 1) launchHopper<false, kExact, 1, true>(maps, a, smem, grid, s);
+    else launchHopper<false, kExact, 2, true>(maps, a, smem, grid, s);
+    return true;
+  }
+  if (three && M == 1) launchHopper<false, kExact, 1, false>(maps, a, smem, grid, s);
+  else if (three) launchHopper<false, kExact, 2, false>(maps, a, smem, grid, s);
+  else if (bf16) launchHopper<true, kPlain, 2, false>(maps, a, smem, grid, s);
+  else launchHopper<false, kPlain, 2, false>(maps, a, smem, grid, s);
   return true;
 }
 

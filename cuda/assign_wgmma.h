@@ -18,13 +18,23 @@ struct ExactBound {
   float epsX = 0, epsC = 0, epsG = 0, epsM = 0, cmax = 0;
 };
 
+// Exact mode's one-product screen: `rows` (n ints) and `count` receive the rows whose margin the one-product bound
+// (hi·hi, assign_kernel.cu screenBound) can't decide; only those then take the three products. rows = null: no
+// screen (all rows take the three products).
+struct ExactScreen {
+  std::int32_t* rows = nullptr;
+  unsigned* count = nullptr;
+  ExactBound bound;
+};
+
 // Labels for n rows, as assignRows: F16x1, BF16x1 and, with the margin test against `bound` that appends the rows
-// to re-check to flagged/flaggedCount/flaggedThr, F16x3. Returns false without launching anything when this path
-// can't take the call: not a compute capability 9.0 device, Dp > 256 (exact mode: Dp > 128), or
-// KMFLEET_ASSIGN_KERNEL=mma in the environment (the portable kernel, for A/B runs).
+// to re-check to flagged/flaggedCount/flaggedThr, F16x3 (screened first when `screen` says so and
+// KMFLEET_EXACT_SCREEN is not 0). Returns false without launching anything when this path can't take the call: not
+// a compute capability 9.0 device, Dp > 256, or KMFLEET_ASSIGN_KERNEL=mma in the environment (the portable kernel,
+// for A/B runs).
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                       std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
-                      const ExactBound& bound, cudaStream_t s);
+                      const ExactBound& bound, const ExactScreen& screen, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace kmfleet

@@ -35,6 +35,7 @@
 
 #include "centroid_update.h"
 #include "cuda_bridge.h"
+#include "exact_screen_policy.h"
 #include "far_rows.h"
 #include "label_changes.h"
 #include "kernels.h"
@@ -156,7 +157,8 @@ class CudaBackend final : public Backend {
     check(cudaMemsetAsync(counts_, 0, sizeof(long long) * k_, compute_), "memset");
     check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
     check(cudaMemsetAsync(bad_, 0xff, 2 * sizeof(unsigned long long), compute_), "memset");
-    check(cudaMemsetAsync(flaggedTotal_, 0, sizeof(unsigned long long), compute_), "memset");
+    check(cudaMemsetAsync(flaggedTotal_, 0, 2 * sizeof(unsigned long long), compute_), "memset");
+    screenThisPass_ = mp_.op == OpKind::F16x3 && screenPolicy_.screen();
     centroidsReady_ = false;
     if (muReady_) prepareCentroidOps();
   }
@@ -253,6 +255,8 @@ class CudaBackend final : public Backend {
     check(cudaMemcpyAsync(hostFlags_, bad_, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
     check(cudaMemcpyAsync(hostFlags_ + 2, flaggedTotal_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
           "D2H");
+    check(cudaMemcpyAsync(hostFlags_ + 4, flaggedTotal_ + 1, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
+          "D2H");
     if (countChanges)
       check(cudaMemcpyAsync(hostFlags_ + 3, changedCount_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
             "D2H");
@@ -274,6 +278,7 @@ class CudaBackend final : public Backend {
     if (fit_ && !sumsKept_) download(sums_, std::size_t(k_) * d_, t.sums);
     const unsigned long long flagged = hostFlags_[2];
     lastRecheckRows_ = static_cast<std::int64_t>(flagged);
+    if (mp_.op == OpKind::F16x3) screenPolicy_.record(rowsSeen_, static_cast<std::int64_t>(hostFlags_[4]));
     // backend.h: the farthest rows only when a cluster came out empty (the engine reads them only then). Streamed
     // chunks offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64
     // distances kept on the device, chunk by chunk as they were fed: the same candidates as computed eagerly.
@@ -406,7 +411,7 @@ class CudaBackend final : public Backend {
     for (int b = 0; b < mp_.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * rowBytes_, "host buffers"));
     hostCentroids_ = hostAlloc<float>(std::size_t(k_) * d_, "centroids");
     hostStats_ = hostAlloc<CentroidStats>(1, "centroid statistics");
-    hostFlags_ = hostAlloc<unsigned long long>(4, "flags");
+    hostFlags_ = hostAlloc<unsigned long long>(5, "flags");
     for (int i = 0; i < 2; ++i) {
       ring_[i] = hostAlloc<char>(kRingBytes, "download staging");
       check(cudaEventCreateWithFlags(&ringDone_[i], cudaEventDisableTiming), "cudaEventCreate");
@@ -427,8 +432,8 @@ class CudaBackend final : public Backend {
     counts_ = devAlloc<long long>(k_, "counts");
     inertia_ = devAlloc<double>(k_, "inertia");
     bad_ = devAlloc<unsigned long long>(2, "flags");
-    flaggedTotal_ = devAlloc<unsigned long long>(1, "flags");
-    flaggedCount_ = devAlloc<unsigned>(1, "flags");
+    flaggedTotal_ = devAlloc<unsigned long long>(2, "flags");  // rows flagged, rows the screen passed on
+    flaggedCount_ = devAlloc<unsigned>(2, "flags");  // flagged rows, screened rows (assignPiece)
     // streamed rows' scratch (one: only the compute stream uses it)
     streamOps_ = allocOps(chunk, "chunk scratch", true);
     flagged_ = devAlloc<int>(chunk, "chunk scratch");
@@ -444,7 +449,7 @@ class CudaBackend final : public Backend {
       flagsS_.thr = devAlloc<float>(chunk, "overlap scratch");
       flagsS_.candCount = devAlloc<int>(chunk, "overlap scratch");
       flagsS_.cand = devAlloc<int>(chunk * kCandidates, "overlap scratch");
-      flaggedCountS_ = devAlloc<unsigned>(1, "overlap scratch");
+      flaggedCountS_ = devAlloc<unsigned>(2, "overlap scratch");
       const std::size_t P = std::size_t(mp_.overlapPartials);
       partSums_ = devAlloc<double>(P * k_ * d_, "overlap partials");
       partCounts_ = devAlloc<long long>(P * k_, "overlap partials");
@@ -887,8 +892,10 @@ class CudaBackend final : public Backend {
                    cudaStream_t s = nullptr, unsigned* count = nullptr) {
     if (!s) s = compute_;
     if (!count) count = flaggedCount_;
-    check(cudaMemsetAsync(count, 0, sizeof(unsigned), s), "memset");
-    assignRows(ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, count, f.thr, s);
+    check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
+    // exact mode: candCount (candidateRows fills it later on this stream) holds the screened rows until then
+    assignRows(ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, count, f.thr, screenThisPass_ ? f.candCount : nullptr,
+               count + 1, s);
     check(cudaGetLastError(), "assignRows");
     if (mp_.op == OpKind::F16x3) {
       candidateRows(ops, rows, d_, cops_, k_, f.flagged, count, f.thr, f.candCount, f.cand, s);
@@ -1074,7 +1081,7 @@ class CudaBackend final : public Backend {
   static constexpr std::size_t kRingBytes = std::size_t(1) << 20;  // pieces of the centroid upload and downloads
   char* ring_[2] = {nullptr, nullptr};
   cudaEvent_t ringDone_[2] = {nullptr, nullptr};
-  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total, changed resident rows
+  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total, changed resident rows, screened total
   CentroidStats* hostStats_ = nullptr;       // pinned: scale and maxNorm of the pass's centroids
   CentroidStatsDevice* cstats_ = nullptr;
   cudaEvent_t statsReady_ = nullptr;
@@ -1174,11 +1181,14 @@ class CudaBackend final : public Backend {
   std::int64_t rowsSeen_ = 0;
   std::vector<FarRow> far_;
   std::int64_t lastRecheckRows_ = 0;
+  ExactScreenPolicy screenPolicy_;  // exact mode: screen by one product first? (decided per pass from the last ones)
+  bool screenThisPass_ = false;
 };
 
 // atomic: the compute stream and the chunk stream may add at the same time
 __global__ void addFlaggedKernel(unsigned long long* total, const unsigned* count) {
-  atomicAdd(total, static_cast<unsigned long long>(*count));
+  atomicAdd(total, static_cast<unsigned long long>(count[0]));      // flagged for the recheck
+  atomicAdd(total + 1, static_cast<unsigned long long>(count[1]));  // passed on by the screen
 }
 
 void CudaBackend::addFlagged(cudaStream_t s, const unsigned* count) {

@@ -91,10 +91,12 @@ constexpr int kCandidates = 16;  // candidate window capacity per flagged row (m
 
 // assignRows: labels for n rows. With F16x3, rows whose margin is within the bound are appended to
 // flagged[] (count in *flaggedCount, window b1 + 2ε in flaggedThr[]) and must go through candidateRows +
-// recheckRows.
+// recheckRows. screened (n ints) and *screenedCount (F16x3, may be null): scratch of the one-product screen that
+// spares most rows two of the three products on Hopper (assign_wgmma.h ExactScreen); free again once the assignment's launches on s
+// are done, so a caller may lend candidateRows' candCount (later on the same stream) for it.
 void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                 std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
-                cudaStream_t s);
+                std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s);
 
 // candidateRows: the same tensor-core products again for the flagged rows only, appending every centroid
 // inside the row's window to cand[slot·kCandidates ..] (count candCount[slot], may exceed kCandidates).

@@ -143,11 +143,11 @@ struct Operands {
   OpKind op() const { return bf16 ? OpKind::BF16x1 : OpKind::F16x1; }
   bool runHopper() {
     unsetenv("KMFLEET_ASSIGN_KERNEL");
-    return assignRowsHopper(rows(), n, d, cents(), k, op(), labH, nullptr, nullptr, nullptr, ExactBound{}, 0);
+    return assignRowsHopper(rows(), n, d, cents(), k, op(), labH, nullptr, nullptr, nullptr, ExactBound{}, ExactScreen{}, 0);
   }
   void runPortable() {
     setenv("KMFLEET_ASSIGN_KERNEL", "mma", 1);
-    assignRows(rows(), n, d, cents(), k, op(), labM, nullptr, nullptr, nullptr, 0);
+    assignRows(rows(), n, d, cents(), k, op(), labM, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
     unsetenv("KMFLEET_ASSIGN_KERNEL");
   }
   // fp64 d' of row r to centroid j

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../centroid_update.h"
+#include "../exact_screen_policy.h"
 #include "../kernels.h"
 #include "../operands.h"
 #include "../planner.h"
@@ -150,7 +151,7 @@ struct Problem {
     CK(cudaMalloc(&flaggedThr, n * 4));
     CK(cudaMalloc(&candCount, n * 4));
     CK(cudaMalloc(&cand, n * 4 * kCandidates));
-    CK(cudaMalloc(&flaggedCount, 4));
+    CK(cudaMalloc(&flaggedCount, 8));  // flagged rows, screened rows
     CK(cudaMalloc(&dist, n * 8));
     CK(cudaMalloc(&sums, static_cast<size_t>(k) * d * 8));
     CK(cudaMalloc(&counts, static_cast<size_t>(k) * 8));
@@ -232,8 +233,9 @@ struct Problem {
   }
   void assign() { assign(vals); }
   void assign(RowValues v) {
-    CK(cudaMemsetAsync(flaggedCount, 0, 4, 0));
-    assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, 0);
+    CK(cudaMemsetAsync(flaggedCount, 0, 8, 0));
+    assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, screen.screen() ? candCount : nullptr,
+               flaggedCount + 1, 0);
     if (op == OpKind::F16x3) {
       candidateRows(rows, n, d, cops, k, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
       recheckRows(v, d, cf, k, flagged, flaggedCount, n, candCount, cand, labels, 0);
@@ -269,6 +271,12 @@ struct Problem {
   unsigned flaggedNow() {
     unsigned f = 0;
     CK(cudaMemcpy(&f, flaggedCount, 4, cudaMemcpyDeviceToHost));
+    return f;
+  }
+  ExactScreenPolicy screen;  // exact mode: screen by one product first (the backend's policy)
+  unsigned screenedNow() {  // exact mode on Hopper: rows the one-product screen passed to the three products
+    unsigned f = 0;
+    CK(cudaMemcpy(&f, flaggedCount + 1, 4, cudaMemcpyDeviceToHost));
     return f;
   }
 };
@@ -399,7 +407,7 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
   CK(cudaGetLastError());
   P.update(cosine);
   CK(cudaDeviceSynchronize());
-  const unsigned flagged = P.flaggedNow();
+  const unsigned flagged = P.flaggedNow(), screened = P.screenedNow();
   // 16-bit rows read as they are: labels (recheck), sums, counts, inertia and distances bit for bit as from xf
   int rows16 = -1;  // not applicable
   if (P.vals.type != InType::F32) {
@@ -458,10 +466,10 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
   if (op == OpKind::F16x3) ok &= R.wrong == 0;
   else ok &= rel <= 5e-2 || R.best < 1e-2 * R.checked;
   std::printf("%-4s %-10s %-4s %s n=%-7lld d=%-5d k=%-6d checked=%-7lld wrong=%-5lld ties=%-4lld inertia+%.2e "
-              "flagged=%.4f%% sumErr=%.1e det=%d stats=%d rows16=%d\n",
+              "flagged=%.4f%% screened=%.2f%% sumErr=%.1e det=%d stats=%d rows16=%d\n",
               ok ? "ok" : "FAIL", opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16",
               blobs ? (cosine ? "blobs-cos" : "blobs    ") : (cosine ? "rand-cos " : "random   "), n, d, k, R.checked,
-              R.wrong, R.ties, rel, 100.0 * flagged / n, sumErr, deterministic ? 1 : 0, statsOk ? 1 : 0, rows16);
+              R.wrong, R.ties, rel, 100.0 * flagged / n, 100.0 * screened / n, sumErr, deterministic ? 1 : 0, statsOk ? 1 : 0, rows16);
   P.release();
   return ok ? 0 : 1;
 }
@@ -524,6 +532,7 @@ static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsign
     P.assign();
     P.update(false);
     CK(cudaStreamSynchronize(0));
+    if (P.op == OpKind::F16x3) P.screen.record(P.n, P.screenedNow());  // as the backend's finishPass
     t = std::chrono::steady_clock::now();
     CK(cudaMemcpyAsync(hcnt, P.counts, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaMemcpyAsync(hs, P.inertia, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
@@ -574,6 +583,7 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   HostStages hsS, hsL;
   const double ts = iterate(P, S, hs, hcnt, nullptr, &hsS);
   const double tl = iterate(P, L, hs, hcnt, &f1, &hsL);
+  const unsigned screenedLast = P.screenedNow();
   const double ms = (tl - ts) / (L - S);
   const double prepMs = (hsL.prep - hsS.prep) / (L - S), downMs = (hsL.down - hsS.down) / (L - S),
                divMs = (hsL.div - hsS.div) / (L - S);
@@ -603,9 +613,24 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
     return t / 5;
   };
   const float mmaMs = timeIt([&] {
-    CK(cudaMemsetAsync(P.flaggedCount, 0, 4, 0));
-    assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr, 0);
+    CK(cudaMemsetAsync(P.flaggedCount, 0, 8, 0));
+    assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr,
+               P.screen.screen() ? P.candCount : nullptr, P.flaggedCount + 1, 0);
   });
+  // exact mode: the one-product screen alone (KMFLEET_EXACT_SCREEN=only; 0 when the policy has it off)
+  float screenMs = 0.f;
+  if (op == OpKind::F16x3 && P.screen.screen()) {
+    const char* was = std::getenv("KMFLEET_EXACT_SCREEN");
+    const std::string saved = was ? was : "";
+    setenv("KMFLEET_EXACT_SCREEN", "only", 1);
+    screenMs = timeIt([&] {
+      CK(cudaMemsetAsync(P.flaggedCount, 0, 8, 0));
+      assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr, P.candCount,
+                 P.flaggedCount + 1, 0);
+    });
+    if (was) setenv("KMFLEET_EXACT_SCREEN", saved.c_str(), 1);
+    else unsetenv("KMFLEET_EXACT_SCREEN");
+  }
   const float distMs = 0.f;  // fused into the sums for D ≤ 256
   const float sumMs = timeIt([&] {
     accumulate(P.vals, n, d, k, P.labels, P.cf, false, P.dist, nullptr, true, P.acc, P.sums, P.counts, P.inertia, 0);
@@ -619,10 +644,10 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   const float updMs = timeIt([&] { clusterUpdate(P.updateArgs(), 0); });
   const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
   std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f assign_ms=%.3f tflops=%.1f "
-              "recheck_first=%.5f%% recheck_last=%.5f%% mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f "
+              "recheck_first=%.5f%% recheck_last=%.5f%% screened_last=%.2f%% screen_now=%d screen_ms=%.3f mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f "
               "host_prep_ms=%.3f host_down_ms=%.3f host_div_ms=%.3f centroid_kernels_ms=%.3f update_kernels_ms=%.3f rows=%s%s\n",
               opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16", blobs ? "blobs" : "random", n,
-              d, k, ms, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, mmaMs, am - mmaMs, distMs, sumMs, prepMs, downMs,
+              d, k, ms, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, 100.0 * screenedLast / n, P.screen.screen() ? 1 : 0, screenMs, mmaMs, am - mmaMs, distMs, sumMs, prepMs, downMs,
               divMs, cprepMs, updMs, P.vals.type == InType::F32 ? "f32" : "16bit", P.legacy ? " legacy=1" : "");
   std::fflush(stdout);
   P.release();
@@ -633,6 +658,13 @@ static int runBench(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "10m") {  // the two headline rows only (A/B runs)
     benchOne(10000000, 128, 1024, OpKind::F16x1, InType::F16, 0);
     benchOne(10000000, 128, 1024, OpKind::F16x3, InType::F32, 0);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "exact") {  // exact fp32: random rows and blobs (the screen's two regimes)
+    benchOne(10000000, 128, 1024, OpKind::F16x3, InType::F32, 0);
+    benchOne(10000000, 128, 1024, OpKind::F16x3, InType::F32, 64);
+    benchOne(1000000, 256, 4096, OpKind::F16x3, InType::F32, 0);
+    benchOne(1000000, 256, 4096, OpKind::F16x3, InType::F32, 64);
     return 0;
   }
   if (argc > 2 && std::string(argv[2]) == "fp16") {  // the two fp16 targets (update-path A/B runs)
