@@ -105,6 +105,7 @@ class CudaBackend final : public Backend {
     d_ = static_cast<int>(cfg.dims);
     k_ = static_cast<int>(cfg.k);
     dp_ = padDims(d_);
+    screenPolicy_ = ExactScreenPolicy(dp_);
     kp_ = padCentroids(k_);
     rowBytes_ = static_cast<std::size_t>(d_) * dtypeBytes(cfg.dtype);
     cosine_ = cfg.metric == Metric::Cosine;
@@ -306,10 +307,11 @@ class CudaBackend final : public Backend {
           ms[j] += t;
         }
       std::fprintf(stderr,
-                   "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) device ms: "
-                   "assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
+                   "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) screen=%s passed on=%.2f%% "
+                   "device ms: assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
                    static_cast<long long>(rowsSeen_), static_cast<long long>(residentHeld_), stagesUsed_, flagged,
-                   rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);
+                   rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0, screenThisPass_ ? "on" : "off",
+                   rowsSeen_ ? 100.0 * double(hostFlags_[4]) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);
     }
     stagesUsed_ = 0;
     // This pass's resident labels become the previous ones. A pass that fed the resident rows as streamed chunks

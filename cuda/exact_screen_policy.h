@@ -1,11 +1,12 @@
 // Whether an exact-mode pass screens its rows with one product first (Hopper: assign_wgmma.cu kScreen, then the three
-// products for the rows the screen can't decide). The screen costs about a one-product pass; the rows it passes on
-// then cost three products each, gathered. So it pays while few rows are passed on — on unstructured data (random
-// rows: 10–25 %) — and costs up to ~40 % more than the three products alone on tightly clustered data, where the
-// one-product bound (∝ ‖x − μ‖·max‖c − μ‖) is wider than most rows' margin (blobs: 85–99 % passed on). The fraction
-// changes slowly between Lloyd passes, so the last screened pass decides the next ones; after a pass that passed on
-// too many, the screen stays off for a while and is then tried again: after 8 passes, then 16, 32, … (a clustered
-// dataset stays clustered: each probe costs a pass ~40 % slower).
+// products for the rows the screen can't decide). The screen costs a fraction s of the unscreened assignment; each row
+// it passes on then costs e times its share of it (gathered rows: e ≈ 1.1–1.2). So it pays while the share f of rows
+// passed on stays under (1 − s)/e: measured on the H200 (cuda/NOTES.md "Exact mode: the one-product screen"),
+// ~0.36 at Dp = 128 (s = 0.57) and ~0.54 at Dp = 256 (s = 0.40). On unstructured data (random rows) f is 10–25 %;
+// on tightly clustered data the one-product bound (∝ ‖x − μ‖·max‖c − μ‖) is wider than most rows' margin and f is
+// 85–99 %, where the screen would cost up to ~40 % more. f changes between Lloyd passes (higher in the first few),
+// so the last screened pass decides: after one that passed on too many the screen stays off for 2 passes, then 4,
+// 8, … 256 after each further such pass (a clustered dataset stays clustered), and a good pass resets the wait.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +16,9 @@ namespace cuda {
 
 class ExactScreenPolicy {
  public:
-  // Above this share of rows passed on, the screen costs more than it saves (break-even measured on the H200 at
-  // 10M×128×1024: cuda/NOTES.md "Exact mode: the one-product screen").
-  static constexpr double kMaxPassedOn = 0.35;
-  static constexpr int kFirstProbe = 8, kLastProbe = 256;
+  static constexpr int kFirstWait = 2, kLastWait = 256;
+
+  explicit ExactScreenPolicy(std::int64_t dp = 128) : maxPassedOn_(dp <= 128 ? 0.35 : 0.5) {}
 
   bool screen() const { return off_ == 0; }
 
@@ -28,17 +28,18 @@ class ExactScreenPolicy {
       --off_;
       return;
     }
-    if (rows > 0 && static_cast<double>(passedOn) > kMaxPassedOn * static_cast<double>(rows)) {
+    if (rows > 0 && static_cast<double>(passedOn) > maxPassedOn_ * static_cast<double>(rows)) {
       off_ = wait_;
-      wait_ = wait_ < kLastProbe ? 2 * wait_ : wait_;
+      wait_ = wait_ < kLastWait ? 2 * wait_ : wait_;
     } else {
-      wait_ = kFirstProbe;
+      wait_ = kFirstWait;
     }
   }
 
  private:
-  int off_ = 0;               // passes left without the screen
-  int wait_ = kFirstProbe;    // passes without it after the next pass that passes on too many
+  double maxPassedOn_;      // the break-even share for this Dp
+  int off_ = 0;             // passes left without the screen
+  int wait_ = kFirstWait;   // passes without it after the next pass that passes on too many
 };
 
 }  // namespace cuda

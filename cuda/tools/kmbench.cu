@@ -133,6 +133,7 @@ struct Problem {
   bool onDevice = false;  // cf holds the last device update's centroids (hc is their copy)
 
   void alloc(long long n_, int d_, int k_, OpKind op_, InType in_) {
+    screen = ExactScreenPolicy(padDims(d_));
     n = n_; d = d_; k = k_; op = op_; in = in_;
     const long long dp = padDims(d), kp = padCentroids(k);
     CK(cudaMalloc(&rows.xf, n * d * 4));
