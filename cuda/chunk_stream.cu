@@ -1,0 +1,188 @@
+// The CUDA Backend's chunks (cuda_backend.h): a streamed chunk through its slot (H2D on the copy stream, kernels,
+// D2H into the slot's pinned staging, drained into the engine's arrays when the slot comes round again), the kernels
+// and outputs of one chunk (computeChunk: also resident chunks one by one), the labels of a piece of rows
+// (assignPiece), and the folds of the overlap partials.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cuda_backend.h"
+#include "far_rows.h"
+
+namespace kmfleet {
+namespace cuda_backend {
+
+void CudaBackend::processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) {
+  check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+  if (buffer < 0 || buffer >= mp_.buffers || rows <= 0 || rows > mp_.chunkRows)
+    throw EngineError(ErrorCode::InvalidArgument, "processChunk: bad buffer or row count");
+  Slot& slot = slots_[std::size_t(slotNext_)];
+  slotNext_ = (slotNext_ + 1) % int(slots_.size());
+  check(cudaStreamWaitEvent(copy_, slot.rawFree, 0), "cudaStreamWaitEvent");
+  check(cudaMemcpyAsync(slot.raw, host_[buffer], rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
+  check(cudaEventRecord(slot.copied, copy_), "cudaEventRecord");
+  // The slot's previous outputs go to the engine's arrays once the copy is queued: the copy engine is not kept
+  // waiting for the host (a chunk's labels are ~0.5 MB to memcpy; streamed passes are bound by the copies).
+  retire(slot);
+  const cudaStream_t cs = overlap_ ? chunkStream_ : compute_;
+  if (overlap_) check(cudaStreamWaitEvent(cs, passReady_, 0), "cudaStreamWaitEvent");
+  check(cudaStreamWaitEvent(cs, slot.copied, 0), "cudaStreamWaitEvent");
+
+  // Rows of [0, residentRows) not yet held are retained: prepared straight into the resident arrays.
+  const bool retain = residentHeld_ == 0 && firstRow < mp_.residentRows && firstRow == retainedThisPass_ &&
+                      firstRow + rows <= mp_.residentRows;
+  RowOps ops = retain ? residentOps(firstRow) : streamOps_;
+  const bool valuesInSlot = rows16_ && !retain;  // the 16-bit rows are read where they landed
+  if (valuesInSlot) ops.x16 = slot.raw;
+  if (!muReady_) establishMu(slot.raw, rows);
+  prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, bad_, bad_ + 1, cs);
+  check(cudaGetLastError(), "prepareRows");
+  if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
+  computeChunk(ops, firstRow, rows, &slot, cs);
+  if (valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
+  if (retain) retainedThisPass_ += rows;
+  // The engine may refill the host buffer once its copy is done.
+  waitPumping(slot.copied, "H2D");
+}
+
+// Before a slot's outputs are overwritten: wait for their D2H (keeping resident work queued) and copy them out.
+void CudaBackend::retire(Slot& s) {
+  if (s.pending && overlap_) waitPumping(s.outDone, "D2H");
+  drain(s);
+}
+
+// Copy a slot's finished outputs into the engine's arrays.
+void CudaBackend::drain(Slot& s) {
+  if (!s.pending) return;
+  check(cudaEventSynchronize(s.outDone), "D2H");
+  std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
+  if (s.dist && spec_.distances) std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
+  for (int i = 0; i < s.far; ++i) offerFar(s.hTopDist[i], s.hTopRow[i], s.hTopValues + std::size_t(i) * d_);
+  s.pending = false;
+}
+
+// slot == nullptr: a resident chunk whose outputs go to the resident arrays.
+// s: the stream of a streamed chunk (chunkStream_ when it overlaps the resident rows: its sums go to a partial).
+void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp,
+                               cudaStream_t s) {
+  if (!s) s = compute_;
+  const bool part = slotp && s == chunkStream_;
+  centroidsForCompute();
+  const RowValues values = rowValues(ops);
+  // farthest candidates of streamed chunks now (their rows leave the device); resident rows' in finishPass
+  const int far = slotp && fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;
+  Slot dummy;
+  Slot& slot = slotp ? *slotp : dummy;
+  if (!slotp) {
+    slot.labels = resLabels_ + firstRow;
+    slot.dist32 = resDist_ + firstRow;
+    slot.hLabels = hResLabels_ + firstRow;
+    slot.hDist = hResDist_ + firstRow;
+    slot.computed = resComputed_;
+    slot.outDone = resChunkDone_[std::size_t(firstRow / mp_.chunkRows)];  // finishPass copies the chunk after it
+  }
+  if (far > 0) ensureFarBuffers(slot, far);
+  stageMark(0, s);
+  // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
+  if (part) assignPiece(ops, rows, slot.labels, flagsS_, s, flaggedCountS_);
+  else assignPiece(ops, rows, slot.labels, chunkFlags());
+  const bool wantDist = spec_.distances != nullptr;
+  stageMark(1, s);
+  // resident rows keep their fp64 distances for the farthest rows (finishPass)
+  double* dist = slotp ? dist_ : resDist64_ + firstRow;
+  if (part) {
+    // Into partial b (a ring: wait until compute_ folded the chunk that used it before), then folded on compute_
+    // after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same
+    // additions in the same order as from accumulate() into them directly.
+    const std::size_t b = std::size_t(partNext_++ % mp_.overlapPartials);
+    // the ring came round before the resident rows were all queued: queue them (and the folds) now
+    if (partNext_ > mp_.overlapPartials && resStep_ < resSteps_) pumpResident(true);
+    double* ps = partSums_ + b * k_ * d_;
+    long long* pc = partCounts_ + b * k_;
+    double* pi = partInertia_ + b * k_;
+    check(cudaStreamWaitEvent(s, partFolded_[b], 0), "cudaStreamWaitEvent");
+    if (fit_) check(cudaMemsetAsync(ps, 0, sizeof(double) * std::size_t(k_) * d_, s), "memset");
+    check(cudaMemsetAsync(pc, 0, sizeof(long long) * k_, s), "memset");
+    check(cudaMemsetAsync(pi, 0, sizeof(double) * k_, s), "memset");
+    accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist, wantDist ? slot.dist32 : nullptr, fit_, accS_,
+               ps, pc, pi, s);
+    check(cudaEventRecord(partReady_[b], s), "cudaEventRecord");
+    if (resStep_ < resSteps_) pendingFolds_.push_back(b);  // after the resident rows, once they are queued
+    else enqueueFold(b);
+  } else {
+    accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist, wantDist ? slot.dist32 : nullptr, fit_, acc_,
+               sums_, counts_, inertia_, compute_);
+  }
+  stageMark(2, s);
+  if (far > 0)
+    farRows(dist_, values, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,
+            s);
+  check(cudaGetLastError(), "chunk kernels");
+  stageMark(3, s);
+  check(cudaEventRecord(slot.computed, s), "cudaEventRecord");
+  check(cudaStreamWaitEvent(d2h_, slot.computed, 0), "cudaStreamWaitEvent");
+  check(cudaMemcpyAsync(slot.hLabels, slot.labels, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
+  if (wantDist)
+    check(cudaMemcpyAsync(slot.hDist, slot.dist32, sizeof(float) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
+  if (far > 0) {
+    check(cudaMemcpyAsync(slot.hTopDist, slot.topDist, sizeof(double) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
+    check(cudaMemcpyAsync(slot.hTopRow, slot.topRow, sizeof(long long) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
+    check(cudaMemcpyAsync(slot.hTopValues, slot.topValues, sizeof(float) * std::size_t(far) * d_,
+                          cudaMemcpyDeviceToHost, d2h_),
+          "D2H");
+  }
+  check(cudaEventRecord(slot.outDone, d2h_), "cudaEventRecord");
+  rowsSeen_ += rows;
+  if (!slotp) return;  // finishPass copies the resident outputs after the final sync
+  // The next compute into this slot's labels must wait for this D2H: drain() on the host waits for it
+  // before the slot is reused.
+  slot.pending = true;
+  slot.firstRow = firstRow;
+  slot.rows = rows;
+  slot.far = far;
+  slot.dist = wantDist;
+}
+
+void CudaBackend::enqueueFold(std::size_t b) {
+  check(cudaStreamWaitEvent(compute_, partReady_[b], 0), "cudaStreamWaitEvent");
+  foldPartial(d_, k_, fit_, partSums_ + b * k_ * d_, partCounts_ + b * k_, partInertia_ + b * k_, sums_, counts_,
+              inertia_, compute_);
+  check(cudaEventRecord(partFolded_[b], compute_), "cudaEventRecord");
+}
+
+// Labels of `rows` rows (exact mode: margin test, candidates, fp64 recheck, with flagged-row scratch for at
+// least `rows` rows: a chunk's, or resFlag_ for a piece of resident rows).
+// On stream s with its own flagged-row counter (compute_: flaggedCount_; chunkStream_: flaggedCountS_).
+void CudaBackend::assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
+                              cudaStream_t s, unsigned* count) {
+  if (!s) s = compute_;
+  if (!count) count = flaggedCount_;
+  check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
+  // exact mode: candCount (candidateRows fills it later on this stream) holds the screened rows until then
+  assignRows(ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, count, f.thr, screenThisPass_ ? f.candCount : nullptr,
+             count + 1, s);
+  check(cudaGetLastError(), "assignRows");
+  if (mp_.op == OpKind::F16x3) {
+    candidateRows(ops, rows, d_, cops_, k_, f.flagged, count, f.thr, f.candCount, f.cand, s);
+    recheckRows(rowValues(ops), d_, cf_, k_, f.flagged, count, rows, f.candCount, f.cand, labels, s);
+    addFlagged(s, count);
+  }
+}
+
+namespace {
+
+// atomic: the compute stream and the chunk stream may add at the same time
+__global__ void addFlaggedKernel(unsigned long long* total, const unsigned* count) {
+  atomicAdd(total, static_cast<unsigned long long>(count[0]));      // flagged for the recheck
+  atomicAdd(total + 1, static_cast<unsigned long long>(count[1]));  // passed on by the screen
+}
+
+}  // namespace
+
+void CudaBackend::addFlagged(cudaStream_t s, const unsigned* count) {
+  addFlaggedKernel<<<1, 1, 0, s>>>(flaggedTotal_, count);
+}
+
+}  // namespace cuda_backend
+}  // namespace kmfleet

@@ -1,0 +1,330 @@
+// The CUDA Backend (native/src/backend.h): pinned host buffers, three streams, resident rows, the kernels.
+//
+// Streams and events per chunk i (slot = i % S; S = planner's slots: 2, or 4 when chunks stream on every pass):
+//   copy     H2D host buffer → slot.raw            (waits slot.rawFree: chunk i−S finished reading it)
+//   compute  prepare → assign (+ recheck) → distances → sums      (waits the copy)
+//   d2h      labels (+ distances, farthest rows) → slot's pinned staging (waits compute)
+// processChunk returns once its H2D is done (the engine may refill the host buffer) while compute of chunk i
+// and the D2H of chunk i−1 are still in flight. The host copies a slot's staging into the engine's label
+// array when the slot comes round again (or in finishPass).
+// Resident rows: the first plan.residentRows rows (whole chunks), prepared once into device arrays and
+// processed in later passes by processResident with the same chunk boundaries as when they were fed, so
+// sums are added in the same order as a fully streamed run: bitwise-identical centroids. With two resident chunks
+// or more (and the planner's scratch) they are assigned in pieces of ~2M rows and accumulated in one go
+// (accumulateResident: the same additions). Their fp64 distances stay on the device, so the farthest rows — asked
+// for only when a cluster came out empty (backend.h) — are found in finishPass, per chunk as they were fed.
+// Rows of f16/bf16 data (l2) are kept as they are (no fp32 copy, kernels.h RowValues): a streamed chunk's values
+// are its slot's raw rows, so the slot is released (rawFree) only after the chunk's kernels.
+// Per pass on the host: the centroids go up through pinned staging in pieces (memcpy of piece i+1 overlaps the
+// DMA of piece i); their statistics and operands are computed on the device (operands.cu prepareCentroidOps), and
+// only scale and maxNorm come back (8 bytes) before the first assignment. Sums, counts and inertia come down
+// through a ring of two pinned pieces (the DMA of piece i+1 overlaps the host's copy of piece i).
+//
+// This header (internal to cuda/) declares the class; its member functions live one concept a file:
+//   cuda_backend.cu     construction (plan, environment switches), begin/finish/abort of a pass, per-pass statistics,
+//                       makeCudaBackend (cuda_bridge.h)
+//   backend_buffers.cu  device and pinned buffers, streams and events: allocate() and release()
+//   pass_centroids.cu   the centroid side: upload through pinned staging, μ, operands + statistics, the fit update
+//   chunk_stream.cu     a chunk: through a slot (processChunk, retire, drain), its kernels and outputs (computeChunk,
+//                       also resident chunks one by one), assignPiece, the overlap partials' folds
+//   resident_rows.cu    resident rows: views, one go (pieces + one accumulate), their downloads, the resident work
+//                       queued a few chunks ahead of streamed chunks (overlap)
+//   pass_farthest.cu    the pass's farthest rows: the heap, streamed chunks' and resident rows' candidates, values
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "exact_screen_policy.h"
+#include "kernels.h"
+#include "operands.h"
+#include "planner.h"
+
+namespace kmfleet {
+namespace cuda_backend {
+
+using namespace cuda;
+
+// Error mapping: a CUDA error → EngineError (OutOfMemory for an allocation failure, Device otherwise).
+inline void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  if (e == cudaErrorMemoryAllocation)
+    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA out of memory in ") + what);
+  throw EngineError(ErrorCode::Device, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+T* devAlloc(std::size_t count, const char* what) {
+  void* p = nullptr;
+  if (count == 0) count = 1;
+  const cudaError_t e = cudaMalloc(&p, count * sizeof(T));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    std::size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA: cannot allocate ") +
+                                                  std::to_string(count * sizeof(T) >> 20) + " MiB for " + what +
+                                                  " (" + std::to_string(fr >> 20) + " MiB free)");
+  }
+  return static_cast<T*>(p);
+}
+
+template <typename T>
+T* hostAlloc(std::size_t count, const char* what) {
+  void* p = nullptr;
+  if (count == 0) count = 1;
+  const cudaError_t e = cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw EngineError(ErrorCode::OutOfMemory, std::string("cannot allocate ") + std::to_string(count * sizeof(T) >> 20) +
+                                                  " MiB of pinned host memory for " + what);
+  }
+  return static_cast<T*>(p);
+}
+
+inline InType inType(DType t) { return t == DType::F32 ? InType::F32 : t == DType::F16 ? InType::F16 : InType::BF16; }
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const EngineConfig& cfg);
+  ~CudaBackend() override;
+
+  const Plan& plan() const override { return plan_; }
+  void* hostBuffer(int index) override { return host_.at(static_cast<std::size_t>(index)); }
+  std::int64_t residentHeld() const override { return residentHeld_; }
+
+  void beginPass(const PassSpec& spec) override;        // cuda_backend.cu
+  void processResident() override;                      // resident_rows.cu
+  void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) override;  // chunk_stream.cu
+  PassTotals finishPass() override;                     // cuda_backend.cu
+  bool updatesOnDevice() const override { return true; }
+  DeviceUpdate updateOnDevice(bool dataVariance) override;  // pass_centroids.cu
+  void abortPass() noexcept override;                   // cuda_backend.cu
+
+ private:
+  // a streamed chunk's device slot, its pinned staging and events (planner.h MemoryPlan::slots of them)
+  struct Slot {
+    void* raw = nullptr;
+    int* labels = nullptr;
+    float* dist32 = nullptr;
+    double* topDist = nullptr;
+    long long* topRow = nullptr;
+    float* topValues = nullptr;
+    int* hLabels = nullptr;
+    float* hDist = nullptr;
+    double* hTopDist = nullptr;
+    long long* hTopRow = nullptr;
+    float* hTopValues = nullptr;
+    cudaEvent_t copied = nullptr, rawFree = nullptr, outDone = nullptr, computed = nullptr;
+    bool pending = false;
+    std::int64_t firstRow = 0, rows = 0;
+    int far = 0;
+    bool dist = false;
+  };
+  // flagged-row scratch of assignPiece (exact mode): a chunk's (chunkFlags), flagsS_ (the chunk stream's) or resFlag_
+  // (a piece of resident rows)
+  struct FlagScratch {
+    int* flagged = nullptr;
+    float* thr = nullptr;
+    int* candCount = nullptr;
+    int* cand = nullptr;
+  };
+  FlagScratch chunkFlags() const { return {flagged_, flaggedThr_, candCount_, cand_}; }
+
+  // backend_buffers.cu
+  void allocate();
+  RowOps allocOps(std::size_t rows, const char* what, bool streamed);
+  static void freeOps(RowOps& o);
+  void release() noexcept;
+
+  // pass_centroids.cu
+  void uploadCentroids(const float* c);
+  void establishMu(void* raw, std::int64_t rows);
+  void prepareCentroidOps();
+  void centroidsForCompute();
+  template <typename T, typename U>
+  void download(const T* src, std::size_t count, std::vector<U>& out);  // below
+
+  // chunk_stream.cu
+  void retire(Slot& s);
+  void drain(Slot& s);
+  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp, cudaStream_t s = nullptr);
+  void enqueueFold(std::size_t b);
+  void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
+                   cudaStream_t s = nullptr, unsigned* count = nullptr);
+  void addFlagged(cudaStream_t s, const unsigned* count);
+
+  // resident_rows.cu
+  RowOps residentOps(std::int64_t firstRow) const;
+  void processResidentWhole();
+  void accumulateResidentRows(bool wantDist);
+  void downloadResident(std::int64_t c0, std::int64_t c1, bool dist);
+  bool eventDone(cudaEvent_t e);
+  void pumpResident(bool all);
+  void residentStep(std::int64_t i);
+  void waitPumping(cudaEvent_t e, const char* what);
+
+  // pass_farthest.cu
+  static bool fartherThan(double da, long long ra, double db, long long rb);
+  void offerFar(double dist, long long row, const float* values);
+  void ensureFarBuffers(Slot& s, int f);
+  void residentFarthest();
+  void ensureResidentFar(int f);
+  void fillResidentValues();
+
+  // cuda_backend.cu
+  void stageMark(int i, cudaStream_t s = nullptr);
+
+  EngineConfig cfg_;
+  MemoryPlan mp_;
+  Plan plan_;
+  std::int64_t n_ = 0;
+  int d_ = 0, k_ = 0;
+  std::int64_t dp_ = 0, kp_ = 0;
+  std::size_t rowBytes_ = 0;
+  bool cosine_ = false;
+  bool rows16_ = false;  // 16-bit rows kept as they are (kernels.h keepsRows16)
+
+  cudaStream_t copy_ = nullptr, compute_ = nullptr, d2h_ = nullptr;
+  std::vector<void*> host_;
+  float* hostCentroids_ = nullptr;
+  static constexpr std::size_t kRingBytes = std::size_t(1) << 20;  // pieces of the centroid upload and downloads
+  char* ring_[2] = {nullptr, nullptr};
+  cudaEvent_t ringDone_[2] = {nullptr, nullptr};
+  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total, changed resident rows, screened total
+  CentroidStats* hostStats_ = nullptr;       // pinned: scale and maxNorm of the pass's centroids
+  CentroidStatsDevice* cstats_ = nullptr;
+  cudaEvent_t statsReady_ = nullptr;
+  bool statsPending_ = false;
+  std::vector<Slot> slots_;  // planner.h MemoryPlan::slots
+  int slotNext_ = 0;
+
+  float* cf_ = nullptr;
+  // updateOnDevice: the next centroids (swapped with cf_), fp64 data mean, per-cluster shift and scatter
+  float* cfNext_ = nullptr;
+  double* mu64_ = nullptr;
+  double* scatter_ = nullptr;
+  double* shift_ = nullptr;
+  bool cfFromUpdate_ = false;  // cf_ holds the last updateOnDevice's `next` (nothing uploaded since)
+  bool sumsKept_ = false;      // the last finishPass kept its sums for updateOnDevice
+  unsigned short* bhi_ = nullptr;
+  unsigned short* blo_ = nullptr;
+  float* cnorm_ = nullptr;
+  float* mu_ = nullptr;
+  std::vector<float> hostMu_;
+  bool muReady_ = false, centroidsReady_ = false;
+  CentroidOps cops_;
+  double* sums_ = nullptr;
+  long long* counts_ = nullptr;
+  double* inertia_ = nullptr;
+  unsigned long long* bad_ = nullptr;
+  unsigned long long* flaggedTotal_ = nullptr;
+  unsigned* flaggedCount_ = nullptr;
+
+  RowOps streamOps_;
+  int* flagged_ = nullptr;
+  float* flaggedThr_ = nullptr;
+  int* candCount_ = nullptr;
+  int* cand_ = nullptr;
+  double* dist_ = nullptr;
+  char* farScratch_ = nullptr;
+  int farCapacity_ = 0;
+  AccumulateScratch acc_;
+
+  RowOps resident_;
+  int* resLabels_ = nullptr;
+  // The resident rows' labels of the previous pass that computed them (swapped with resLabels_ after each such
+  // pass), valid when that pass was the engine's last completed one: finishPass counts the changed rows.
+  int* resPrevLabels_ = nullptr;
+  bool prevLabelsValid_ = false;
+  bool hostCountsChanges_ = false;  // KMFLEET_CUDA_HOST_REASSIGNED=1 (A/B only): leave the count to the engine
+  unsigned long long* changedCount_ = nullptr;
+  float* resDist_ = nullptr;
+  double* resDist64_ = nullptr;  // this pass's fp64 distance of each resident row (farthest rows, finishPass)
+  ResidentAccumulateScratch racc_;  // rows > 0: processResidentWhole
+  FlagScratch resFlag_;             // exact mode, processResidentWhole: flagged rows of a piece
+  bool residentRan_ = false;        // processResident ran in this pass
+  int* hResLabels_ = nullptr;
+  float* hResDist_ = nullptr;
+  cudaEvent_t resComputed_ = nullptr, resOutDone_ = nullptr;
+  std::vector<cudaEvent_t> resChunkDone_;  // per resident chunk: its labels/distances are in the pinned staging
+  bool residentPending_ = false;
+  double* resFarDist_ = nullptr;
+  long long* resFarRow_ = nullptr;
+  double* hResFarDist_ = nullptr;
+  long long* hResFarRow_ = nullptr;
+  int resFarCap_ = 0;
+  long long* gatherRows_ = nullptr;   // fillResidentValues: rows to gather, their values (device, pinned)
+  float* gatherVals_ = nullptr;
+  long long* hGatherRows_ = nullptr;
+  float* hGatherVals_ = nullptr;
+  int gatherCap_ = 0;
+  bool stats_ = false;
+  // KMFLEET_CUDA_PER_CHUNK (A/B only): resident rows chunk by chunk and the farthest rows on every fit pass, the
+  // device work of the path before accumulateResident and the lazy farthest rows
+  bool perChunk_ = false;
+  // Overlap of a partly resident pass (planner.h overlapPartials): streamed chunks on chunkStream_ (high priority)
+  // with their own scratch, sums into a ring of per-chunk partials folded on compute_ in chunk order.
+  // KMFLEET_CUDA_NO_OVERLAP=1 keeps the old path (streamed chunks behind the resident rows on compute_) for A/B.
+  bool noOverlap_ = false, overlap_ = false;
+  cudaStream_t chunkStream_ = nullptr;
+  cudaEvent_t passReady_ = nullptr;
+  AccumulateScratch accS_;
+  FlagScratch flagsS_;
+  unsigned* flaggedCountS_ = nullptr;
+  double* partSums_ = nullptr;
+  long long* partCounts_ = nullptr;
+  double* partInertia_ = nullptr;
+  std::vector<cudaEvent_t> partReady_, partFolded_;
+  std::int64_t partNext_ = 0;
+  bool resWhole_ = false;                      // resident steps: pieces + accumulateResident (else chunk by chunk)
+  std::int64_t resChunks_ = 0, resSteps_ = 0, resStep_ = 0;
+  std::vector<cudaEvent_t> resStepDone_;      // per resident step, on compute_
+  std::vector<std::size_t> pendingFolds_;     // partials waiting for the last resident step to be queued
+  // resident steps queued beyond the last one seen done (KMFLEET_CUDA_AHEAD for A/B), each ~one chunk's compute
+  std::int64_t residentAhead_ = 2;
+  std::vector<std::array<cudaEvent_t, 4>> stageEv_;
+  std::size_t stagesUsed_ = 0;
+  std::int64_t residentHeld_ = 0;
+  std::int64_t retainedThisPass_ = 0;
+
+  PassSpec spec_;
+  bool fit_ = true;
+  std::int64_t rowsSeen_ = 0;
+  std::vector<FarRow> far_;
+  std::int64_t lastRecheckRows_ = 0;
+  ExactScreenPolicy screenPolicy_;  // exact mode: screen by one product first? (decided per pass from the last ones)
+  bool screenThisPass_ = false;
+};
+
+// count values of src (device) appended to out through the two pinned ring pieces (compute stream).
+template <typename T, typename U>
+void CudaBackend::download(const T* src, std::size_t count, std::vector<U>& out) {
+  static_assert(sizeof(T) == sizeof(U), "same representation");
+  out.clear();
+  out.reserve(count);
+  const std::size_t per = kRingBytes / sizeof(T), pieces = (count + per - 1) / per;
+  auto enqueue = [&](std::size_t i) {
+    const std::size_t n = std::min(per, count - i * per);
+    check(cudaMemcpyAsync(ring_[i % 2], src + i * per, n * sizeof(T), cudaMemcpyDeviceToHost, compute_), "D2H");
+    check(cudaEventRecord(ringDone_[i % 2], compute_), "cudaEventRecord");
+  };
+  if (pieces > 0) enqueue(0);
+  for (std::size_t i = 0; i < pieces; ++i) {
+    if (i + 1 < pieces) enqueue(i + 1);  // into the other piece, whose data the host took in step i − 1
+    check(cudaEventSynchronize(ringDone_[i % 2]), "D2H");
+    const U* p = reinterpret_cast<const U*>(ring_[i % 2]);
+    out.insert(out.end(), p, p + std::min(per, count - i * per));
+  }
+}
+
+}  // namespace cuda_backend
+}  // namespace kmfleet

@@ -1,0 +1,110 @@
+// The CUDA Backend's centroid side (cuda_backend.h): the pass's centroids up through pinned staging, μ, their
+// operands and statistics on the device, and the fit update where the totals are (updateOnDevice).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "centroid_update.h"
+#include "cuda_backend.h"
+
+namespace kmfleet {
+namespace cuda_backend {
+
+// The pass's centroids up through the pinned staging, in pieces: the DMA of a piece overlaps the copy of the next.
+void CudaBackend::uploadCentroids(const float* c) {
+  cfFromUpdate_ = false;
+  const std::size_t total = sizeof(float) * std::size_t(k_) * d_;
+  char* h = reinterpret_cast<char*>(hostCentroids_);
+  for (std::size_t off = 0; off < total; off += kRingBytes) {
+    const std::size_t n = std::min(kRingBytes, total - off);
+    std::memcpy(h + off, reinterpret_cast<const char*>(c) + off, n);
+    check(cudaMemcpyAsync(reinterpret_cast<char*>(cf_) + off, h + off, n, cudaMemcpyHostToDevice, compute_),
+          "centroid upload");
+  }
+}
+
+// μ: the mean of the first rows of the first chunk ever fed (deterministic: the engine feeds in row order).
+void CudaBackend::establishMu(void* raw, std::int64_t rows) {
+  RowOps ops = streamOps_;
+  if (rows16_) ops.x16 = raw;
+  prepareRows(raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, 0, nullptr, ops, bad_, bad_ + 1, compute_);
+  rowMean(rowValues(ops), rows, d_, mu_, compute_);
+  hostMu_.resize(d_);
+  check(cudaMemcpyAsync(hostMu_.data(), mu_, sizeof(float) * d_, cudaMemcpyDeviceToHost, compute_), "D2H");
+  check(cudaStreamSynchronize(compute_), "mean");
+  // a non-finite first chunk leaves μ non-finite: fall back to μ = 0 (the pass fails with NonFiniteInput anyway)
+  for (float& v : hostMu_)
+    if (!std::isfinite(v)) v = 0.f;
+  check(cudaMemcpyAsync(mu_, hostMu_.data(), sizeof(float) * d_, cudaMemcpyHostToDevice, compute_), "H2D");
+  check(cudaStreamSynchronize(compute_), "mean");
+  muReady_ = true;
+  prepareCentroidOps();
+}
+
+// Statistics and operands on the device; scale and maxNorm come back for the launch arguments (awaited by the
+// first computeChunk of the pass).
+void CudaBackend::prepareCentroidOps() {
+  cuda::prepareCentroidOps(cf_, mu_, k_, d_, mp_.op, cstats_, bhi_, blo_, cnorm_, compute_);
+  check(cudaGetLastError(), "prepareCentroidOps");
+  check(cudaMemcpyAsync(hostStats_, &cstats_->out, sizeof(CentroidStats), cudaMemcpyDeviceToHost, compute_), "D2H");
+  check(cudaEventRecord(statsReady_, compute_), "cudaEventRecord");
+  cops_.bhi = bhi_;
+  cops_.blo = blo_;
+  cops_.cnorm = cnorm_;
+  cops_.cf = cf_;
+  cops_.shifted = true;
+  statsPending_ = true;
+  centroidsReady_ = true;
+}
+
+// The pass's centroid operands, and their scale and maxNorm for the launch arguments.
+void CudaBackend::centroidsForCompute() {
+  if (!centroidsReady_) prepareCentroidOps();
+  if (statsPending_) {
+    check(cudaEventSynchronize(statsReady_), "centroid statistics");
+    cops_.scale = hostStats_->scale;
+    cops_.maxNorm = hostStats_->maxNorm;
+    statsPending_ = false;
+  }
+}
+
+// The fit update where the totals are (centroid_update.cu: the engine's arithmetic, bit for bit). The next
+// centroids come down in one copy into the pinned upload staging and stay in cf_ for the next pass.
+DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
+  check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+  if (!sumsKept_)
+    throw EngineError(ErrorCode::InvalidArgument, "updateOnDevice needs a finished fit pass that kept its sums");
+  sumsKept_ = false;
+  ClusterUpdateArgs a;
+  a.sums = sums_;
+  a.counts = counts_;
+  a.inertia = inertia_;
+  a.centroids = cf_;
+  a.k = k_;
+  a.d = d_;
+  a.cosine = cosine_;
+  a.rows = static_cast<double>(rowsSeen_);
+  a.mu = mu64_;
+  a.scatter = dataVariance ? scatter_ : nullptr;
+  a.next = cfNext_;
+  a.shift = shift_;
+  clusterUpdate(a, compute_);
+  check(cudaGetLastError(), "clusterUpdate");
+  check(cudaMemcpyAsync(hostCentroids_, cfNext_, sizeof(float) * std::size_t(k_) * d_, cudaMemcpyDeviceToHost,
+                        compute_),
+        "D2H");
+  DeviceUpdate u;
+  download(shift_, std::size_t(k_), u.shift);
+  if (dataVariance) download(scatter_, std::size_t(k_), u.scatter);
+  check(cudaStreamSynchronize(compute_), "clusterUpdate");
+  std::swap(cf_, cfNext_);
+  cfFromUpdate_ = true;
+  u.next = hostCentroids_;
+  return u;
+}
+
+}  // namespace cuda_backend
+}  // namespace kmfleet

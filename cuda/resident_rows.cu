@@ -1,0 +1,162 @@
+// The CUDA Backend's resident rows (cuda_backend.h): processed chunk by chunk or in one go (pieces of whole chunks,
+// then one accumulate), their labels/distances down to pinned staging, and, in a partly resident pass, their work
+// queued a few chunks ahead of the device so streamed chunks overlap it.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "cuda_backend.h"
+
+namespace kmfleet {
+namespace cuda_backend {
+
+void CudaBackend::processResident() {
+  check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+  residentRan_ = true;  // finishPass finds the farthest resident rows from their kept distances, if asked
+  // Streamed chunks of this pass go on chunkStream_ into per-chunk partials, folded on compute_ after the resident
+  // rows: their copies and kernels no longer wait for the resident compute (see processChunk).
+  overlap_ = mp_.overlapPartials > 0 && !noOverlap_ && residentHeld_ < n_;
+  if (overlap_) {
+    centroidsForCompute();
+    check(cudaEventRecord(passReady_, compute_), "cudaEventRecord");  // centroid operands, zeroed totals and flags
+    // The resident work is queued a few chunks ahead of the device, not all at once: ~20 launches a chunk would
+    // fill the launch queue and block this thread (and the streamed chunks' copies) until most of it has run.
+    resWhole_ = !perChunk_ && racc_.rows > 0 && racc_.rows == residentHeld_;
+    resChunks_ = (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows;
+    resSteps_ = resChunks_ + (resWhole_ ? 1 : 0);  // whole: a piece a chunk, then the one accumulate
+    resStep_ = 0;
+    pendingFolds_.clear();
+    if (resWhole_) { centroidsForCompute(); stageMark(0); }
+    return pumpResident(false);
+  }
+  if (!perChunk_ && racc_.rows > 0 && racc_.rows == residentHeld_) return processResidentWhole();
+  for (std::int64_t first = 0; first < residentHeld_; first += mp_.chunkRows) {
+    if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+    const std::int64_t rows = std::min(mp_.chunkRows, residentHeld_ - first);
+    // Outputs of resident rows go to their own arrays (no host wait): the copies of streamed chunks
+    // can start while these are computed.
+    computeChunk(residentOps(first), first, rows, nullptr);
+    residentPending_ = true;  // finishPass copies the resident arrays' labels
+  }
+}
+
+RowOps CudaBackend::residentOps(std::int64_t firstRow) const {
+  RowOps o = resident_;
+  const std::size_t r = std::size_t(firstRow);
+  if (o.xf) o.xf += r * d_;
+  if (o.x16) o.x16 = static_cast<unsigned short*>(o.x16) + r * d_;
+  o.ahi = static_cast<unsigned short*>(o.ahi) + r * dp_;
+  if (o.alo) o.alo = static_cast<unsigned short*>(o.alo) + r * dp_;
+  o.rowScale += r;
+  o.rowNorm += r;
+  return o;
+}
+
+// All resident rows at once: the assignment over pieces of whole chunks (no per-chunk launches outside exact
+// mode), then one accumulate (kernels.h accumulateResident: the per-chunk path's sums, bit for bit).
+void CudaBackend::processResidentWhole() {
+  const std::int64_t R = residentHeld_, C = mp_.chunkRows;
+  const bool wantDist = spec_.distances != nullptr;
+  centroidsForCompute();
+  stageMark(0);
+  // whole chunks (planner.h); one chunk a piece while streamed chunks overlap: the resident assignment (a persistent
+  // kernel) then yields the SMs to a landed chunk within ~one chunk's compute, so the two slots keep cycling
+  const std::int64_t piece = overlap_ ? std::min(R, C) : residentPieceRows(R, C);
+  for (std::int64_t first = 0; first < R; first += piece) {
+    if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+    const std::int64_t rows = std::min(piece, R - first);
+    assignPiece(residentOps(first), rows, resLabels_ + first,
+                mp_.op == OpKind::F16x3 ? resFlag_ : chunkFlags());
+    // labels are final here: their copies overlap the rest (with distances, they go down after the sums)
+    if (!wantDist) downloadResident(first / C, (first + rows + C - 1) / C, false);
+  }
+  accumulateResidentRows(wantDist);
+  rowsSeen_ += R;
+  residentPending_ = true;
+}
+
+// All resident rows' sums in one go once their labels are final (same additions as chunk by chunk), then their
+// distances down when the pass wants them.
+void CudaBackend::accumulateResidentRows(bool wantDist) {
+  stageMark(1);
+  accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_, resDist64_, wantDist ? resDist_ : nullptr,
+                     fit_, racc_, sums_, counts_, inertia_, compute_);
+  check(cudaGetLastError(), "accumulateResident");
+  stageMark(2);
+  stageMark(3);
+  if (wantDist) downloadResident(0, (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows, true);
+}
+
+// Resident chunks [c0, c1) — labels (+ distances) — down to the pinned staging after what compute has queued.
+void CudaBackend::downloadResident(std::int64_t c0, std::int64_t c1, bool dist) {
+  check(cudaEventRecord(resComputed_, compute_), "cudaEventRecord");
+  check(cudaStreamWaitEvent(d2h_, resComputed_, 0), "cudaStreamWaitEvent");
+  for (std::int64_t ci = c0; ci < c1; ++ci) {
+    const std::int64_t first = ci * mp_.chunkRows;
+    const std::size_t rows = std::size_t(std::min(mp_.chunkRows, residentHeld_ - first));
+    check(cudaMemcpyAsync(hResLabels_ + first, resLabels_ + first, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_),
+          "D2H");
+    if (dist)
+      check(cudaMemcpyAsync(hResDist_ + first, resDist_ + first, sizeof(float) * rows, cudaMemcpyDeviceToHost, d2h_),
+            "D2H");
+    check(cudaEventRecord(resChunkDone_[std::size_t(ci)], d2h_), "cudaEventRecord");
+  }
+}
+
+// ---- overlap: resident work queued a few chunks ahead (processResident, processChunk, finishPass) ----
+bool CudaBackend::eventDone(cudaEvent_t e) {
+  const cudaError_t r = cudaEventQuery(e);
+  if (r == cudaErrorNotReady) { cudaGetLastError(); return false; }
+  check(r, "compute");
+  return true;
+}
+
+// Queue resident steps while fewer than kResidentAhead are outstanding (all: every one left). Once the last is
+// queued, the streamed chunks' folds waiting for it are queued after it, in chunk order.
+void CudaBackend::pumpResident(bool all) {
+  while (resStep_ < resSteps_) {
+    if (!all && resStep_ >= residentAhead_ && !eventDone(resStepDone_[std::size_t(resStep_ - residentAhead_)])) break;
+    if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+    residentStep(resStep_);
+    check(cudaEventRecord(resStepDone_[std::size_t(resStep_)], compute_), "cudaEventRecord");
+    ++resStep_;
+  }
+  if (resStep_ == resSteps_) {
+    for (std::size_t b : pendingFolds_) enqueueFold(b);
+    pendingFolds_.clear();
+  }
+}
+
+void CudaBackend::residentStep(std::int64_t i) {
+  const std::int64_t R = residentHeld_, C = mp_.chunkRows, first = i * C;
+  if (!resWhole_) {
+    computeChunk(residentOps(first), first, std::min(C, R - first), nullptr);
+    residentPending_ = true;
+    return;
+  }
+  const bool wantDist = spec_.distances != nullptr;
+  if (i < resChunks_) {  // processResidentWhole's pieces, one chunk each
+    const std::int64_t rows = std::min(C, R - first);
+    assignPiece(residentOps(first), rows, resLabels_ + first, mp_.op == OpKind::F16x3 ? resFlag_ : chunkFlags());
+    if (!wantDist) downloadResident(i, i + 1, false);
+    return;
+  }
+  accumulateResidentRows(wantDist);
+  rowsSeen_ += R;
+  residentPending_ = true;
+}
+
+// Host waits of a partly resident pass keep the resident work queued meanwhile.
+void CudaBackend::waitPumping(cudaEvent_t e, const char* what) {
+  if (!overlap_) return check(cudaEventSynchronize(e), what);
+  while (!eventDone(e)) {
+    const std::int64_t before = resStep_;
+    pumpResident(false);
+    // yield, not sleep: a sleep lasts ≥ ~60 µs (timer slack), and every copy noticed late delays the next one
+    if (resStep_ == before) std::this_thread::yield();
+  }
+}
+
+}  // namespace cuda_backend
+}  // namespace kmfleet
