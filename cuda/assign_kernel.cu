@@ -26,14 +26,20 @@
 // If d'₂ − d'₁ > 2ε_r the fp64 argmin is certainly the candidate; otherwise the row is flagged and
 // recheckRows recomputes it exactly (fp64 over all K).
 //
-// The one-product screen (Hopper, assign_wgmma.cu kScreen): acc = xh·ch only. With |x̂ − xh| ≤ 2^-11·|x̂| + 2^-25
-// per element (fp16 round to nearest; 2^-25 the subnormal half-step), likewise for ĉ:
-//   |x̂·ĉ − xh·ch| ≤ Σ |x̂||ĉ − ch| + |x̂ − xh||ĉ| + |x̂ − xh||ĉ − ch| ≤ (2·2^-11 + 2^-22)·‖x̂‖‖ĉ‖ + 2^-25·√Dp·(‖x̂‖ + ‖ĉ‖)
-//   (+ 2^-50·Dp, inside the slack below), fp32 accumulation ≤ (Dp/16 + 1)·2^-22·Σ|xh·ch| with Σ|xh·ch| ≤
-//   (1 + 2^-11)²·‖x̂‖‖ĉ‖; the ‖c‖², final-FMA and μ terms as above. So the screen's ε_r has the same form with
-//   epsX = 1.25·[ĉmax·(2.2·2^-11 + 1.01·(Dp/16 + 1)·2^-22 + 2^-24) + 2^-25·√Dp]. A row whose screen margin is
-//   beyond 2ε_r keeps the screen's label (the same argument as above); the others — on random data 10–30 %, on
-//   clustered data few — take the three products and the margin test above, then the recheck.
+// The one-product screen (Hopper, assign_wgmma.cu kScreen): acc = xh·ch only. Its error, with x̂ = xh + xl + rx and
+// ĉ = ch + cl + rc (rx, rc the split residuals above):
+//   x̂·ĉ − xh·ch = xh·cl + xl·ch + xl·cl + (terms in rx, rc), so by Cauchy–Schwarz
+//   |x̂·ĉ − xh·ch| ≤ ‖xh‖·CL + ‖xl‖·CH + ‖xl‖·CL + 3·2^-22·‖x̂‖·ĉmax + 2^-25·√Dp·(‖x̂‖ + ĉmax)
+//   with CH = max‖ch‖, CL = max‖cl‖ over the centroids and ‖xl‖ per row, all computed from the stored operands and
+//   rounded up (operands.cu), ‖xh‖ ≤ ‖x̂‖ + ‖xl‖ (+ ‖rx‖, in the slack); fp32 accumulation over Dp/16 steps
+//   ≤ (Dp/16 + 1)·2^-22·‖xh‖·CH; the ‖c‖², final-FMA and μ terms as above. So ε_r = epsX·‖x̂‖ + epsL·‖xl‖ + … with
+//   epsX = 1.25·[CL + A·CH + (3·2^-22 + 2^-24)·ĉmax + 2^-25·√Dp], epsL = 1.25·[2·CL + CH + A·CH], A = (Dp/16+1)·2^-22.
+//   ‖xl‖ and CL are the actual rounding residuals, typically ~0.35·2^-11 of the norms rather than the worst case
+//   2^-11: about 0.4× the worst-case bound, which passes on ~2.5× fewer rows (random data: ~24 % → ~10 %).
+//   Without the norms (rowNormLo null, or centroid operands prepared with a host scale): the worst case,
+//   epsX = 1.25·[ĉmax·(2.2·2^-11 + 1.01·(Dp/16 + 1)·2^-22 + 2^-24) + 2^-25·√Dp], epsL = 0.
+// A row whose screen margin is beyond 2ε_r keeps the screen's label (the same argument as above); the others take
+// the three products and the margin test above, then the recheck.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -490,13 +496,19 @@ AssignArgs makeArgs(const RowOps& rows, std::int64_t n, int d, const CentroidOps
 
 #ifdef KMFLEET_HOPPER
 // The one-product screen's bound (derivation at the top of this file).
-ExactBound screenBound(const AssignArgs& exact, const CentroidOps& c) {
+ExactBound screenBound(const AssignArgs& exact, const CentroidOps& c, bool rowLoNorms) {
   const double cmaxS = static_cast<double>(c.scale) * c.maxNorm;
   const double u11 = std::ldexp(1.0, -11), u22 = std::ldexp(1.0, -22), u24 = std::ldexp(1.0, -24),
                u25 = std::ldexp(1.0, -25);
-  const double dp = exact.dp, sq = std::sqrt(dp);
+  const double dp = exact.dp, sq = std::sqrt(dp), acc = (dp / 16 + 1) * u22;
   ExactBound b{exact.epsX, exact.epsC, exact.epsG, exact.epsM, exact.cmax};
-  b.epsX = static_cast<float>(1.25 * (cmaxS * (2.2 * u11 + 1.01 * (dp / 16 + 1) * u22 + u24) + u25 * sq));
+  if (rowLoNorms && c.hiNorm > 0.f) {  // the operands' own rounding residuals
+    const double ch = c.hiNorm, cl = c.loNorm;
+    b.epsX = static_cast<float>(1.25 * (cl + acc * ch + (3 * u22 + u24) * cmaxS + u25 * sq));
+    b.epsL = static_cast<float>(1.25 * (2 * cl + ch + acc * ch));
+  } else {  // the worst case of fp16 rounding
+    b.epsX = static_cast<float>(1.25 * (cmaxS * (2.2 * u11 + 1.01 * acc + u24) + u25 * sq));
+  }
   return b;
 }
 #endif
@@ -513,7 +525,7 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
   // one product first when the caller gave the scratch)
   if (assignRowsHopper(rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr,
                        ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax},
-                       ExactScreen{screened, screenedCount, screenBound(a, c)}, s))
+                       ExactScreen{screened, screenedCount, screenBound(a, c, rows.rowNormLo != nullptr)}, s))
     return;
 #else
   (void)screened;

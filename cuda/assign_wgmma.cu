@@ -74,6 +74,7 @@ constexpr int kPlain = 0, kScreen = 1, kExact = 2;
 struct HopperArgs {
   const float* rowScale;
   const float* rowNorm;        // margin modes: ‖x̂‖ of each scaled row (the error bound)
+  const float* rowNormLo;      // kScreen with bound.epsL > 0: ‖xl‖ of each row's lo operand
   const float* cnorm;
   int* labels;
   int* flagged;                // margin modes: rows whose margin is within the bound, their count and window
@@ -475,7 +476,10 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           const ExactBound& b = p.bound;
           const float sx = p.rowScale[r], xn = p.rowNorm[r], gr = sx * p.halfScaleC;
           const float mm = xn / sx + b.cmax;
-          const float eps = b.epsX * xn + b.epsC + gr * (b.epsG + b.epsM * mm * mm);
+          float eps = b.epsX * xn + b.epsC + gr * (b.epsG + b.epsM * mm * mm);
+          if constexpr (MODE == kScreen) {
+            if (b.epsL > 0.f) eps += b.epsL * p.rowNormLo[r];
+          }
           if (!(second[i] - best[i] > 2.f * eps)) {
             const unsigned slot = atomicAdd(p.flaggedCount, 1u);
             p.flagged[slot] = r;
@@ -641,6 +645,7 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
 
   a.rowScale = rows.rowScale;
   a.rowNorm = rows.rowNorm;
+  a.rowNormLo = rows.rowNormLo;
   a.cnorm = c.cnorm;
   a.labels = labels;
   a.flagged = flagged;

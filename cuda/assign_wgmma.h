@@ -12,10 +12,11 @@
 namespace kmfleet {
 namespace cuda {
 
-// The exact mode's error bound per row (assign_kernel.cu derives it): ε_r = epsX·‖x̂_r‖ + epsC + g_r·(epsG + epsM·m²),
-// m = ‖x̂_r‖/s_r + cmax, g_r = s_r·s_c/2.
+// The exact mode's error bound per row (assign_kernel.cu derives it): ε_r = epsX·‖x̂_r‖ + epsL·‖xl_r‖ + epsC +
+// g_r·(epsG + epsM·m²), m = ‖x̂_r‖/s_r + cmax, g_r = s_r·s_c/2. epsL: the one-product screen only (‖xl_r‖ from
+// RowOps.rowNormLo).
 struct ExactBound {
-  float epsX = 0, epsC = 0, epsG = 0, epsM = 0, cmax = 0;
+  float epsX = 0, epsC = 0, epsG = 0, epsM = 0, cmax = 0, epsL = 0;
 };
 
 // Exact mode's one-product screen: `rows` (n ints) and `count` receive the rows whose margin the one-product bound

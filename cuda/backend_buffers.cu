@@ -123,12 +123,14 @@ RowOps CudaBackend::allocOps(std::size_t rows, const char* what, bool streamed) 
   o.alo = opTerms(mp_.op) > 1 ? devAlloc<unsigned short>(rows * dp_, what) : nullptr;
   o.rowScale = devAlloc<float>(rows, what);
   o.rowNorm = devAlloc<float>(rows, what);
+  // exact mode: the lo operand's norm, for the one-product screen's bound (planner: operandRowBytes)
+  o.rowNormLo = mp_.op == OpKind::F16x3 ? devAlloc<float>(rows, what) : nullptr;
   return o;
 }
 
 void CudaBackend::freeOps(RowOps& o) {
   for (void* p : {static_cast<void*>(o.xf), o.ahi, o.alo, static_cast<void*>(o.rowScale),
-                  static_cast<void*>(o.rowNorm), o.x16})
+                  static_cast<void*>(o.rowNorm), static_cast<void*>(o.rowNormLo), o.x16})
     if (p) cudaFree(p);
   o = RowOps{};
 }

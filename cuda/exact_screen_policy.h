@@ -18,7 +18,8 @@ class ExactScreenPolicy {
  public:
   static constexpr int kFirstWait = 2, kLastWait = 256;
 
-  explicit ExactScreenPolicy(std::int64_t dp = 128) : maxPassedOn_(dp <= 128 ? 0.35 : 0.5) {}
+  ExactScreenPolicy() : ExactScreenPolicy(128) {}
+  explicit ExactScreenPolicy(std::int64_t dp) : maxPassedOn_(dp <= 128 ? 0.35 : 0.5) {}
 
   bool screen() const { return off_ == 0; }
 

@@ -47,6 +47,7 @@ struct CentroidOps {
   const float* cf = nullptr;   // K × D fp32 centroids (recheck, distances)
   float scale = 1;             // global power-of-two scale sc of the operands
   float maxNorm = 0;           // max ‖c − μ‖ (unscaled)
+  float hiNorm = 0, loNorm = 0;// F16x3: max ‖ch‖, max ‖cl‖ (scaled operands, rounded up); 0 = not known
   bool shifted = false;        // operands are shifted by μ
 };
 
@@ -56,6 +57,7 @@ struct RowOps {
   void* alo = nullptr;         // n × Dp (F16x3 only)
   float* rowScale = nullptr;   // n: power-of-two scale sx of the row's operands
   float* rowNorm = nullptr;    // n: ‖x̂‖ of the scaled row (error bound)
+  float* rowNormLo = nullptr;  // n, F16x3 (may be null): ‖xl‖ of the row's lo operand, rounded up (the screen's bound)
   void* x16 = nullptr;         // n × D raw 16-bit input rows (f16/bf16 data, l2) when xf is null
   InType x16Type = InType::F16;
 };

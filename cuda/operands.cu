@@ -47,6 +47,9 @@ __device__ __forceinline__ void storeOps(unsigned short* hi, unsigned short* lo,
   }
 }
 
+// √s (fp64) as a float no smaller than it: a bound, not an estimate (the screen's error bound uses it).
+__device__ __forceinline__ float roundUpNorm(double s) { return __double2float_ru(sqrt(s) * (1 + 0x1p-40)); }
+
 __device__ __forceinline__ double warpSum(double v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
@@ -105,9 +108,10 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
   }
   mx = warpMax(mx);
   const float sx = scaleFor(mx);
-  double sn = 0;
+  double sn = 0, sl = 0;
   unsigned short* hi = static_cast<unsigned short*>(rows.ahi);
   unsigned short* lo = static_cast<unsigned short*>(rows.alo);
+  const bool loNorm = rows.rowNormLo && hi && op == static_cast<int>(OpKind::F16x3);
   const size_t obase = static_cast<size_t>(r) * dp;
   for (int j = lane; j < dp; j += 32) {
     float v = 0.f;
@@ -118,30 +122,64 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
     const float vs = v * sx;
     sn += static_cast<double>(vs) * vs;
     if (hi) storeOps(hi, lo, obase + j, vs, op);
+    if (loNorm) {
+      const double l = __half2float(__ushort_as_half(lo[obase + j]));
+      sl += l * l;
+    }
   }
   sn = warpSum(sn);
+  if (loNorm) sl = warpSum(sl);
   if (lane == 0) {
     rows.rowScale[r] = sx;
     rows.rowNorm[r] = static_cast<float>(sqrt(sn));
+    if (loNorm) rows.rowNormLo[r] = roundUpNorm(sl);
   }
 }
 
 // One warp per (padded) centroid. The scale: scDevice when not null (computed on the device), else sc.
+// stats (F16x3, not null): max ‖ch‖ and ‖cl‖ over the centroids, rounded up, into stats->out.hiNorm/loNorm (maxima
+// of non-negative floats as their bit patterns; one atomic per block).
 __global__ void centroidKernel(const float* cf, const float* mu, int k, int kp, int d, int dp, int op, float sc,
-                               const float* scDevice, unsigned short* bhi, unsigned short* blo, float* cnorm) {
+                               const float* scDevice, unsigned short* bhi, unsigned short* blo, float* cnorm,
+                               CentroidStatsDevice* stats) {
+  __shared__ float blockMax[2];
+  const bool norms = stats && op == static_cast<int>(OpKind::F16x3);
+  if (norms && threadIdx.x < 2) blockMax[threadIdx.x] = 0.f;
+  if (norms) __syncthreads();
   const int c = static_cast<int>((static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5);
   const int lane = threadIdx.x & 31;
-  if (c >= kp) return;
-  if (scDevice) sc = *scDevice;
-  double ss = 0;
-  const size_t obase = static_cast<size_t>(c) * dp;
-  for (int j = lane; j < dp; j += 32) {
-    const float v = (c < k && j < d) ? cf[static_cast<size_t>(c) * d + j] - (mu ? mu[j] : 0.f) : 0.f;
-    ss += static_cast<double>(v) * v;
-    storeOps(bhi, blo, obase + j, v * sc, op);
+  if (c < kp) {
+    if (scDevice) sc = *scDevice;
+    double ss = 0, sh = 0, sl = 0;
+    const size_t obase = static_cast<size_t>(c) * dp;
+    for (int j = lane; j < dp; j += 32) {
+      const float v = (c < k && j < d) ? cf[static_cast<size_t>(c) * d + j] - (mu ? mu[j] : 0.f) : 0.f;
+      ss += static_cast<double>(v) * v;
+      storeOps(bhi, blo, obase + j, v * sc, op);
+      if (norms) {
+        const double h = __half2float(__ushort_as_half(bhi[obase + j])), l = __half2float(__ushort_as_half(blo[obase + j]));
+        sh += h * h;
+        sl += l * l;
+      }
+    }
+    ss = warpSum(ss);
+    if (lane == 0) cnorm[c] = c < k ? static_cast<float>(ss) : INFINITY;
+    if (norms) {
+      sh = warpSum(sh);
+      sl = warpSum(sl);
+      if (lane == 0 && c < k) {
+        atomicMax(reinterpret_cast<unsigned*>(&blockMax[0]), __float_as_uint(roundUpNorm(sh)));
+        atomicMax(reinterpret_cast<unsigned*>(&blockMax[1]), __float_as_uint(roundUpNorm(sl)));
+      }
+    }
   }
-  ss = warpSum(ss);
-  if (lane == 0) cnorm[c] = c < k ? static_cast<float>(ss) : INFINITY;
+  if (norms) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      atomicMax(reinterpret_cast<unsigned*>(&stats->out.hiNorm), __float_as_uint(blockMax[0]));
+      atomicMax(reinterpret_cast<unsigned*>(&stats->out.loNorm), __float_as_uint(blockMax[1]));
+    }
+  }
 }
 
 // centroidStats (below, on the host) on the device, with the same bits: per centroid Σ (c_j − μ_j)² in fp64 in
@@ -220,7 +258,8 @@ void prepareCentroids(const float* cfDevice, const float* mu, int k, int d, OpKi
   const int kp = static_cast<int>(padCentroids(k)), dp = static_cast<int>(padDims(d));
   const unsigned blocks = static_cast<unsigned>((static_cast<long long>(kp) * 32 + 255) / 256);
   centroidKernel<<<blocks, 256, 0, s>>>(cfDevice, mu, k, kp, d, dp, static_cast<int>(op), scale, nullptr,
-                                        static_cast<unsigned short*>(bhi), static_cast<unsigned short*>(blo), cnorm);
+                                        static_cast<unsigned short*>(bhi), static_cast<unsigned short*>(blo), cnorm,
+                                        nullptr);
 }
 
 void prepareCentroidOps(const float* cfDevice, const float* mu, int k, int d, OpKind op, CentroidStatsDevice* stats,
@@ -233,7 +272,8 @@ void prepareCentroidOps(const float* cfDevice, const float* mu, int k, int d, Op
   const int kp = static_cast<int>(padCentroids(k)), dp = static_cast<int>(padDims(d));
   const unsigned blocks = static_cast<unsigned>((static_cast<long long>(kp) * 32 + 255) / 256);
   centroidKernel<<<blocks, 256, 0, s>>>(cfDevice, mu, k, kp, d, dp, static_cast<int>(op), 1.f, &stats->out.scale,
-                                        static_cast<unsigned short*>(bhi), static_cast<unsigned short*>(blo), cnorm);
+                                        static_cast<unsigned short*>(bhi), static_cast<unsigned short*>(blo), cnorm,
+                                        stats);
 }
 
 CentroidStats centroidStats(const float* c, const float* mu, std::int64_t k, std::int64_t d) {

@@ -67,6 +67,8 @@ void CudaBackend::centroidsForCompute() {
     check(cudaEventSynchronize(statsReady_), "centroid statistics");
     cops_.scale = hostStats_->scale;
     cops_.maxNorm = hostStats_->maxNorm;
+    cops_.hiNorm = hostStats_->hiNorm;
+    cops_.loNorm = hostStats_->loNorm;
     statsPending_ = false;
   }
 }

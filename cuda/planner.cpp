@@ -61,8 +61,10 @@ std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op) {
 bool keepsRows16(DType t, Metric m) { return t != DType::F32 && m == Metric::L2; }
 
 namespace {
-// tensor-core operands + scale/norm
-std::size_t operandRowBytes(std::int64_t d, OpKind op) { return std::size_t(padDims(d)) * 2 * opTerms(op) + 8; }
+// tensor-core operands + scale/norm (exact mode: + the lo operand's norm, for the one-product screen's bound)
+std::size_t operandRowBytes(std::int64_t d, OpKind op) {
+  return std::size_t(padDims(d)) * 2 * opTerms(op) + 8 + (op == OpKind::F16x3 ? 4 : 0);
+}
 }  // namespace
 
 std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m) {

@@ -50,6 +50,7 @@ RowOps CudaBackend::residentOps(std::int64_t firstRow) const {
   if (o.alo) o.alo = static_cast<unsigned short*>(o.alo) + r * dp_;
   o.rowScale += r;
   o.rowNorm += r;
+  if (o.rowNormLo) o.rowNormLo += r;
   return o;
 }
 

@@ -143,6 +143,7 @@ struct Problem {
     if (op == OpKind::F16x3) CK(cudaMalloc(&rows.alo, n * dp * 2));
     CK(cudaMalloc(&rows.rowScale, n * 4));
     CK(cudaMalloc(&rows.rowNorm, n * 4));
+    if (op == OpKind::F16x3) CK(cudaMalloc(&rows.rowNormLo, n * 4));
     CK(cudaMalloc(&cf, static_cast<size_t>(k) * d * 4));
     CK(cudaMalloc(&bhi, kp * dp * 2));
     CK(cudaMalloc(&blo, kp * dp * 2));
@@ -172,7 +173,7 @@ struct Problem {
   }
   void release() {
     if (raw != rows.xf) cudaFree(raw);
-    for (void* p : {(void*)rows.xf, rows.ahi, rows.alo, (void*)rows.rowScale, (void*)rows.rowNorm, (void*)cf, bhi, blo,
+    for (void* p : {(void*)rows.xf, rows.ahi, rows.alo, (void*)rows.rowScale, (void*)rows.rowNorm, (void*)rows.rowNormLo, (void*)cf, bhi, blo,
                     (void*)cnorm, (void*)labels, (void*)flagged, (void*)flaggedThr, (void*)candCount, (void*)cand, (void*)flaggedCount, (void*)dist, (void*)sums,
                     (void*)counts, (void*)inertia, (void*)bad, (void*)mu, (void*)cstats, (void*)cfNext, (void*)mu64,
                     (void*)shift, (void*)scatter})
@@ -230,6 +231,8 @@ struct Problem {
     }
     cops.bhi = bhi; cops.blo = blo; cops.cnorm = cnorm; cops.cf = cf; cops.scale = hstats->scale;
     cops.maxNorm = hstats->maxNorm;
+    cops.hiNorm = hstats->hiNorm;  // 0 on the legacy path (host statistics): the screen's worst-case bound
+    cops.loNorm = hstats->loNorm;
     cops.shifted = true;
   }
   void assign() { assign(vals); }
@@ -286,6 +289,11 @@ struct Problem {
 // The device statistics (prepareCentroidOps) against centroidStats on the host, bit for bit, and the operands they
 // give against the operands from the host's scale (prepareCentroids), bit for bit.
 static bool sameBytes(const void* a, const void* b, size_t n) { return std::memcmp(a, b, n) == 0; }
+static double halfToFloat(unsigned short bits) {
+  __half_raw r;
+  r.x = bits;
+  return __half2float(__half(r));
+}
 template <typename T>
 static std::vector<T> toHost(const void* dev, size_t count) {
   std::vector<T> v(count);
@@ -308,7 +316,25 @@ static bool centroidOpsMatch(const float* cfDev, const float* muDev, const std::
   CK(cudaDeviceSynchronize());
   CentroidStats g{};
   CK(cudaMemcpy(&g, &st->out, sizeof g, cudaMemcpyDeviceToHost));
-  bool ok = sameBytes(&g, &h, sizeof g);
+  bool ok = sameBytes(&g.scale, &h.scale, 4) && sameBytes(&g.maxNorm, &h.maxNorm, 4);
+  if (op == OpKind::F16x3) {  // max ‖ch‖, ‖cl‖ of the operands: bounds (never below the fp64 norms), and tight ones
+    const auto bh = toHost<unsigned short>(b2, kp * dp), bl = toHost<unsigned short>(l2, kp * dp);
+    double mh = 0, ml = 0;
+    for (size_t c = 0; c < static_cast<size_t>(k); ++c) {
+      double sh = 0, sl = 0;
+      for (size_t j = 0; j < dp; ++j) {
+        const double a = halfToFloat(bh[c * dp + j]), b = halfToFloat(bl[c * dp + j]);
+        sh += a * a;
+        sl += b * b;
+      }
+      mh = std::max(mh, std::sqrt(sh));
+      ml = std::max(ml, std::sqrt(sl));
+    }
+    const bool bound = g.hiNorm >= mh && g.loNorm >= ml && g.hiNorm <= mh * (1 + 1e-6) + 1e-30 &&
+                       g.loNorm <= ml * (1 + 1e-6) + 1e-30;
+    if (!bound) std::printf("  operand norms: device hi=%a lo=%a, fp64 hi=%a lo=%a\n", g.hiNorm, g.loNorm, mh, ml);
+    ok &= bound;
+  }
   ok &= sameBytes(toHost<unsigned short>(b1, kp * dp).data(), toHost<unsigned short>(b2, kp * dp).data(), kp * dp * 2);
   ok &= sameBytes(toHost<unsigned short>(l1, kp * dp).data(), toHost<unsigned short>(l2, kp * dp).data(), kp * dp * 2);
   ok &= sameBytes(toHost<float>(n1, kp).data(), toHost<float>(n2, kp).data(), kp * 4);
