@@ -98,7 +98,6 @@ void CudaBackend::allocate() {
     }
   }
   check(cudaEventCreateWithFlags(&resComputed_, cudaEventDisableTiming), "cudaEventCreate");
-  check(cudaEventCreateWithFlags(&resOutDone_, cudaEventDisableTiming), "cudaEventCreate");
   resChunkDone_.resize(std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows), nullptr);
   for (cudaEvent_t& e : resChunkDone_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   slots_.resize(std::size_t(mp_.slots));
@@ -180,9 +179,8 @@ void CudaBackend::release() noexcept {
   if (hResLabels_) cudaFreeHost(hResLabels_);
   if (hResDist_) cudaFreeHost(hResDist_);
   resLabels_ = nullptr; resDist_ = nullptr; hResLabels_ = nullptr; hResDist_ = nullptr;
-  for (cudaEvent_t e : {resComputed_, resOutDone_})
-    if (e) cudaEventDestroy(e);
-  resComputed_ = resOutDone_ = nullptr;
+  if (resComputed_) cudaEventDestroy(resComputed_);
+  resComputed_ = nullptr;
   for (cudaEvent_t e : resChunkDone_)
     if (e) cudaEventDestroy(e);
   resChunkDone_.clear();

@@ -140,7 +140,6 @@ PassTotals CudaBackend::finishPass() {
   t.sumsKept = sumsKept_;
   if (fit_ && !sumsKept_) download(sums_, std::size_t(k_) * d_, t.sums);
   const unsigned long long flagged = hostFlags_[2];
-  lastRecheckRows_ = static_cast<std::int64_t>(flagged);
   if (mp_.op == OpKind::F16x3) screenPolicy_.record(rowsSeen_, static_cast<std::int64_t>(hostFlags_[4]));
   // backend.h: the farthest rows only when a cluster came out empty (the engine reads them only then). Streamed
   // chunks offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64

@@ -254,7 +254,7 @@ class CudaBackend final : public Backend {
   bool residentRan_ = false;        // processResident ran in this pass
   int* hResLabels_ = nullptr;
   float* hResDist_ = nullptr;
-  cudaEvent_t resComputed_ = nullptr, resOutDone_ = nullptr;
+  cudaEvent_t resComputed_ = nullptr;
   std::vector<cudaEvent_t> resChunkDone_;  // per resident chunk: its labels/distances are in the pinned staging
   bool residentPending_ = false;
   double* resFarDist_ = nullptr;
@@ -300,7 +300,6 @@ class CudaBackend final : public Backend {
   bool fit_ = true;
   std::int64_t rowsSeen_ = 0;
   std::vector<FarRow> far_;
-  std::int64_t lastRecheckRows_ = 0;
   ExactScreenPolicy screenPolicy_;  // exact mode: screen by one product first? (decided per pass from the last ones)
   bool screenThisPass_ = false;
 };

@@ -41,9 +41,18 @@ void CudaBackend::ensureFarBuffers(Slot& s, int f) {
   if (f <= farCapacity_ && s.topDist) return;
   const int cap = std::max(f, farCapacity_);
   for (Slot& t : slots_) drain(t);  // their staging is about to be replaced
+  // every old buffer freed and forgotten before the first new allocation: one that throws (OutOfMemory) leaves
+  // null pointers and the old capacity, never freed ones that a later pass or release() would use again
   for (Slot& t : slots_) {
-    if (t.topDist) { cudaFree(t.topDist); cudaFree(t.topRow); cudaFree(t.topValues); }
-    if (t.hTopDist) { cudaFreeHost(t.hTopDist); cudaFreeHost(t.hTopRow); cudaFreeHost(t.hTopValues); }
+    for (void* p : {static_cast<void*>(t.topDist), static_cast<void*>(t.topRow), static_cast<void*>(t.topValues)})
+      if (p) cudaFree(p);
+    for (void* p : {static_cast<void*>(t.hTopDist), static_cast<void*>(t.hTopRow), static_cast<void*>(t.hTopValues)})
+      if (p) cudaFreeHost(p);
+    t.topDist = nullptr; t.topRow = nullptr; t.topValues = nullptr;
+    t.hTopDist = nullptr; t.hTopRow = nullptr; t.hTopValues = nullptr;
+  }
+  farCapacity_ = 0;
+  for (Slot& t : slots_) {
     t.topDist = devAlloc<double>(cap, "farthest rows");
     t.topRow = devAlloc<long long>(cap, "farthest rows");
     t.topValues = devAlloc<float>(std::size_t(cap) * d_, "farthest rows");
@@ -87,12 +96,15 @@ void CudaBackend::ensureResidentFar(int f) {
     if (p) cudaFree(p);
   for (void* p : {static_cast<void*>(hResFarDist_), static_cast<void*>(hResFarRow_)})
     if (p) cudaFreeHost(p);
+  // forgotten before allocating again (as ensureFarBuffers): a throw leaves null pointers and capacity 0
+  resFarDist_ = nullptr; resFarRow_ = nullptr; hResFarDist_ = nullptr; hResFarRow_ = nullptr;
+  resFarCap_ = 0;
   const std::size_t chunks = std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows);
-  resFarCap_ = f;
   resFarDist_ = devAlloc<double>(chunks * f, "farthest rows");
   resFarRow_ = devAlloc<long long>(chunks * f, "farthest rows");
   hResFarDist_ = hostAlloc<double>(chunks * f, "farthest rows");
   hResFarRow_ = hostAlloc<long long>(chunks * f, "farthest rows");
+  resFarCap_ = f;
 }
 
 // The winners that came from resident chunks have no values yet: gather them from the resident rows.

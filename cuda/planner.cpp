@@ -1,4 +1,4 @@
-// Memory planner (see planner.h). Every device allocation of the backend is counted here; cuda_backend.cu
+// Memory planner (see planner.h). Every device allocation of the backend is counted here; backend_buffers.cu
 // allocates exactly these pieces.
 #include "planner.h"
 
@@ -151,7 +151,7 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   if (!allFit(left)) {
     const std::size_t per = overlapPartialBytes(d, k);
     overlapScratch = accumulateScratchBytes(p.chunkRows, int(d), int(k)) +
-                     std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256;  // flagged rows (cuda_backend.cu flagsS_)
+                     std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256;  // flagged rows (cuda_backend.h flagsS_)
     std::int64_t parts = std::min<std::int64_t>((n + p.chunkRows - 1) / p.chunkRows, kMaxOverlapPartials);
     parts = std::min<std::int64_t>(parts, std::int64_t(usable / 8 / per));
     if (parts >= 1 && overlapScratch + std::size_t(parts) * per <= left) {

@@ -24,14 +24,14 @@ struct MemoryPlan {
   std::size_t streamBytes = 0;            // per-chunk scratch + the slots, for chunkRows rows
   // Device slots that streamed chunks land in (H2D) and are computed from: 2 when every row stays resident (only
   // the first pass streams), more when chunks are streamed on every pass, so that a copy never waits for the
-  // compute of the chunk two before it (cuda_backend.cu "Streaming").
+  // compute of the chunk two before it (chunk_stream.cu; cuda/NOTES.md "Streaming").
   int slots = 2;
   std::size_t residentRowBytes = 0;       // device bytes per resident row
   std::size_t residentBudget = 0;         // bytes allowed for resident rows
   std::size_t residentAccBytes = 0;        // > 0: resident rows accumulated in one go, this much scratch (of the budget)
   // Partly resident passes: streamed chunks computed on their own stream while the resident rows are, each into
   // one of `overlapPartials` per-chunk partial buffers (a ring) folded into the totals in chunk order after the
-  // resident rows (cuda_backend.cu "overlap"). 0: streamed chunks wait for the resident rows (the old path).
+  // resident rows (resident_rows.cu, the overlap queue). 0: streamed chunks wait for the resident rows (the old path).
   std::int64_t overlapPartials = 0;
   std::size_t overlapBytes = 0;            // the partials + the chunk stream's own scratch (beside the budget)
 };

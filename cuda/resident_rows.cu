@@ -113,7 +113,7 @@ bool CudaBackend::eventDone(cudaEvent_t e) {
   return true;
 }
 
-// Queue resident steps while fewer than kResidentAhead are outstanding (all: every one left). Once the last is
+// Queue resident steps while fewer than residentAhead_ are outstanding (all: every one left). Once the last is
 // queued, the streamed chunks' folds waiting for it are queued after it, in chunk order.
 void CudaBackend::pumpResident(bool all) {
   while (resStep_ < resSteps_) {

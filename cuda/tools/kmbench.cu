@@ -887,7 +887,7 @@ static int runOoc(int argc, char** argv) {
                                                        kmfleet::Metric::L2);
     long long res = 0, chunk = 0;
     double compute = 0;
-    // Variants for same-run A/B (environment of the backend: cuda_backend.cu, planner.cpp; KMBENCH_CHUNK): the
+    // Variants for same-run A/B (environment of the backend: cuda_backend.h and its files, planner.cpp; KMBENCH_CHUNK): the
     // shipped plan (128 MiB chunks when rows stream on every pass, 4 slots), its 64 MiB chunks, stop 8's slots (2),
     // the schedule before the overlap.
     struct Variant { int frac; const char* path; std::vector<std::pair<const char*, const char*>> env; };

@@ -238,7 +238,7 @@ describe('overlapped streamed chunks', () => {
   const init = pickRows(x, d, distinctRows(n, k, 19));
 
   // env: the backend's A/B switches (read when the engine opens): the schedule of a partly resident pass and the
-  // number of chunk slots (cuda_backend.cu, planner.cpp)
+  // number of chunk slots (backend_buffers.cu, planner.cpp)
   async function run(memoryBudget: number, env: Record<string, string> = {}) {
     Object.assign(process.env, env);
     let e: Engine;
