@@ -48,6 +48,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "exact_screen_policy.h"
 #include "kernels.h"
 #ifdef KMFLEET_HOPPER
 #include "assign_wgmma.h"
@@ -91,7 +92,17 @@ struct AssignArgs {
   // centroid whose d' ≤ flaggedThr is appended to cand[slot·kCandidates ..] (count in candCount[slot]).
   int* candCount;
   int* cand;
+  // Exact pass over the rows the screen listed (GATHER): rows = rowIds[0..min(*nDevice, n)).
+  const int* rowIds;
+  const unsigned* nDevice;
+  // The screen: ε_r += epsL·‖xl_r‖ (assign_wgmma.h ExactBound)
+  const float* rowNormLo;
+  float epsL;
 };
+
+// What a launch computes (as assign_wgmma.cu's modes): one product and the label; one product with best and second
+// best and the screen's margin test (rows listed for the exact pass); three products and the exact margin test.
+enum : int { kPlainMode = 0, kScreenMode = 1, kExactMode = 2 };
 
 __device__ __forceinline__ unsigned smemAddr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -142,21 +153,24 @@ __device__ __forceinline__ void mergeBest(float& b1, float& b2, int& bi, float o
   b2 = nb2;
 }
 
-template <bool THREE>
-__device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned short* smem, float (&b1)[8], float (&b2)[8],
-                                              int (&bi)[8], int row0, int tid, int lane, int wm, int wn);
+template <int MODE, bool GATHER>
+__device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned short* smem, const int* sRow, int nRows,
+                                              float (&b1)[8], float (&b2)[8], int (&bi)[8], int row0, int tid, int lane,
+                                              int wm, int wn);
 
 // One block of BM rows against centroid tiles [ct0, ct0 + nTiles): rows row0.. of the launch (candidate mode:
-// flagged-list positions, sRow their rows; nRows the launch's row count).
-template <bool BF16, bool THREE, bool CAND>
+// flagged-list positions, GATHER: positions in rowIds; sRow their rows; nRows the launch's row count).
+template <bool BF16, int MODE, bool CAND, bool GATHER>
 __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short* smem, int* sRow, int row0, int nRows,
                                             int ct0, int nTiles) {
+  constexpr bool THREE = MODE == kExactMode, MARGIN = MODE != kPlainMode, LIST = CAND || GATHER;
   constexpr int BK = bkFor(THREE), TILE = BM * BK, CPR = BK / 8;  // CPR: 16-byte chunks per tile row
   constexpr int TERMS = THREE ? 2 : 1;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
-  if (CAND) {
-    if (tid < BM) sRow[tid] = row0 + tid < nRows ? p.flagged[row0 + tid] : 0;
+  if (LIST) {
+    const int* list = CAND ? p.flagged : p.rowIds;
+    if (tid < BM) sRow[tid] = row0 + tid < nRows ? list[row0 + tid] : 0;
     __syncthreads();
   }
   const int nK = p.dp / BK;
@@ -170,7 +184,7 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
     for (int i = tid; i < BM * CPR; i += THREADS) {
       const int r = i / CPR, c = i % CPR;
       const bool ok = row0 + r < nRows;
-      const int gr = CAND ? sRow[r] : row0 + r;
+      const int gr = LIST ? sRow[r] : row0 + r;
       const size_t off = static_cast<size_t>(ok ? gr : 0) * p.dp + kc * BK + c * 8;
       cpAsync16(base + swz<BK>(r, c), p.ahi + off, ok);
       if (THREE) cpAsync16(base + TILE + swz<BK>(r, c), p.alo + off, ok);
@@ -206,6 +220,9 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
     if (CAND) {
       g[i] = r < nRows ? p.rowScale[sRow[lr]] * p.halfScaleC : 1.f;
       b1[i] = r < nRows ? p.flaggedThr[r] : -INFINITY;  // the window
+    } else if (GATHER) {
+      g[i] = r < nRows ? p.rowScale[sRow[lr]] * p.halfScaleC : 1.f;
+      b1[i] = INFINITY;
     } else {
       g[i] = r < p.n ? p.rowScale[r] * p.halfScaleC : 1.f;
       b1[i] = INFINITY;
@@ -271,7 +288,7 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
       }
     }
 
-    if (!THREE && !CAND && kc == nK - 1) {
+    if (!MARGIN && !CAND && kc == nK - 1) {
       // Epilogue, approximate modes: per row a min-tree over the thread's 16 columns (independent compares,
       // left operand = lower column, the right one wins only when strictly smaller), then one compare with
       // the running best.
@@ -333,13 +350,13 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
               acc[mi][ni][2 * h + 1] = 0.f;
               continue;
             }
-            // second best only where the margin test needs it (exact mode): fewer epilogue instructions
+            // second best only where a margin test needs it (exact and screen modes)
             bool lt = d0 < b1[i];
-            if (THREE) b2[i] = lt ? b1[i] : fminf(b2[i], d0);
+            if (MARGIN) b2[i] = lt ? b1[i] : fminf(b2[i], d0);
             bi[i] = lt ? col : bi[i];
             b1[i] = lt ? d0 : b1[i];
             lt = d1 < b1[i];
-            if (THREE) b2[i] = lt ? b1[i] : fminf(b2[i], d1);
+            if (MARGIN) b2[i] = lt ? b1[i] : fminf(b2[i], d1);
             bi[i] = lt ? col + 1 : bi[i];
             b1[i] = lt ? d1 : b1[i];
             acc[mi][ni][2 * h] = 0.f;
@@ -349,26 +366,34 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
     }
   }
 
-  if constexpr (!CAND) mergeAndWrite<THREE>(p, smem, b1, b2, bi, row0, tid, lane, wm, wn);
+  if constexpr (!CAND) mergeAndWrite<MODE, GATHER>(p, smem, sRow, nRows, b1, b2, bi, row0, tid, lane, wm, wn);
 }
 
 // Candidate mode (CAND) runs over the flagged rows only, whose count is on the device: a small grid of blocks
 // loops over their row blocks, and blockIdx.y splits the centroid tiles, so a chunk's few flagged rows
 // (~0.2 % of random rows) are swept over K by many SMs instead of one or two (candidates are appended with
 // atomics in any order; the fp64 recheck decides by (distance, index), so the labels don't depend on it).
-template <bool BF16, bool THREE, bool CAND>
+// GATHER (the exact pass over the rows the screen listed) loops the same way over its list, all tiles per block.
+template <bool BF16, int MODE, bool CAND, bool GATHER>
 __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
   extern __shared__ __align__(128) unsigned short smem[];
-  __shared__ int sRow[CAND ? BM : 1];  // candidate mode: the flagged rows of this block
+  __shared__ int sRow[CAND || GATHER ? BM : 1];  // candidate / gather mode: the rows of this block
   const int tiles = p.kp / BN;
-  if constexpr (!CAND) {
-    assignBlock<BF16, THREE, CAND>(p, smem, sRow, blockIdx.x * BM, p.n, 0, tiles);
+  if constexpr (GATHER) {
+    const int nRows = min(static_cast<int>(*p.nDevice), p.n);
+    for (int row0 = blockIdx.x * BM; row0 < nRows; row0 += gridDim.x * BM) {
+      assignBlock<BF16, MODE, false, true>(p, smem, sRow, row0, nRows, 0, tiles);
+      cpWait<0>();      // the next row block reuses the shared memory
+      __syncthreads();
+    }
+  } else if constexpr (!CAND) {
+    assignBlock<BF16, MODE, false, false>(p, smem, sRow, blockIdx.x * BM, p.n, 0, tiles);
   } else {
     const int nRows = static_cast<int>(*p.flaggedCount);
     const int per = (tiles + gridDim.y - 1) / gridDim.y, ct0 = blockIdx.y * per;
     if (ct0 >= tiles) return;
     for (int row0 = blockIdx.x * BM; row0 < nRows; row0 += gridDim.x * BM) {
-      assignBlock<BF16, THREE, CAND>(p, smem, sRow, row0, nRows, ct0, min(per, tiles - ct0));
+      assignBlock<BF16, MODE, true, false>(p, smem, sRow, row0, nRows, ct0, min(per, tiles - ct0));
       cpWait<0>();      // the next row block reuses the shared memory
       __syncthreads();
     }
@@ -377,9 +402,10 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
 
 // Quad merge (the 4 lanes of a quad share rows), then the two column-warps through shared memory; labels and,
 // in exact mode, the rows whose margin is within the bound.
-template <bool THREE>
-__device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned short* smem, float (&b1)[8], float (&b2)[8],
-                                              int (&bi)[8], int row0, int tid, int lane, int wm, int wn) {
+template <int MODE, bool GATHER>
+__device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned short* smem, const int* sRow, int nRows,
+                                              float (&b1)[8], float (&b2)[8], int (&bi)[8], int row0, int tid, int lane,
+                                              int wm, int wn) {
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -404,20 +430,21 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
     }
   }
   __syncthreads();
-  if (tid < BM) {
-    const int gr = row0 + tid;
-    if (gr < p.n) {
-      float c1 = s1[tid], c2 = s2[tid];
-      int ci = si[tid];
-      mergeBest(c1, c2, ci, s1[BM + tid], s2[BM + tid], si[BM + tid]);
-      p.labels[gr] = ci;
-      if (THREE) {
-        const float sx = p.rowScale[gr], xn = p.rowNorm[gr], gr_ = sx * p.halfScaleC;
-        const float m = xn / sx + p.cmax;
-        const float eps = p.epsX * xn + p.epsC + gr_ * (p.epsG + p.epsM * m * m);
-        if (!(c2 - c1 > 2.f * eps)) {
-          const unsigned slot = atomicAdd(p.flaggedCount, 1u);
-          p.flagged[slot] = gr;
+  if (tid < BM && row0 + tid < (GATHER ? nRows : p.n)) {
+    const int gr = GATHER ? sRow[tid] : row0 + tid;  // the row (GATHER: from the screen's list)
+    float c1 = s1[tid], c2 = s2[tid];
+    int ci = si[tid];
+    mergeBest(c1, c2, ci, s1[BM + tid], s2[BM + tid], si[BM + tid]);
+    p.labels[gr] = ci;
+    if (MODE != kPlainMode) {  // kScreenMode: the screen's bound (epsL·‖xl‖ included); the rows within it are listed
+      const float sx = p.rowScale[gr], xn = p.rowNorm[gr], gr_ = sx * p.halfScaleC;
+      const float m = xn / sx + p.cmax;
+      float eps = p.epsX * xn + p.epsC + gr_ * (p.epsG + p.epsM * m * m);
+      if (MODE == kScreenMode && p.epsL > 0.f) eps += p.epsL * p.rowNormLo[gr];
+      if (!(c2 - c1 > 2.f * eps)) {
+        const unsigned slot = atomicAdd(p.flaggedCount, 1u);
+        p.flagged[slot] = gr;
+        if (MODE == kExactMode) {
           const float thr = c1 + 2.f * eps;
           p.flaggedThr[slot] = thr + fabsf(thr) * 1e-6f;  // the window, rounded outwards
         }
@@ -426,16 +453,28 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
   }
 }
 
-template <bool BF16, bool THREE, bool CAND = false>
+template <bool BF16, int MODE, bool CAND = false, bool GATHER = false>
 void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s, dim3 grid = dim3(0)) {
   static std::size_t configured = 48 * 1024;  // per instantiation: raise the dynamic limit once per size
   if (smemBytes > configured) {
-    cudaFuncSetAttribute(assignKernel<BF16, THREE, CAND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(assignKernel<BF16, MODE, CAND, GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smemBytes));
     configured = smemBytes;
   }
   if (grid.x == 0) grid = dim3(static_cast<unsigned>((a.n + BM - 1) / BM));
-  assignKernel<BF16, THREE, CAND><<<grid, THREADS, smemBytes, s>>>(a);
+  assignKernel<BF16, MODE, CAND, GATHER><<<grid, THREADS, smemBytes, s>>>(a);
+}
+
+int multiprocessors() {
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      sms = 108;
+    }
+  }
+  return sms;
 }
 
 }  // namespace
@@ -494,24 +533,24 @@ AssignArgs makeArgs(const RowOps& rows, std::int64_t n, int d, const CentroidOps
   return a;
 }
 
-#ifdef KMFLEET_HOPPER
-// The one-product screen's bound (derivation at the top of this file).
-ExactBound screenBound(const AssignArgs& exact, const CentroidOps& c, bool rowLoNorms) {
+// The one-product screen's bound (derivation at the top of this file) in place of the exact one: a's epsX and epsL
+// (epsC, epsG, epsM are the same for both).
+AssignArgs withScreenBound(AssignArgs a, const CentroidOps& c, const RowOps& rows) {
   const double cmaxS = static_cast<double>(c.scale) * c.maxNorm;
   const double u11 = std::ldexp(1.0, -11), u22 = std::ldexp(1.0, -22), u24 = std::ldexp(1.0, -24),
                u25 = std::ldexp(1.0, -25);
-  const double dp = exact.dp, sq = std::sqrt(dp), acc = (dp / 16 + 1) * u22;
-  ExactBound b{exact.epsX, exact.epsC, exact.epsG, exact.epsM, exact.cmax};
-  if (rowLoNorms && c.hiNorm > 0.f) {  // the operands' own rounding residuals
+  const double dp = a.dp, sq = std::sqrt(dp), acc = (dp / 16 + 1) * u22;
+  a.rowNormLo = rows.rowNormLo;
+  if (rows.rowNormLo && c.hiNorm > 0.f) {  // the operands' own rounding residuals
     const double ch = c.hiNorm, cl = c.loNorm;
-    b.epsX = static_cast<float>(1.25 * (cl + acc * ch + (3 * u22 + u24) * cmaxS + u25 * sq));
-    b.epsL = static_cast<float>(1.25 * (2 * cl + ch + acc * ch));
+    a.epsX = static_cast<float>(1.25 * (cl + acc * ch + (3 * u22 + u24) * cmaxS + u25 * sq));
+    a.epsL = static_cast<float>(1.25 * (2 * cl + ch + acc * ch));
   } else {  // the worst case of fp16 rounding
-    b.epsX = static_cast<float>(1.25 * (cmaxS * (2.2 * u11 + 1.01 * acc + u24) + u25 * sq));
+    a.epsX = static_cast<float>(1.25 * (cmaxS * (2.2 * u11 + 1.01 * acc + u24) + u25 * sq));
+    a.epsL = 0.f;
   }
-  return b;
+  return a;
 }
-#endif
 }  // namespace
 
 void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
@@ -523,22 +562,39 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
 #ifdef KMFLEET_HOPPER
   // wgmma on compute capability 9.0 when it takes the shape, with the same error bound (exact mode: screened by
   // one product first when the caller gave the scratch)
+  const AssignArgs sb = withScreenBound(a, c, rows);
   if (assignRowsHopper(rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr,
                        ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax},
-                       ExactScreen{screened, screenedCount, screenBound(a, c, rows.rowNormLo != nullptr)}, s))
+                       ExactScreen{screened, screenedCount, ExactBound{sb.epsX, sb.epsC, sb.epsG, sb.epsM, sb.cmax, sb.epsL}},
+                       s))
     return;
-#else
-  (void)screened;
-  (void)screenedCount;
 #endif
   a.labels = labels;
   a.flagged = flagged;
   a.flaggedCount = flaggedCount;
   a.flaggedThr = flaggedThr;
+  if (op == OpKind::F16x3 && screened && screenedCount && !exactScreenEnv("0")) {
+    // 1. one product (the hi operands, 64-dim stages) over every row: labels, and the rows its bound can't decide
+    std::size_t screenSmem = 0;
+    AssignArgs sa = withScreenBound(makeArgs(rows, n, d, c, k, OpKind::F16x1, &screenSmem), c, rows);
+    sa.labels = labels;
+    sa.flagged = screened;
+    sa.flaggedCount = screenedCount;
+    sa.flaggedThr = nullptr;
+    cudaMemsetAsync(screenedCount, 0, sizeof(unsigned), s);
+    launch<false, kScreenMode>(sa, screenSmem, s);
+    if (exactScreenEnv("only")) return;
+    // 2. the three products for those rows (their count is on the device: a few waves of blocks loop over them)
+    a.rowIds = screened;
+    a.nDevice = screenedCount;
+    const std::int64_t blocks = std::min<std::int64_t>((n + BM - 1) / BM, 4LL * multiprocessors());
+    launch<false, kExactMode, false, true>(a, smemBytes, s, dim3(static_cast<unsigned>(blocks)));
+    return;
+  }
   switch (op) {
-    case OpKind::F16x1: launch<false, false>(a, smemBytes, s); break;
-    case OpKind::BF16x1: launch<true, false>(a, smemBytes, s); break;
-    case OpKind::F16x3: launch<false, true>(a, smemBytes, s); break;
+    case OpKind::F16x1: launch<false, kPlainMode>(a, smemBytes, s); break;
+    case OpKind::BF16x1: launch<true, kPlainMode>(a, smemBytes, s); break;
+    case OpKind::F16x3: launch<false, kExactMode>(a, smemBytes, s); break;
   }
 }
 
@@ -559,7 +615,7 @@ void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const Centro
   const int tiles = a.kp / BN;
   const int split = std::max(1, std::min(tiles / 2, 8));
   const int rowBlocks = static_cast<int>(std::min<std::int64_t>((maxRows + BM - 1) / BM, std::max(1, 264 / split)));
-  launch<false, true, true>(a, smemBytes, s, dim3(rowBlocks, split));
+  launch<false, kExactMode, true>(a, smemBytes, s, dim3(rowBlocks, split));
 }
 
 }  // namespace cuda

@@ -33,6 +33,7 @@
 #include <string>
 
 #include "assign_wgmma.h"
+#include "exact_screen_policy.h"
 
 namespace kmfleet {
 namespace cuda {
@@ -567,12 +568,6 @@ bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B to
   return v != nullptr && std::strcmp(v, "mma") == 0;
 }
 
-// KMFLEET_EXACT_SCREEN=0: exact mode without the one-product screen (A/B); =only: the screen alone (labels not
-// exact: kmbench's timing split only).
-bool screenEnvironment(const char* value) {
-  const char* v = std::getenv("KMFLEET_EXACT_SCREEN");
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
 
 template <bool BF16, int MODE, int M, bool GATHER>
 void launchHopper(const CUtensorMap (&maps)[4], const HopperArgs& a, std::size_t smem, int grid, cudaStream_t s) {
@@ -623,7 +618,7 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   std::size_t smem = 0;
   if (!sizeLaunch(a, terms, M, dev, &smem)) return false;
   // exact mode screened by one product first (rows and centroids: the hi operands, 256-row blocks)
-  const bool screened = three && screen.rows && screen.count && !screenEnvironment("0");
+  const bool screened = three && screen.rows && screen.count && !exactScreenEnv("0");
   HopperArgs sa = a;
   std::size_t screenSmem = 0;
   if (screened && !sizeLaunch(sa, 1, 2, dev, &screenSmem)) return false;
@@ -671,7 +666,7 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     sa.rowBlocks = static_cast<int>((n + blockRowsH(2) - 1) / blockRowsH(2));
     if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
     launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
-    if (screenEnvironment("only")) return true;
+    if (exactScreenEnv("only")) return true;
     // 2. the exact products over those rows only (gathered; their count is on the device)
     a.rowIds = screen.rows;
     a.nDevice = screen.count;

@@ -10,9 +10,18 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace kmfleet {
 namespace cuda {
+
+// KMFLEET_EXACT_SCREEN=0: exact mode without the screen (A/B); =only: the screen alone (labels not exact: kmbench's
+// timing split only). Read at every assignment, so one process can A/B.
+inline bool exactScreenEnv(const char* value) {
+  const char* v = std::getenv("KMFLEET_EXACT_SCREEN");
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
 
 class ExactScreenPolicy {
  public:
