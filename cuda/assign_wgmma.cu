@@ -619,9 +619,10 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   if (!sizeLaunch(a, terms, M, dev, &smem)) return false;
   // exact mode screened by one product first (rows and centroids: the hi operands, 256-row blocks)
   const bool screened = three && screen.rows && screen.count && !exactScreenEnv("0");
-  HopperArgs sa = a;
+  HopperArgs screenShape{};  // the screen's row buffers and ring (one product, 256-row blocks)
+  screenShape.nK = a.nK;
   std::size_t screenSmem = 0;
-  if (screened && !sizeLaunch(sa, 1, 2, dev, &screenSmem)) return false;
+  if (screened && !sizeLaunch(screenShape, 1, 2, dev, &screenSmem)) return false;
 
   const bool bf16 = op == OpKind::BF16x1;
   const std::int64_t kp = padCentroids(k);
@@ -655,10 +656,9 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   const int grid = std::min(a.rowBlocks, dev.sms);
   if (screened) {
     // 1. one product over every row: labels, and the rows the one-product bound can't decide → screen.rows
-    const int aBufs = sa.aBufs, stages = sa.stages;
-    sa = a;
-    sa.aBufs = aBufs;
-    sa.stages = stages;
+    HopperArgs sa = a;
+    sa.aBufs = screenShape.aBufs;
+    sa.stages = screenShape.stages;
     sa.flagged = screen.rows;
     sa.flaggedCount = screen.count;
     sa.flaggedThr = nullptr;

@@ -20,7 +20,7 @@ struct ExactBound {
 };
 
 // Exact mode's one-product screen: `rows` (n ints) and `count` receive the rows whose margin the one-product bound
-// (hi·hi, assign_kernel.cu screenBound) can't decide; only those then take the three products. rows = null: no
+// (hi·hi, assign_kernel.cu withScreenBound) can't decide; only those then take the three products. rows = null: no
 // screen (all rows take the three products).
 struct ExactScreen {
   std::int32_t* rows = nullptr;

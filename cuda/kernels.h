@@ -93,9 +93,9 @@ constexpr int kCandidates = 16;  // candidate window capacity per flagged row (m
 
 // assignRows: labels for n rows. With F16x3, rows whose margin is within the bound are appended to
 // flagged[] (count in *flaggedCount, window b1 + 2ε in flaggedThr[]) and must go through candidateRows +
-// recheckRows. screened (n ints) and *screenedCount (F16x3, may be null): scratch of the one-product screen that
-// spares most rows two of the three products on Hopper (assign_wgmma.h ExactScreen); free again once the assignment's launches on s
-// are done, so a caller may lend candidateRows' candCount (later on the same stream) for it.
+// recheckRows. screened (n ints) and *screenedCount (F16x3, may be null = no screen): scratch of the one-product
+// screen that spares most rows two of the three products (both kernels; assign_wgmma.h ExactScreen); free again once
+// the assignment's launches on s are done, so a caller may lend candidateRows' candCount (later on the same stream).
 void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                 std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                 std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s);

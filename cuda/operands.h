@@ -14,7 +14,7 @@ struct CentroidStats {
   float scale = 1;    // power of two s_c with max|ĉ| ∈ [2^14, 2^15)
   float maxNorm = 0;  // max ‖c − μ‖, rounded up
   // F16x3, prepareCentroidOps only (0 from the host's centroidStats and prepareCentroids): max ‖ch‖ and max ‖cl‖ of
-  // the scaled hi and lo operands, rounded up — the one-product screen's bound (assign_kernel.cu screenBound)
+  // the scaled hi and lo operands, rounded up — the one-product screen's bound (assign_kernel.cu withScreenBound)
   float hiNorm = 0, loNorm = 0;
 };
 // Statistics of c − μ on the host (mu may be null: μ = 0): the reference of the device version (kmbench check).
