@@ -7,9 +7,10 @@
  *
  *   npm run build:ts && node bench/pipeline/run.mjs [--rows 1000000] [--dims 32] [--k 100] [--iters 20] [--runs 2]
  *     [--checkpoint-every 1] [--checkpoint-min-interval-ms N] [--read-concurrency N] [--cache-dir DIR] [--backend cpu]
- *     [--worker-node-args='--cpu-prof --cpu-prof-dir=DIR'] [--worker-log FILE]
+ *     [--worker-node-args='--cpu-prof --cpu-prof-dir=DIR'] [--worker-log FILE] [--worker-env NAME=VALUE ...]
  *     (node flags for the worker process only, e.g. a profile or --trace-gc, which NODE_OPTIONS may not carry; the
- *     worker's own output is written to FILE when it exits)
+ *     worker's own output is written to FILE when it exits; --worker-env sets a variable for the worker alone, e.g.
+ *     an A/B switch, so that the in-process fit it is compared with runs unchanged)
  *
  * What is timed: fit = its own totalMs, run in this process (warm, as the worker is; open → summary.json written);
  * pipeline = enqueued → finished, from the job's own BullMQ timestamps (queue pickup, S3 download, checkpoints, upload,
@@ -43,6 +44,8 @@ const { values: a } = parseArgs({
     backend: { type: 'string', default: 'cpu' },
     'worker-node-args': { type: 'string' },
     'worker-log': { type: 'string' },
+    // extra environment for the worker process only (repeatable): --worker-env NAME=VALUE
+    'worker-env': { type: 'string', multiple: true },
   },
 });
 const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs);
@@ -125,7 +128,8 @@ try {
 
   // ---- a warm worker in its own process ----
   const nodeArgs = a['worker-node-args']?.split(/\s+/).filter(Boolean) ?? [];
-  const worker = child([...nodeArgs, join(ROOT, 'bin', 'kmfleet.js'), 'worker'], env);
+  const workerEnv = Object.fromEntries((a['worker-env'] ?? []).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+  const worker = child([...nodeArgs, join(ROOT, 'bin', 'kmfleet.js'), 'worker'], { ...env, ...workerEnv });
   // a worker that dies would leave the bench waiting for a job nobody runs
   worker.exited.then((code) => { if (!stopping) { console.error(`worker exited (${code}):\n${worker.out()}`); process.exit(1); } });
   stops.push(async () => {
