@@ -168,12 +168,20 @@ __device__ __forceinline__ double warpSum64x4(double a0, double a1, double a2, d
   return v;
 }
 
+// C = the columns a block's lanes cover (T·V·32 ≥ D): D ≤ 128 needs half the shared memory of D ≤ 256.
+template <int C>
 struct FusedShared {
   int idx[S];
   double rowDist[S];
-  double wsum[W * kFusedMaxDims];
-  double col[kFusedMaxDims];
+  double wsum[W * C];
+  double col[C];
 };
+// Blocks per SM of the fused segment kernels for D ≤ 128 (T·V ≤ 4): registers capped at 56, which the kernel needs
+// without the cap until the optional distance store is added (62–86 then, fewer blocks per SM).
+#ifndef KMFLEET_SUMS_BLOCKS_PER_SM
+#define KMFLEET_SUMS_BLOCKS_PER_SM 9
+#endif
+constexpr int kFusedBlocksPerSM = KMFLEET_SUMS_BLOCKS_PER_SM;
 
 // Segment = sorted positions [p0, p0 + m) of cluster c. Leaves the column sums in sh.col, writes every row's
 // distance (dist, dist32), returns the segment's inertia in thread 0.
@@ -181,14 +189,47 @@ struct FusedShared {
 // row with one 8- or 16-byte load per lane (D % 4 == 0), V = 1 is the scalar layout (column l + 32t). The column
 // sums add the rows in the same order either way (same bits); a row's fp64 distance adds its columns in the lane's
 // order, so it depends on V (fixed by D: every path of a pass, resident or streamed, uses the same V).
+// The columns of a row one lane covers in the fused kernels (see fusedSegment), its loads and its share of the
+// row's fp64 distance. sumsDistancesKernel uses the same functions, so it gives the fused kernels' bits.
+template <int T, int V, InType IN>
+struct LaneColumns {
+  __device__ static int column(int lane, int t, int v) { return (lane + 32 * t) * V + v; }
+  // group t of the row starting at element x (whole group or none)
+  __device__ static void load(const void* xv, size_t x, int d, int lane, int t, float* out) {
+    if (column(lane, t, 0) < d) {
+      loadValues<IN, V>(xv, x + column(lane, t, 0), out);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) out[v] = 0.f;
+    }
+  }
+  // one column's term added to the lane's part q of the row's distance: (x−c)², or x·c for cosine
+  __device__ static double term(float x, float c, bool cosine, double q) {
+    if (cosine) return fma(static_cast<double>(x), static_cast<double>(c), q);
+    const double u = static_cast<double>(x) - static_cast<double>(c);
+    return fma(u, u, q);
+  }
+  // this lane's part of the row's distance, its columns in increasing order (as fusedSegment's add)
+  __device__ static double distance(const float* val, const float* cj, int d, int lane, bool cosine) {
+    double q = 0;
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (column(lane, t, v) < d) q = term(val[t * V + v], cj[t * V + v], cosine, q);
+    return q;
+  }
+};
+
 template <int T, int V, InType IN>
 __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, int p0, int m, const float* cRow,
-                               bool cosine, bool sums, double* dist, float* dist32, FusedShared& sh) {
-  constexpr int TV = T * V;
+                               bool cosine, bool sums, double* dist, float* dist32, FusedShared<T * V * 32>& sh) {
+  constexpr int TV = T * V, C = TV * 32;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int i = tid; i < m; i += blockDim.x) sh.idx[i] = sortedIndex[p0 + i];
   __syncthreads();
-  auto column = [&](int t, int v) { return (lane + 32 * t) * V + v; };
+  using L = LaneColumns<T, V, IN>;
+  auto column = [&](int t, int v) { return L::column(lane, t, v); };
   float cj[TV];
   double cs[TV];
 #pragma unroll
@@ -212,15 +253,10 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
     for (int t = 0; t < T; ++t)
 #pragma unroll
       for (int v = 0; v < V; ++v) {
-        const int j = column(t, v), e = t * V + v;
-        if (j < d) {
+        const int e = t * V + v;
+        if (column(t, v) < d) {
           cs[e] += val[e];
-          if (cosine) {
-            q = fma(static_cast<double>(val[e]), static_cast<double>(cj[e]), q);
-          } else {
-            const double u = static_cast<double>(val[e]) - static_cast<double>(cj[e]);
-            q = fma(u, u, q);
-          }
+          q = L::term(val[e], cj[e], cosine, q);
         }
       }
   };
@@ -268,7 +304,7 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
 #pragma unroll
       for (int v = 0; v < V; ++v) {
         const int j = column(t, v);
-        if (j < d) sh.wsum[warp * kFusedMaxDims + j] = cs[t * V + v];
+        if (j < d) sh.wsum[warp * C + j] = cs[t * V + v];
       }
   }
   __syncthreads();
@@ -276,11 +312,13 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
     for (int j = tid; j < d; j += blockDim.x) {
       double v = sh.wsum[j];
 #pragma unroll
-      for (int w = 1; w < W; ++w) v += sh.wsum[w * kFusedMaxDims + j];
+      for (int w = 1; w < W; ++w) v += sh.wsum[w * C + j];
       sh.col[j] = v;
     }
   for (int i = tid; i < m; i += blockDim.x) {
-    dist[sh.idx[i]] = sh.rowDist[i];
+    // dist == null: the caller does not keep them (a scattered 8-byte store per row costs ~0.3 ms per 10M rows on
+    // the H200); sumsDistances computes the same bits when they are needed
+    if (dist) dist[sh.idx[i]] = sh.rowDist[i];
     if (dist32) dist32[sh.idx[i]] = static_cast<float>(sh.rowDist[i]);
   }
   double in = 0;
@@ -314,10 +352,10 @@ void withFusedShape(RowValues x, int d, F&& f) {
 }
 
 template <int T, int V, InType IN>
-__global__ void fusedSegmentKernel(const void* xv, int d, int k, const float* cf, int cosine, const int* sortedIndex,
+__global__ void __launch_bounds__(W * 32, T * V <= 4 ? kFusedBlocksPerSM : 1) fusedSegmentKernel(const void* xv, int d, int k, const float* cf, int cosine, const int* sortedIndex,
                                    const int* counts, const int* starts, const int* extraOff, bool sums,
                                    double* dist, float* dist32, double* partials, double* partialInertia) {
-  __shared__ FusedShared sh;
+  __shared__ FusedShared<T * V * 32> sh;
   const int b = blockIdx.x;
   if (b >= extraOff[k]) return;
   int lo = 0, hi = k;  // largest c with extraOff[c] <= b
@@ -341,7 +379,7 @@ __global__ void fusedClusterKernel(const void* xv, int d, const float* cf, int c
                                    const int* counts, const int* starts, const int* extraOff, bool sums,
                                    double* dist, float* dist32, const double* partials, const double* partialInertia,
                                    double* sumsOut, long long* countsOut, double* inertiaOut) {
-  __shared__ FusedShared sh;
+  __shared__ FusedShared<T * V * 32> sh;
   const int c = blockIdx.x;
   const int cnt = counts[c];
   if (cnt == 0) return;
@@ -359,6 +397,31 @@ __global__ void fusedClusterKernel(const void* xv, int d, const float* cf, int c
     for (int e = e0; e < e1; ++e) v += partialInertia[e];
     inertiaOut[c] += v;
     countsOut[c] += cnt;
+  }
+}
+
+// Every row's fp64 distance to its label's centroid, row order, with the fused kernels' arithmetic (LaneColumns,
+// and warpSum64: a row reduced alone has the bits of four reduced together): for the passes that did not keep them.
+template <int T, int V, InType IN>
+__global__ void sumsDistancesKernel(const void* xv, long long n, int d, const float* cf, const int* labels, int cosine,
+                                    double* dist) {
+  using L = LaneColumns<T, V, IN>;
+  const int lane = threadIdx.x & 31, warpsPerBlock = blockDim.x >> 5;
+  const long long warps = static_cast<long long>(gridDim.x) * warpsPerBlock;
+  for (long long r = static_cast<long long>(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5); r < n; r += warps) {
+    const float* cRow = cf + static_cast<size_t>(labels[r]) * d;
+    float cj[T * V], val[T * V];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int j = L::column(lane, t, v);
+        cj[t * V + v] = j < d ? cRow[j] : 0.f;
+      }
+      L::load(xv, static_cast<size_t>(r) * d, d, lane, t, &val[t * V]);
+    }
+    const double qs = warpSum64(L::distance(val, cj, d, lane, cosine != 0));
+    if (lane == 0) dist[r] = cosine ? 1.0 - qs : qs;
   }
 }
 
@@ -416,11 +479,11 @@ __device__ bool findSegment(int b, const int* counts, const int* starts, const i
 }
 
 template <int T, int V, InType IN>
-__global__ void residentFusedSegmentKernel(const void* xv, int d, const float* cf, int cosine, const int* sortedIndex,
+__global__ void __launch_bounds__(W * 32, T * V <= 4 ? kFusedBlocksPerSM : 1) residentFusedSegmentKernel(const void* xv, int d, const float* cf, int cosine, const int* sortedIndex,
                                            const int* counts, const int* starts, const int* segOff, int pairs,
                                            int chunks, bool sums, double* dist, float* dist32, double* partials,
                                            double* partialInertia) {
-  __shared__ FusedShared sh;
+  __shared__ FusedShared<T * V * 32> sh;
   int c, p0, m;
   if (!findSegment(blockIdx.x, counts, starts, segOff, pairs, chunks, c, p0, m)) return;
   const double in = fusedSegment<T, V, IN>(xv, d, sortedIndex, p0, m, cf + static_cast<size_t>(c) * d, cosine, sums,
@@ -709,6 +772,25 @@ void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* l
     clusterKernel<IN><<<static_cast<unsigned>(k), threads, 0, s>>>(x.p, d, a.sortedIndex, dist, a.chunkCounts,
                                                                    a.starts, a.extraOffsets, sums, a.partials,
                                                                    a.partialInertia, sumsOut, countsOut, inertiaOut);
+  });
+}
+
+bool distancesFromSums(int d) { return d <= kFusedMaxDims; }
+
+void sumsDistances(RowValues x, std::int64_t n, int d, const float* cf, const std::int32_t* labels, bool cosine,
+                   double* dist, cudaStream_t s) {
+  if (n <= 0) return;
+  if (!distancesFromSums(d)) {
+    rowDistances(x, n, d, cf, labels, cosine, dist, nullptr, s);
+    return;
+  }
+  const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((n + 7) / 8, 132 * 16));
+  withValueType(x.type, [&](auto inTag) {
+    constexpr InType IN = decltype(inTag)::value;
+    withFusedShape(x, d, [&](auto tTag, auto vTag) {
+      constexpr int T = decltype(tTag)::value, V = decltype(vTag)::value;
+      sumsDistancesKernel<T, V, IN><<<blocks, 256, 0, s>>>(x.p, n, d, cf, labels, cosine ? 1 : 0, dist);
+    });
   });
 }
 

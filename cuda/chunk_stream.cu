@@ -89,8 +89,10 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   else assignPiece(ops, rows, slot.labels, chunkFlags());
   const bool wantDist = spec_.distances != nullptr;
   stageMark(1, s);
-  // resident rows keep their fp64 distances for the farthest rows (finishPass)
-  double* dist = slotp ? dist_ : resDist64_ + firstRow;
+  // the rows' fp64 distances: a streamed chunk's for its farthest rows now; resident rows' are computed again by
+  // finishPass in the rare pass that needs them (kernels.h sumsDistances) when accumulate need not write them
+  double* dist = slotp ? (far > 0 || !distancesFromSums(d_) ? dist_ : nullptr)
+                       : (keepsResidentDistances() ? resDist64_ + firstRow : nullptr);
   if (part) {
     // Into partial b (a ring: wait until compute_ folded the chunk that used it before), then folded on compute_
     // after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same

@@ -17,7 +17,7 @@
 namespace kmfleet {
 namespace cuda_backend {
 
-CudaBackend::CudaBackend(const EngineConfig& cfg) : cfg_(cfg) {
+CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool) : cfg_(cfg), pool_(pool) {
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (cfg.device < 0 || cfg.device >= count)
@@ -100,16 +100,7 @@ PassTotals CudaBackend::finishPass() {
     countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, compute_);
     check(cudaGetLastError(), "countLabelChanges");
   }
-  if (residentPending_) {
-    // Resident labels (and distances) chunk by chunk as each chunk's D2H completes: the host's copies overlap
-    // the device's work on the later chunks instead of following all of it.
-    for (std::int64_t first = 0, ci = 0; first < residentHeld_; first += mp_.chunkRows, ++ci) {
-      const std::size_t rows = std::size_t(std::min(mp_.chunkRows, residentHeld_ - first));
-      check(cudaEventSynchronize(resChunkDone_[std::size_t(ci)]), "D2H");
-      std::memcpy(spec_.labels + first, hResLabels_ + first, sizeof(int) * rows);
-      if (spec_.distances) std::memcpy(spec_.distances + first, hResDist_ + first, sizeof(float) * rows);
-    }
-  }
+  if (residentPending_) copyResidentOutputs();
   check(cudaStreamSynchronize(chunkStream_), "compute");
   check(cudaStreamSynchronize(compute_), "compute");
   check(cudaStreamSynchronize(d2h_), "D2H");
@@ -218,9 +209,9 @@ void CudaBackend::stageMark(int i, cudaStream_t s) {
 
 }  // namespace cuda_backend
 
-std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config) {
+std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config, ThreadPool* pool) {
   try {
-    return std::make_unique<cuda_backend::CudaBackend>(config);
+    return std::make_unique<cuda_backend::CudaBackend>(config, pool);
   } catch (const EngineError&) {
     throw;
   } catch (const std::bad_alloc&) {

@@ -48,6 +48,9 @@
 #include "planner.h"
 
 namespace kmfleet {
+
+class ThreadPool;
+
 namespace cuda_backend {
 
 using namespace cuda;
@@ -94,7 +97,7 @@ inline InType inType(DType t) { return t == DType::F32 ? InType::F32 : t == DTyp
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const EngineConfig& cfg);
+  CudaBackend(const EngineConfig& cfg, ThreadPool* pool);
   ~CudaBackend() override;
 
   const Plan& plan() const override { return plan_; }
@@ -167,6 +170,7 @@ class CudaBackend final : public Backend {
   void processResidentWhole();
   void accumulateResidentRows(bool wantDist);
   void downloadResident(std::int64_t c0, std::int64_t c1, bool dist);
+  void copyResidentOutputs();
   bool eventDone(cudaEvent_t e);
   void pumpResident(bool all);
   void residentStep(std::int64_t i);
@@ -184,6 +188,7 @@ class CudaBackend final : public Backend {
   void stageMark(int i, cudaStream_t s = nullptr);
 
   EngineConfig cfg_;
+  ThreadPool* pool_ = nullptr;  // the engine's (may be null): copyResidentOutputs
   MemoryPlan mp_;
   Plan plan_;
   std::int64_t n_ = 0;
@@ -249,6 +254,9 @@ class CudaBackend final : public Backend {
   unsigned long long* changedCount_ = nullptr;
   float* resDist_ = nullptr;
   double* resDist64_ = nullptr;  // this pass's fp64 distance of each resident row (farthest rows, finishPass)
+  // Whether a pass writes resDist64_ as it goes: D > 256 (rowDistances feeds the sums), or the old per-chunk device
+  // work (farthest rows every fit pass). Otherwise residentFarthest computes them when a cluster came out empty.
+  bool keepsResidentDistances() const { return !distancesFromSums(d_) || perChunk_; }
   ResidentAccumulateScratch racc_;  // rows > 0: processResidentWhole
   FlagScratch resFlag_;             // exact mode, processResidentWhole: flagged rows of a piece
   bool residentRan_ = false;        // processResident ran in this pass

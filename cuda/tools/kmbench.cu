@@ -27,6 +27,7 @@
 #include "../operands.h"
 #include "../planner.h"
 #include "cuda_bridge.h"
+#include "thread_pool.h"
 
 using namespace kmfleet::cuda;
 
@@ -119,6 +120,7 @@ struct Problem {
   CentroidOps cops{};
   std::vector<float> hc;  // host centroids
   std::vector<float> hmu;
+  bool keepDist = true;          // checks compare the rows' distances; benchmarks don't keep them (as the Backend)
   RowValues vals{};              // what the fp64 kernels read: xf, or the 16-bit rows as the backend keeps them
   CentroidStatsDevice* cstats = nullptr;
   CentroidStats* hstats = nullptr;  // pinned
@@ -250,7 +252,8 @@ struct Problem {
     CK(cudaMemsetAsync(sums, 0, static_cast<size_t>(k) * d * 8, 0));
     CK(cudaMemsetAsync(counts, 0, static_cast<size_t>(k) * 8, 0));
     CK(cudaMemsetAsync(inertia, 0, static_cast<size_t>(k) * 8, 0));
-    accumulate(v, n, d, k, labels, cf, cosine, dist, nullptr, true, acc, sums, counts, inertia, 0);
+    accumulate(v, n, d, k, labels, cf, cosine, keepDist || !distancesFromSums(d) ? dist : nullptr, nullptr, true, acc,
+               sums, counts, inertia, 0);
   }
   // The backend's updateOnDevice: the next centroids, shift and data-variance terms computed where the sums are;
   // the centroids come down once (the engine's copy of them), shift and scatter (K each) too. cf ↔ cfNext.
@@ -435,6 +438,16 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
   P.update(cosine);
   CK(cudaDeviceSynchronize());
   const unsigned flagged = P.flaggedNow(), screened = P.screenedNow();
+  // the distances computed again for a pass that did not keep them (sumsDistances): the bits accumulate wrote
+  bool distOk = true;
+  {
+    double* again = nullptr;
+    CK(cudaMalloc(&again, n * 8));
+    sumsDistances(P.vals, n, d, P.cf, P.labels, cosine, again, 0);
+    CK(cudaDeviceSynchronize());
+    distOk = sameBytes(toHost<double>(P.dist, n).data(), toHost<double>(again, n).data(), n * 8);
+    CK(cudaFree(again));
+  }
   // 16-bit rows read as they are: labels (recheck), sums, counts, inertia and distances bit for bit as from xf
   int rows16 = -1;  // not applicable
   if (P.vals.type != InType::F32) {
@@ -486,17 +499,18 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
   CK(cudaMemcpy(sums2.data(), P.sums, sums2.size() * 8, cudaMemcpyDeviceToHost));
   const bool deterministic = std::memcmp(sums.data(), sums2.data(), sums.size() * 8) == 0;
   const double rel = R.best > 0 ? R.inertia / R.best - 1 : 0;
-  bool ok = labelsInRange && countsOk && sumErr < 1e-9 && deterministic && statsOk && rows16 != 0;
+  bool ok = labelsInRange && countsOk && sumErr < 1e-9 && deterministic && statsOk && rows16 != 0 && distOk;
   // Low-precision modes: labels may differ; their inertia is reported (the 0.1% criterion applies after
   // Lloyd iterations, test/gpu), here only gross errors fail (centroids sitting on data rows make the
   // relative inertia of a pass meaningless).
   if (op == OpKind::F16x3) ok &= R.wrong == 0;
   else ok &= rel <= 5e-2 || R.best < 1e-2 * R.checked;
   std::printf("%-4s %-10s %-4s %s n=%-7lld d=%-5d k=%-6d checked=%-7lld wrong=%-5lld ties=%-4lld inertia+%.2e "
-              "flagged=%.4f%% screened=%.2f%% sumErr=%.1e det=%d stats=%d rows16=%d\n",
+              "flagged=%.4f%% screened=%.2f%% sumErr=%.1e det=%d stats=%d rows16=%d dist=%d\n",
               ok ? "ok" : "FAIL", opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16",
               blobs ? (cosine ? "blobs-cos" : "blobs    ") : (cosine ? "rand-cos " : "random   "), n, d, k, R.checked,
-              R.wrong, R.ties, rel, 100.0 * flagged / n, 100.0 * screened / n, sumErr, deterministic ? 1 : 0, statsOk ? 1 : 0, rows16);
+              R.wrong, R.ties, rel, 100.0 * flagged / n, 100.0 * screened / n, sumErr, deterministic ? 1 : 0, statsOk ? 1 : 0, rows16,
+              distOk ? 1 : 0);
   P.release();
   return ok ? 0 : 1;
 }
@@ -588,6 +602,7 @@ static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsign
 
 static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs) {
   Problem P;
+  P.keepDist = false;
   P.alloc(n, d, k, op, in);
   P.generate(blobs, 42, 0.f, false);
   // the sums' destination: pinned (as the backend's download ring), or pageable as before (legacy)
@@ -659,9 +674,7 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
     else unsetenv("KMFLEET_EXACT_SCREEN");
   }
   const float distMs = 0.f;  // fused into the sums for D ≤ 256
-  const float sumMs = timeIt([&] {
-    accumulate(P.vals, n, d, k, P.labels, P.cf, false, P.dist, nullptr, true, P.acc, P.sums, P.counts, P.inertia, 0);
-  });
+  const float sumMs = timeIt([&] { P.update(false); });
   // the centroid side on the device alone (statistics + operands; legacy: operands only)
   const float cprepMs = timeIt([&] {
     if (P.legacy) prepareCentroids(P.cf, P.mu, k, d, op, P.cops.scale, P.bhi, P.blo, P.cnorm, 0);
@@ -753,7 +766,9 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   cfg.rows = n; cfg.dims = d; cfg.k = k; cfg.dtype = dtype; cfg.backend = BackendKind::Cuda;
   cfg.precision = prec; cfg.memoryBudget = budget;
   if (const char* cr = std::getenv("KMBENCH_CHUNK")) cfg.chunkRows = std::atoll(cr);  // A/B of the chunk size
-  std::unique_ptr<Backend> b = makeCudaBackend(cfg);
+  // the engine's pool (one thread per core by default), which the backend copies its outputs with
+  static ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  std::unique_ptr<Backend> b = makeCudaBackend(cfg, &pool);
   const Plan& pl = b->plan();
   *residentOut = pl.residentRows;
   *chunkOut = pl.chunkRows;

@@ -11,13 +11,17 @@
 
 namespace kmfleet {
 
+class ThreadPool;
+
 // Never throws. No driver (cudaErrorInsufficientDriver / cudaErrorNoDevice at cudaGetDeviceCount) →
 // {available:false, reason:"no CUDA driver" | "no device"}.
 GpuInfo queryCudaDevices();
 
 // A CUDA backend for config (config.device is the ordinal). The config is already validated by the engine
 // (rows, dims, k >= 1, k <= rows). Throws EngineError: Device (no device, CUDA error), OutOfMemory (with the numbers).
-std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config);
+// pool: the engine's threads (may be null), for the host copies of a pass's outputs; the engine does not use it
+// while the backend's calls run.
+std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config, ThreadPool* pool);
 
 // Greedy k-means++ on the GPU (cuda/kmeans_plusplus.cu): the algorithm and the seeded draws of the CPU's
 // kmeansPlusPlus (engine.h) over n fp32 rows (already normalized for cosine), K×D centers that are rows of the

@@ -84,10 +84,10 @@ bool preferCudaFor(const EngineConfig& cfg) {
 std::unique_ptr<Backend> makeBackend(const EngineConfig& cfg, ThreadPool& pool) {
   if (cfg.backend == BackendKind::Cpu) return makeCpuBackend(cfg, pool);
 #ifdef KMFLEET_WITH_CUDA
-  if (cfg.backend == BackendKind::Cuda) return makeCudaBackend(cfg);
+  if (cfg.backend == BackendKind::Cuda) return makeCudaBackend(cfg, &pool);
   if (preferCudaFor(cfg) && queryCudaDevices().available) {
     try {
-      return makeCudaBackend(cfg);
+      return makeCudaBackend(cfg, &pool);
     } catch (const EngineError& e) {
       if (e.code() != ErrorCode::Device) throw;  // auto: a device that fails to start → the CPU
     }
