@@ -134,6 +134,10 @@ __device__ __forceinline__ std::uint64_t smemDesc(const void* p) {
   const std::uint64_t addr = smemU32(p);
   return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | (std::uint64_t(1024 >> 4) << 32) | (1ull << 62);
 }
+// The descriptor of p + bytes: the start address is the low 14 bits in 16-byte units, and shared memory (< 256 KB)
+// keeps it from carrying into the fields above. One integer add per wgmma instead of the whole encoding (the
+// consumers issue 16–48 wgmmas a tile, each with two descriptors, between their epilogues).
+__device__ __forceinline__ std::uint64_t descPlus(std::uint64_t desc, int bytes) { return desc + (bytes >> 4); }
 __device__ __forceinline__ void wgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -388,17 +392,20 @@ __global__ void __launch_bounds__(kThreadsH, 1)
         const unsigned short* aLo = aHi + kAChunkHalves;
         const unsigned short* bHi = sm.b + static_cast<std::size_t>(slot) * kStageHalves;
         const unsigned short* bLo = sm.b + static_cast<std::size_t>(slotLo) * kStageHalves;
+        const std::uint64_t dA = smemDesc(aHi), dB = smemDesc(bHi);
+        const std::uint64_t dALo = THREE ? smemDesc(aLo) : 0, dBLo = THREE ? smemDesc(bLo) : 0;
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
-          const std::uint64_t dbh = smemDesc(bHi + kk * 16);
+          const std::uint64_t dbh = descPlus(dB, kk * 32);  // 16 halves a k-step
           const int accumulate = (kc > 0 || kk > 0) ? 1 : 0;
 #pragma unroll
           for (int m = 0; m < M; ++m) {
-            const std::uint64_t dah = smemDesc(aHi + m * 64 * kChunk + kk * 16);
+            const int aBytes = (m * 64 * kChunk + kk * 16) * 2;
+            const std::uint64_t dah = descPlus(dA, aBytes);
             wgmma128<BF16>(acc[m], dah, dbh, accumulate);
             if constexpr (THREE) {
-              wgmma128<BF16>(acc[m], dah, smemDesc(bLo + kk * 16), 1);
-              wgmma128<BF16>(acc[m], smemDesc(aLo + m * 64 * kChunk + kk * 16), dbh, 1);
+              wgmma128<BF16>(acc[m], dah, descPlus(dBLo, kk * 32), 1);
+              wgmma128<BF16>(acc[m], descPlus(dALo, aBytes), dbh, 1);
             }
           }
         }
