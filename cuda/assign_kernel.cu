@@ -190,8 +190,15 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
       if (THREE) cpAsync16(base + TILE + swz<BK>(r, c), p.alo + off, ok);
     }
   };
+  // Stages are loaded in order t = 0, 1, …: their (tile, k-chunk) kept as a cursor. nK is a runtime value, and
+  // t / nK, t % nK cost ~20 instructions each per stage, on the loop's issue path.
+  int loadCt = ct0, loadKc = 0;
   auto loadStage = [&](int t) {
-    const int ct = ct0 + t / nK, kc = t % nK, slot = t % STAGES;
+    const int ct = loadCt, kc = loadKc, slot = t % STAGES;
+    if (++loadKc == nK) {
+      loadKc = 0;
+      ++loadCt;
+    }
     unsigned short* base = sB + slot * TERMS * TILE;
     for (int i = tid; i < BN * CPR; i += THREADS) {
       const int r = i / CPR, c = i % CPR;
@@ -239,13 +246,13 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
 
-  for (int t = 0; t < T; ++t) {
+  for (int t = 0, ct = ct0, kc = 0; t < T; ++t, kc = kc + 1 == nK ? 0 : kc + 1, ct += kc == 0) {
     cpWait<STAGES - 2>();
     __syncthreads();
     if (t + STAGES - 1 < T) loadStage(t + STAGES - 1);
     cpCommit();
 
-    const int ct = ct0 + t / nK, kc = t % nK, slot = t % STAGES;
+    const int slot = t % STAGES;
     const unsigned short* a = sA + (p.aResident ? kc : slot) * TERMS * TILE;
     const unsigned short* b = sB + slot * TERMS * TILE;
 #pragma unroll
