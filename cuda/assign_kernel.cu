@@ -23,10 +23,10 @@
 //              + g_r·2·2^-24·cmax² + g_r·2^-23·(‖x̃_r‖ + cmax)² ]
 //   (the last term: x − μ and c − μ are rounded to fp32 before the split, which moves each distance by at
 //   most 2^-23·(‖x̃‖ + ‖c̃‖)²; zero when μ is not used).
-// If d'₂ − d'₁ > 2ε_r the fp64 argmin is certainly the candidate; otherwise the row is flagged and
-// recheckRows recomputes it exactly (fp64 over all K).
+// If d'₂ − d'₁ > 2ε_r the fp64 argmin is certainly the candidate; otherwise the row is flagged, candidateRows lists
+// the centroids inside its window (≤ kCandidates, else all K) and recheckRows takes the fp64 argmin over them.
 //
-// The one-product screen (Hopper, assign_wgmma.cu kScreen): acc = xh·ch only. Its error, with x̂ = xh + xl + rx and
+// The one-product screen (both kernels: assign_wgmma.cu kScreen, kScreenMode here): acc = xh·ch only. Its error, with x̂ = xh + xl + rx and
 // ĉ = ch + cl + rc (rx, rc the split residuals above):
 //   x̂·ĉ − xh·ch = xh·cl + xl·ch + xl·cl + (terms in rx, rc), so by Cauchy–Schwarz
 //   |x̂·ĉ − xh·ch| ≤ ‖xh‖·CL + ‖xl‖·CH + ‖xl‖·CL + 3·2^-22·‖x̂‖·ĉmax + 2^-25·√Dp·(‖x̂‖ + ĉmax)

@@ -1,4 +1,5 @@
-// The CUDA Backend (native/src/backend.h): pinned host buffers, three streams, resident rows, the kernels.
+// The CUDA Backend (native/src/backend.h): pinned host buffers, four streams (copy, compute, D2H, and the chunk stream of
+// an overlapped pass), resident rows, the kernels.
 //
 // Streams and events per chunk i (slot = i % S; S = planner's slots: 2, or 4 when chunks stream on every pass):
 //   copy     H2D host buffer → slot.raw            (waits slot.rawFree: chunk i−S finished reading it)

@@ -150,15 +150,17 @@ class Backend {
   // (pinned on CUDA), alive as long as the backend. The engine fills it with whole rows in the input dtype.
   virtual void* hostBuffer(int index) = 0;
 
-  // Rows of [0, plan().residentRows) the backend already holds (0 until the first pass has fed them all;
-  // then residentRows). Only when it equals residentRows does the engine skip those rows in later passes.
+  // Rows of [0, plan().residentRows) the backend already holds, contiguously from row 0 (0 until a pass or
+  // loadRows has retained some; residentRows once all are). The engine skips [0, residentHeld()) in a later pass
+  // whenever it is above 0 and streams the rest after them.
   virtual std::int64_t residentHeld() const = 0;
 
   // Start a pass: take the centroids (upload on CUDA), reset the accumulators.
   virtual void beginPass(const PassSpec& spec) = 0;
 
   // Process the resident rows [0, residentHeld()) with the current centroids, before any streamed chunk.
-  // Called by the engine right after beginPass when residentHeld() == plan().residentRows > 0.
+  // Called by the engine when residentHeld() > 0, lazily: at the pass's first chunk that starts past row 0, or in
+  // its finish (a pass whose first chunk starts at row 0 streams every row and does not call it).
   virtual void processResident() = 0;
 
   // Process rows [firstRow, firstRow + rows) that the engine put in hostBuffer(buffer). Chunks arrive in row
@@ -173,7 +175,8 @@ class Backend {
   virtual PassTotals finishPass() = 0;
 
   // Drop a pass after an error or a cancel: wait for in-flight work, discard partial totals. Never throws.
-  // Resident rows retained so far are discarded too unless complete.
+  // Resident rows retained so far: CUDA discards them unless complete; the CPU backend keeps the rows it holds from
+  // row 0 (they passed the input checks), and residentHeld() says how many.
   virtual void abortPass() noexcept = 0;
 
   // Optional device-side update (the CUDA backend). Called right after a finishPass that returned sumsKept; the
