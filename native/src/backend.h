@@ -2,14 +2,15 @@
 //
 // Two layers:
 //   Engine  (native/src/engine.*)  what every backend shares: validation, feed order, label double-buffering and
-//                                  the reassigned count, the centroid update from fp64 sums, empty-cluster
-//                                  re-seeding, shift, data variance, k-means++ init, the cancel flag.
+//                                  the reassigned count, the centroid update from fp64 sums (or, where the
+//                                  backend offers it, the backend's updateOnDevice with the same bits), empty-
+//                                  cluster re-seeding, shift, data variance, k-means++ init, the cancel flag.
 //   Backend (this file)            what touches the data: host buffers, resident rows, fused distance + argmin,
 //                                  exactness recheck, deterministic per-cluster fp64 accumulation.
 // Implementations: native/src/cpu/cpu_backend.* (makeCpuBackend) and cuda/ (makeCudaBackend, see cuda_bridge.h).
 //
 // Threading: the Engine calls a Backend from ONE thread (the engine thread), never concurrently. A backend may use
-// its own threads/streams inside. Errors are thrown as kmfleet::EngineError (never abort, never a NaN centroid).
+// its own threads/streams inside (the CUDA backend also borrows the engine's pool while its call runs). Errors are thrown as kmfleet::EngineError (never abort, never a NaN centroid).
 #pragma once
 
 #include <atomic>
