@@ -1,7 +1,8 @@
 /**
  * The environment variables the project's code reads — `env.X`, `env['X']`, and quoted KMFLEET_/REDIS_/AWS_ names
- * (config tables) in worker/, producer/, cli/ and native/ — so that docs, compose and manifests can be checked
- * against the code instead of against a hand-kept list.
+ * (config tables) in the TypeScript of worker/, producer/, cli/ and native/, and `getenv("X")` in the engine's C++ and
+ * CUDA (native/src, cuda/ without its stand-alone tools) — so that docs, compose and manifests can be checked against
+ * the code instead of against a hand-kept list.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -15,7 +16,10 @@ export function envVarsReadByCode(root: string = ROOT): Set<string> {
     for (const e of readdirSync(dir, { withFileTypes: true })) {
       const p = join(dir, e.name);
       if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts')) {
+      else if (/\.(cpp|cu|cuh|h)$/.test(e.name) && !p.includes(join('cuda', 'tools'))) {
+        const src = readFileSync(p, 'utf8');
+        for (const m of src.matchAll(/getenv\("([A-Z_][A-Z0-9_]*)"\)/g)) names.add(m[1]);
+      } else if (e.name.endsWith('.ts') && !e.name.endsWith('.test.ts')) {
         const src = readFileSync(p, 'utf8');
         for (const m of src.matchAll(/env\.([A-Z_][A-Z0-9_]*)/g)) names.add(m[1]);
         for (const m of src.matchAll(/env\[['"]([A-Z_][A-Z0-9_]*)['"]\]/g)) names.add(m[1]);
@@ -23,6 +27,6 @@ export function envVarsReadByCode(root: string = ROOT): Set<string> {
       }
     }
   };
-  for (const d of ['worker', 'producer', 'cli', 'native']) walk(join(root, d));
+  for (const d of ['worker', 'producer', 'cli', 'native', 'cuda']) walk(join(root, d));
   return names;
 }
