@@ -260,11 +260,22 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
   const double t0 = nowMs();
   try {
     bool fromUpdate = false;
+    const float* centroidsForPass = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
       fromUpdate = centroidsFromUpdate_;
-      passCentroids_.resize(centroids_.size());
-      pool_->copy(passCentroids_.data(), centroids_.data(), centroids_.size());
+      // The pass's centroids. centroids_ cannot change while a pass is open (setCentroids and init refuse, the
+      // update swaps it in after the backend's finishPass), so a backend that keeps the update's centroids on its
+      // device reads none of them (it uploads from centroids_ itself only when it lost them) and the 4 MB-per-
+      // K×D=1M copy is made only if a host update needs it (passCentroids()).
+      passCentroidsCopied_ = !(fromUpdate && backend_->updatesOnDevice());
+      if (passCentroidsCopied_) {
+        passCentroids_.resize(centroids_.size());
+        pool_->copy(passCentroids_.data(), centroids_.data(), centroids_.size());
+        centroidsForPass = passCentroids_.data();
+      } else {
+        centroidsForPass = centroids_.data();
+      }
       if (distances) distances_.allocate(static_cast<std::size_t>(cfg_.rows), "distances");
     }
     mode_ = mode;
@@ -279,7 +290,7 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
     }
     PassSpec spec;
     spec.mode = mode;
-    spec.centroids = passCentroids_.data();
+    spec.centroids = centroidsForPass;
     spec.labels = next_.data();
     spec.distances = distances ? distances_.data() : nullptr;
     spec.farthest = static_cast<int>(far);

@@ -80,7 +80,7 @@ class Engine {
   void processResidentIfNeeded();
   void applyFit(const PassTotals& t, PassResult& r);
   void applyDeviceFit(const PassTotals& t, PassResult& r, bool dataVariance);
-  double dataVariance(const PassTotals& t) const;
+  double dataVariance(const PassTotals& t);
 
   EngineConfig cfg_;
   std::unique_ptr<ThreadPool> pool_;
@@ -110,7 +110,9 @@ class Engine {
   PassMode mode_ = PassMode::Fit;
   bool wantDistances_ = false;
   std::int64_t cursor_ = 0;       // next row expected
-  std::vector<float> passCentroids_;
+  std::vector<float> passCentroids_;  // the pass's centroids for the host update; see passCentroids()
+  bool passCentroidsCopied_ = true;   // false: not copied at the pass's start (centroids_ still holds them)
+  const std::vector<float>& passCentroids();
   std::vector<float> nextCentroids_;  // applyFit's result, swapped into centroids_ (no K×D allocation a pass)
   double passStartMs_ = 0;
   // KMFLEET_ENGINE_STATS: each pass's host time per step on stderr (copy of the centroids, the backend's begin, rows,

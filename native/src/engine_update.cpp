@@ -17,10 +17,24 @@ namespace kmfleet {
 // Both functions below split their loops over the pool (at 1M×256×4096-sized K×D they took ~1 ms a pass on one
 // thread, as much as a GPU pass's sums): every per-cluster or per-dimension value is computed exactly as before, and
 // the cross-cluster totals are still added in cluster order on one thread, so the bits don't depend on the threads.
-double Engine::dataVariance(const PassTotals& t) const {
+// The pass's centroids for the host's update. A pass whose centroids the backend kept from its device update does not
+// copy them at its start (engine.cpp runBegin); centroids_ still holds them here, since nothing replaces it while a
+// pass is open.
+const std::vector<float>& Engine::passCentroids() {
+  if (!passCentroidsCopied_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    passCentroids_.resize(centroids_.size());
+    pool_->copy(passCentroids_.data(), centroids_.data(), centroids_.size());
+    passCentroidsCopied_ = true;
+  }
+  return passCentroids_;
+}
+
+double Engine::dataVariance(const PassTotals& t) {
   const std::int64_t K = cfg_.k, D = cfg_.dims;
   const double N = static_cast<double>(t.rowsSeen);
   if (t.rowsSeen == 0 || t.sums.size() != static_cast<std::size_t>(K * D)) return std::numeric_limits<double>::quiet_NaN();
+  const std::vector<float>& pc = passCentroids();
   std::vector<double> mu(static_cast<std::size_t>(D), 0.0);
   pool_->run([&](int tid, int nt) {  // per dimension, clusters in order
     std::int64_t b = 0, e = 0;
@@ -45,7 +59,7 @@ double Engine::dataVariance(const PassTotals& t) const {
       double off = 0, spread = 0;
       for (std::int64_t d = 0; d < D; ++d) {
         const double mk = t.sums[k * D + d] / n;
-        const double a = mk - passCentroids_[k * D + d], c = mk - mu[d];
+        const double a = mk - pc[k * D + d], c = mk - mu[d];
         off += a * a;
         spread += c * c;
       }
@@ -62,8 +76,9 @@ void Engine::applyFit(const PassTotals& t, PassResult& r) {
   const std::int64_t K = cfg_.k, D = cfg_.dims;
   std::vector<std::int64_t> n = t.counts;
   std::vector<float>& next = nextCentroids_;
-  next.resize(passCentroids_.size());
-  pool_->copy(next.data(), passCentroids_.data(), passCentroids_.size());
+  const std::vector<float>& pc = passCentroids();
+  next.resize(pc.size());
+  pool_->copy(next.data(), pc.data(), pc.size());
   // Empty clusters, in index order, take the farthest rows in (distance desc, row asc) order — scikit-learn's
   // relocation — skipping a row whose cluster would become empty in turn. Only then are the sums copied.
   std::vector<double> reseeded;
@@ -107,7 +122,7 @@ void Engine::applyFit(const PassTotals& t, PassResult& r) {
         if (!keep)
           for (std::int64_t d = 0; d < D; ++d) next[k * D + d] = static_cast<float>(m[d]);
       }
-      shift[k] = sqDist64(next.data() + k * D, passCentroids_.data() + k * D, D);
+      shift[k] = sqDist64(next.data() + k * D, pc.data() + k * D, D);
     }
   });
   for (std::int64_t k = 0; k < K; ++k) r.shift += shift[k];
