@@ -183,14 +183,8 @@ struct FusedShared {
 #endif
 constexpr int kFusedBlocksPerSM = KMFLEET_SUMS_BLOCKS_PER_SM;
 
-// Segment = sorted positions [p0, p0 + m) of cluster c. Leaves the column sums in sh.col, writes every row's
-// distance (dist, dist32), returns the segment's inertia in thread 0.
-// Columns per lane: T groups of V adjacent columns, group t of lane l = columns (l + 32t)·V … +V−1: V = 4 reads a
-// row with one 8- or 16-byte load per lane (D % 4 == 0), V = 1 is the scalar layout (column l + 32t). The column
-// sums add the rows in the same order either way (same bits); a row's fp64 distance adds its columns in the lane's
-// order, so it depends on V (fixed by D: every path of a pass, resident or streamed, uses the same V).
 // The columns of a row one lane covers in the fused kernels (see fusedSegment), its loads and its share of the
-// row's fp64 distance. sumsDistancesKernel uses the same functions, so it gives the fused kernels' bits.
+// row's fp64 distance. fusedSegment and sumsDistancesKernel both use them, so the two give the same bits.
 template <int T, int V, InType IN>
 struct LaneColumns {
   __device__ static int column(int lane, int t, int v) { return (lane + 32 * t) * V + v; }
@@ -221,6 +215,12 @@ struct LaneColumns {
   }
 };
 
+// Segment = sorted positions [p0, p0 + m) of cluster c. Leaves the column sums in sh.col, writes every row's
+// distance (to dist and dist32 where not null), returns the segment's inertia in thread 0.
+// Columns per lane: T groups of V adjacent columns, group t of lane l = columns (l + 32t)·V … +V−1: V = 4 reads a
+// row with one 8- or 16-byte load per lane (D % 4 == 0), V = 1 is the scalar layout (column l + 32t). The column
+// sums add the rows in the same order either way (same bits); a row's fp64 distance adds its columns in the lane's
+// order, so it depends on V (fixed by D: every path of a pass, resident or streamed, uses the same V).
 template <int T, int V, InType IN>
 __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, int p0, int m, const float* cRow,
                                bool cosine, bool sums, double* dist, float* dist32, FusedShared<T * V * 32>& sh) {
@@ -240,14 +240,7 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
       cj[t * V + v] = j < d ? cRow[j] : 0.f;
       cs[t * V + v] = 0;
     }
-  auto load = [&](size_t x, int t, float* out) {  // group t of the row starting at element x (whole group or none)
-    if (column(t, 0) < d) {
-      loadValues<IN, V>(xv, x + column(t, 0), out);
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v) out[v] = 0.f;
-    }
-  };
+  auto load = [&](size_t x, int t, float* out) { L::load(xv, x, d, lane, t, out); };
   auto add = [&](const float* val, double& q) {  // one row's values into the column sums and its distance
 #pragma unroll
     for (int t = 0; t < T; ++t)

@@ -246,6 +246,7 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
 
+  // (ct, kc): stage t's tile and k-chunk, stepped like loadStage's cursor (kc wraps to 0 → the next tile)
   for (int t = 0, ct = ct0, kc = 0; t < T; ++t, kc = kc + 1 == nK ? 0 : kc + 1, ct += kc == 0) {
     cpWait<STAGES - 2>();
     __syncthreads();
