@@ -13,10 +13,14 @@
 //   warpgroups 1, 2 consumers: each owns 128 rows (two m64 halves) and keeps a 2 × 64×128 fp32 accumulator
 //                   (128 registers per thread). Per centroid tile: Dp/16 k-steps × 2 wgmma, then the epilogue
 //                   d' = g_r·‖c‖² − acc, a per-row min over the thread's 32 columns, folded into the running
-//                   (best, index); the quad merge and the label store once per row block.
-// The compared quantity and the tie rule are assign_kernel.cu's: d' is a positive per-row multiple of
-// ‖x−c‖² − ‖x‖²; strict '<' in increasing column order per thread, then (distance, index) order in the merge →
-// the lowest index wins among equal values.
+//                   (best, tile); the quad merge and the label store once per row block.
+// The compared quantity is assign_kernel.cu's: d' is a positive per-row multiple of ‖x−c‖² − ‖x‖². The plain and
+// screen epilogues compare keys — d' with its 5 low bits replaced by the column's place among the thread's 32
+// (one LOP3 and one FMNMX a value instead of a compare and two selects: 10M×128×1024 fp16 4.84–4.88 → 4.56–4.73 ms).
+// Values within 2⁻¹⁸ of each other (exact duplicates included) are then ordered by that place before their index:
+// deterministic, not always the lowest index (the portable kernel's tie rule). That is inside the products' own
+// error in these modes; the screen's margin test allows for it, and exact mode's epilogue compares the values
+// themselves (strict '<' in increasing column order per thread, then (distance, index) order in the merge).
 //
 // Shared-memory layouts are what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and what the wgmma descriptors say:
 // K-major rows of 64 16-bit values (128 bytes), 8-row groups 1024 bytes apart, 16-byte chunks XOR-swizzled by
@@ -47,6 +51,9 @@ namespace {
 #endif
 #ifndef KMFLEET_WGMMA_EPILOGUE
 #define KMFLEET_WGMMA_EPILOGUE 0
+#endif
+#ifndef KMFLEET_WGMMA_KEYS
+#define KMFLEET_WGMMA_KEYS 1
 #endif
 constexpr int kConsumers = 2;
 // M = m64 halves per consumer: 2 (256-row blocks) in general; 1 (128-row blocks) for exact fp32 with Dp > 128, whose
@@ -89,6 +96,7 @@ struct HopperArgs {
   int dp;
   int n, nK, nTiles, rowBlocks, stages, aBufs;
   float halfScaleC;
+  unsigned keyMask;            // ~31u: clears the low bits of a key for its column (a register, see withLowBits)
   ExactBound bound;
 };
 
@@ -171,6 +179,13 @@ __device__ __forceinline__ void wgmma128(float (&d)[64], std::uint64_t descA, st
 }
 #undef KMF_WGMMA_BODY
 #undef KMF_ACC8
+// (v & mask) | low: one LOP3 when the mask is in a register (a kernel argument the compiler can't fold) and the low
+// bits an immediate; with both as immediates the compiler emits two.
+__device__ __forceinline__ float withLowBits(float v, unsigned mask, unsigned low) {
+  unsigned k;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(k) : "r"(__float_as_uint(v)), "r"(mask), "r"(low));
+  return __uint_as_float(k);
+}
 
 __device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory"); }
 __device__ __forceinline__ void setMaxRegsDec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); }
@@ -247,6 +262,8 @@ __global__ void __launch_bounds__(kThreadsH, 1)
   extern __shared__ unsigned char smemRaw[];
   constexpr int kBlockRowsH = blockRowsH(M), kAChunkBytes = aChunkBytes(M), kRowsPerConsumer = 64 * M;
   constexpr bool kPingPong = KMFLEET_WGMMA_PINGPONG && M == 2;
+  // keys: the plain and screen epilogues compare d' with the column in its low bits (see below); exact mode doesn't
+  constexpr bool kKeys = KMFLEET_WGMMA_KEYS && KMFLEET_WGMMA_EPILOGUE != 1 && (MODE == kPlain || MODE == kScreen);
   const SharedLayout sm = carve(smemRaw, p, TERMS, kAChunkBytes);
   const int tid = threadIdx.x, wg = tid >> 7;
   constexpr unsigned kConsumerWarps = 4 * kConsumers;
@@ -431,8 +448,68 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       for (int j = 0; j < 16; ++j) cn[j] = __ldg(reinterpret_cast<const float2*>(p.cnorm + colBase + j * 8));
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        if constexpr (MARGIN) {
-          // exact and screen modes: best and second best, in increasing column order (strict '<': the lowest index wins)
+        if constexpr (KMFLEET_WGMMA_EPILOGUE == 1 && !MARGIN) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = m * 2 + h;
+            const float v = fmaf(g[i], cn[i].x, -acc[m][h * 2]);
+            const bool lt = v < best[i];
+            best[i] = lt ? v : best[i];
+            bestIdx[i] = lt ? colBase : bestIdx[i];
+          }
+        } else if constexpr (KMFLEET_WGMMA_KEYS && MODE == kPlain) {
+          // keys: u = acc − g·‖c‖² (= −d') with its 5 low bits replaced by 31 − L, L = 2j + e the column's place
+          // among the thread's 32; one max per value picks the best column (among equal u ≥ 0, the thread's lowest).
+          // The running best keeps −key (a d' again, for the merge below) and the tile it came from.
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = m * 2 + h;
+            float k[32];
+#pragma unroll
+            for (int j = 0; j < 16; ++j)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                k[2 * j + e] = withLowBits(fmaf(-g[i], e ? cn[j].y : cn[j].x, acc[m][4 * j + 2 * h + e]), p.keyMask,
+                                           31 - (2 * j + e));
+#pragma unroll
+            for (int w = 1; w < 32; w <<= 1)
+#pragma unroll
+              for (int l = 0; l < 32; l += 2 * w) k[l] = fmaxf(k[l], k[l + w]);
+            const float v = -k[0];
+            const bool lt = v < best[i];
+            best[i] = lt ? v : best[i];
+            bestIdx[i] = lt ? ct : bestIdx[i];
+          }
+        } else if constexpr (KMFLEET_WGMMA_KEYS && MODE == kScreen) {
+          // keys (d' with its 5 low bits replaced by L): best and second best by a tree of (low, high) pairs —
+          // leaves min/max of two values, a merge low = min(l1, l2), high = min(max(l1, l2), min(h1, h2)) — then
+          // merged with the running pair the same way. The margin test allows for the keys' rounding.
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = m * 2 + h;
+            float lo[16], hi[16];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              const float k0 = withLowBits(fmaf(g[i], cn[j].x, -acc[m][4 * j + 2 * h]), p.keyMask, 2 * j);
+              const float k1 = withLowBits(fmaf(g[i], cn[j].y, -acc[m][4 * j + 2 * h + 1]), p.keyMask, 2 * j + 1);
+              lo[j] = fminf(k0, k1);
+              hi[j] = fmaxf(k0, k1);
+            }
+#pragma unroll
+            for (int w = 1; w < 16; w <<= 1)
+#pragma unroll
+              for (int l = 0; l < 16; l += 2 * w) {
+                hi[l] = fminf(fmaxf(lo[l], lo[l + w]), fminf(hi[l], hi[l + w]));
+                lo[l] = fminf(lo[l], lo[l + w]);
+              }
+            const bool lt = lo[0] < best[i];
+            second[i] = fminf(fmaxf(lo[0], best[i]), fminf(second[i], hi[0]));
+            best[i] = fminf(lo[0], best[i]);
+            bestIdx[i] = lt ? ct : bestIdx[i];
+          }
+        } else if constexpr (MARGIN) {
+          // exact (and, without keys, screen) modes: best and second best, in increasing column order (strict '<':
+          // the lowest index wins)
 #pragma unroll
           for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -447,15 +524,6 @@ __global__ void __launch_bounds__(kThreadsH, 1)
                 best[i] = lt ? v : best[i];
               }
             }
-        } else if (KMFLEET_WGMMA_EPILOGUE == 1) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = m * 2 + h;
-            const float v = fmaf(g[i], cn[i].x, -acc[m][h * 2]);
-            const bool lt = v < best[i];
-            best[i] = lt ? v : best[i];
-            bestIdx[i] = lt ? colBase : bestIdx[i];
-          }
         } else {
           // per row a min-tree over the thread's 32 columns (left = lower column, the right one wins only when
           // strictly smaller), then one compare with the running best
@@ -489,6 +557,10 @@ __global__ void __launch_bounds__(kThreadsH, 1)
     // quad merge (the 4 lanes of a quad hold the same rows, different columns), then the store
 #pragma unroll
     for (int i = 0; i < 2 * M; ++i) {
+      if constexpr (kKeys) {  // the best key's tile and column within the thread's 32 → its centroid
+        const int L = MODE == kPlain ? 31 - (__float_as_int(best[i]) & 31) : __float_as_int(best[i]) & 31;
+        bestIdx[i] = bestIdx[i] * kTileN + 2 * (lane & 3) + (L >> 1) * 8 + (L & 1);
+      }
 #pragma unroll
       for (int off = 1; off <= 2; off <<= 1) {
         const float ob = __shfl_xor_sync(0xffffffffu, best[i], off);
@@ -511,7 +583,12 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           if constexpr (MODE == kScreen) {
             if (b.epsL > 0.f) eps += b.epsL * p.rowNormLo[r];
           }
-          if (!(second[i] - best[i] > 2.f * eps)) {
+          // keys: each of best and second is within 32 units in the last place of its value, i.e. 2⁻¹⁸ of it, and
+          // |second| ≤ |best| + gap; so the values' gap exceeds 2ε when gap·(1 − 2⁻¹⁷) > 2ε + 2⁻¹⁷·|best|
+          // (2⁻¹⁷ rather than 2⁻¹⁸: room for this test's own rounding). An infinite gap (K = 1) passes.
+          const float gap = second[i] - best[i];
+          const bool decided = kKeys ? gap * (1.f - 0x1p-17f) > 2.f * eps + 0x1p-17f * fabsf(best[i]) : gap > 2.f * eps;
+          if (!decided) {
             const unsigned slot = atomicAdd(p.flaggedCount, 1u);
             p.flagged[slot] = r;
             if constexpr (THREE) {
@@ -682,6 +759,7 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   a.nTiles = static_cast<int>(kp / kTileN);
   a.rowBlocks = static_cast<int>((n + blockRows - 1) / blockRows);
   a.halfScaleC = c.scale * 0.5f;
+  a.keyMask = ~31u;
   a.bound = bound;
   const int grid = std::min(a.rowBlocks, dev.sms);
   if (screened) {
