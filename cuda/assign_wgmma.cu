@@ -45,7 +45,8 @@ namespace {
 
 // A/B knobs for tools/assign_ab builds (defaults = the shipped kernel): KMFLEET_WGMMA_PINGPONG=0 lets the two
 // consumers issue freely; KMFLEET_WGMMA_EPILOGUE=1 replaces the epilogue by a token read of the accumulators
-// (wrong labels: the products-only ceiling).
+// (wrong labels: the products-only ceiling); KMFLEET_WGMMA_KEYS=0 puts back the plain and screen epilogues that
+// compare values (a compare and two selects a value; stop 12's kernel).
 #ifndef KMFLEET_WGMMA_PINGPONG
 #define KMFLEET_WGMMA_PINGPONG 1
 #endif
