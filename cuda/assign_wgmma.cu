@@ -56,22 +56,14 @@ namespace {
 #ifndef KMFLEET_WGMMA_KEYS
 #define KMFLEET_WGMMA_KEYS 1
 #endif
-#ifndef KMFLEET_WGMMA_CONSUMERS
-#define KMFLEET_WGMMA_CONSUMERS 4
-#endif
-// C = consumer warpgroups, M = m64 halves per consumer:
-//   C = 2, M = 2 (256-row blocks): exact mode, and every mode with Dp > 128;
-//   C = 2, M = 1 (128-row blocks): exact fp32 with Dp > 128, whose hi + lo rows of a 256-row block would not fit
-//                                  beside the centroid ring;
-//   C = 4, M = 1 (256-row blocks): the plain and screen modes with Dp ≤ 128 (KMFLEET_WGMMA_CONSUMERS=2: C = 2, M = 2).
-//                                  Four consumers of 64 rows take turns, so three epilogues overlap one consumer's
-//                                  products instead of one; each reads B once per 64 rows, which is what two
-//                                  consecutive m64 wgmmas on one descriptor cost too (the shared pipe measured the same).
-__host__ __device__ constexpr int blockRowsH(int C, int M) { return C * 64 * M; }
-__host__ __device__ constexpr int aChunkBytes(int C, int M) { return blockRowsH(C, M) * 64 * 2; }  // one 64-dim chunk of a block's rows
-__host__ __device__ constexpr int threadsH(int C) { return 128 * (C + 1); }
+constexpr int kConsumers = 2;
+// M = m64 halves per consumer: 2 (256-row blocks) in general; 1 (128-row blocks) for exact fp32 with Dp > 128, whose
+// hi + lo rows of a 256-row block would not fit beside the centroid ring.
+__host__ __device__ constexpr int blockRowsH(int M) { return kConsumers * 64 * M; }
+__host__ __device__ constexpr int aChunkBytes(int M) { return blockRowsH(M) * 64 * 2; }  // one 64-dim chunk of a block's rows
 constexpr int kTileN = 128;                                     // centroids per tile = kBlockCentroids (Kp padding)
 constexpr int kChunk = 64;                                      // dims per TMA box: one 128-byte swizzle row
+constexpr int kThreadsH = 128 * (kConsumers + 1);
 constexpr int kStageBytes = kTileN * kChunk * 2;                // 16 KB
 constexpr int kMaxStages = 8;
 constexpr int kMinStages = 3;
@@ -188,31 +180,6 @@ __device__ __forceinline__ void wgmma128(float (&d)[64], std::uint64_t descA, st
 }
 #undef KMF_WGMMA_BODY
 #undef KMF_ACC8
-// d = A·Bᵀ with d write-only (scale-d 0): a tile's first product when the accumulators must not be live before it.
-#define KMF_OUT8(i) "=f"(d[i]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]), "=f"(d[i + 5]), \
-                    "=f"(d[i + 6]), "=f"(d[i + 7])
-#define KMF_WGMMA0_BODY(TYPE)                                                                                  \
-  asm volatile(                                                                                                \
-      "{\n"                                                                                                    \
-      ".reg .pred p;\n"                                                                                        \
-      "setp.ne.b32 p, 0, 0;\n"                                                                                 \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " "                                         \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                       \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                       \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "                      \
-      "%64, %65, p, 1, 1, 0, 0;\n"                                                                             \
-      "}\n"                                                                                                    \
-      : KMF_OUT8(0), KMF_OUT8(8), KMF_OUT8(16), KMF_OUT8(24), KMF_OUT8(32), KMF_OUT8(40), KMF_OUT8(48),         \
-        KMF_OUT8(56)                                                                                           \
-      : "l"(descA), "l"(descB))
-template <bool BF16>
-__device__ __forceinline__ void wgmma128First(float (&d)[64], std::uint64_t descA, std::uint64_t descB) {
-  if constexpr (BF16) KMF_WGMMA0_BODY("bf16");
-  else KMF_WGMMA0_BODY("f16");
-}
-#undef KMF_WGMMA0_BODY
-#undef KMF_OUT8
 // (v & mask) | low: one LOP3 when the mask is in a register (a kernel argument the compiler can't fold) and the low
 // bits an immediate; with both as immediates the compiler emits two.
 __device__ __forceinline__ float withLowBits(float v, unsigned mask, unsigned low) {
@@ -221,19 +188,8 @@ __device__ __forceinline__ float withLowBits(float v, unsigned mask, unsigned lo
   return __uint_as_float(k);
 }
 
-// Registers a thread after the split. A consumer can only take what the producer gave back of the launch's share
-// (65536 / threads, a multiple of 8: 168 at C = 2, 96 at C = 4): C = 2: producer 40, consumers 232; C = 4: 24 and
-// 112 (at 120 the consumers' setmaxnreg.inc waited forever: 512 × 24 > 128 × 72).
-template <int C>
-__device__ __forceinline__ void setMaxRegsInc() {
-  if constexpr (C == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-  else asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n" ::: "memory");
-}
-template <int C>
-__device__ __forceinline__ void setMaxRegsDec() {
-  if constexpr (C == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-  else asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-}
+__device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory"); }
+__device__ __forceinline__ void setMaxRegsDec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); }
 
 struct SharedLayout {
   unsigned short* a;   // aBufs × nK × terms × (block rows × 64)
@@ -294,8 +250,8 @@ __device__ __forceinline__ void namedArrive(int id) { asm volatile("bar.arrive %
 // GATHER (the exact pass over the rows the screen listed): the rows are not one contiguous range, so the producer
 // warpgroup's warps 1–3 copy them into the row buffers with cp.async (in the layout the 128-byte-swizzled TMA
 // boxes have), and the row count is read on the device.
-template <bool BF16, int MODE, int C, int M, bool GATHER>
-__global__ void __launch_bounds__(threadsH(C), 1)
+template <bool BF16, int MODE, int M, bool GATHER>
+__global__ void __launch_bounds__(kThreadsH, 1)
     assignHopperKernel(const __grid_constant__ CUtensorMap rowsHi, const __grid_constant__ CUtensorMap rowsLo,
                        const __grid_constant__ CUtensorMap centroidsHi, const __grid_constant__ CUtensorMap centroidsLo,
                        const HopperArgs p) {
@@ -305,18 +261,13 @@ __global__ void __launch_bounds__(threadsH(C), 1)
   constexpr int TERMS = THREE ? 2 : 1;
   constexpr int kGatherThreads = 96;  // producer warps 1–3
   extern __shared__ unsigned char smemRaw[];
-  constexpr int kBlockRowsH = blockRowsH(C, M), kAChunkBytes = aChunkBytes(C, M), kRowsPerConsumer = 64 * M;
-  // consumers take turns issuing (named barriers 1 … C) except on 128-row exact blocks, which hand stages back per
-  // k-chunk; C = 4: the tile's first wgmma writes its accumulators without reading them, so they die after the
-  // epilogue and its keys can use their registers (112 a thread)
-  constexpr bool kPingPong = KMFLEET_WGMMA_PINGPONG && (M == 2 || C > 2);
-  constexpr bool kChunkRelease = M == 1 && C == 2;
-  constexpr bool kFirstWriteOnly = C > 2;
+  constexpr int kBlockRowsH = blockRowsH(M), kAChunkBytes = aChunkBytes(M), kRowsPerConsumer = 64 * M;
+  constexpr bool kPingPong = KMFLEET_WGMMA_PINGPONG && M == 2;
   // keys: the plain and screen epilogues compare d' with the column in its low bits (see below); exact mode doesn't
   constexpr bool kKeys = KMFLEET_WGMMA_KEYS && KMFLEET_WGMMA_EPILOGUE != 1 && (MODE == kPlain || MODE == kScreen);
   const SharedLayout sm = carve(smemRaw, p, TERMS, kAChunkBytes);
   const int tid = threadIdx.x, wg = tid >> 7;
-  constexpr unsigned kConsumerWarps = 4 * C;
+  constexpr unsigned kConsumerWarps = 4 * kConsumers;
   constexpr int kAChunkHalves = kAChunkBytes / 2, kStageHalves = kStageBytes / 2;
   // GATHER: the count the screen left on the device (the stream orders it before this launch)
   const int n = GATHER ? min(static_cast<int>(*p.nDevice), p.n) : p.n;
@@ -336,7 +287,7 @@ __global__ void __launch_bounds__(threadsH(C), 1)
   __syncthreads();
 
   if (wg == 0) {
-    setMaxRegsDec<C>();
+    setMaxRegsDec();
     if constexpr (GATHER) {
       if (tid >= 32) {
         // ---- row gatherers: block row i ← row rowIds[i], 16-byte pieces at the swizzled positions TMA would use
@@ -402,11 +353,11 @@ __global__ void __launch_bounds__(threadsH(C), 1)
   }
 
   // ---- consumers ----
-  setMaxRegsInc<C>();
+  setMaxRegsInc();
   const int consumer = wg - 1, ctid = tid - 128 * wg, warp = ctid >> 5, lane = ctid & 31;
   const int rowOff = consumer * kRowsPerConsumer;  // this warpgroup's rows within the row block
-  const int myTurn = 1 + consumer, nextTurn = 1 + (consumer + 1) % C;
-  if (kPingPong && consumer == C - 1) namedArrive(1);  // consumer 0 issues first
+  const int myTurn = 1 + consumer, otherTurn = 2 - consumer;
+  if (kPingPong && consumer == 1) namedArrive(1);  // consumer 0 issues first
   float acc[M][64];
   // Thread's rows: half m, fragment row h → rowOff + m·64 + warp·16 + h·8 + lane/4. Their factors g_r are read
   // one row block ahead, so the global load's latency is not paid at every block start.
@@ -478,8 +429,7 @@ __global__ void __launch_bounds__(threadsH(C), 1)
           for (int m = 0; m < M; ++m) {
             const int aBytes = (m * 64 * kChunk + kk * 16) * 2;
             const std::uint64_t dah = descPlus(dA, aBytes);
-            if (kFirstWriteOnly && !accumulate) wgmma128First<BF16>(acc[m], dah, dbh);
-            else wgmma128<BF16>(acc[m], dah, dbh, accumulate);
+            wgmma128<BF16>(acc[m], dah, dbh, accumulate);
             if constexpr (THREE) {
               wgmma128<BF16>(acc[m], dah, descPlus(dBLo, kk * 32), 1);
               wgmma128<BF16>(acc[m], descPlus(dALo, aBytes), dbh, 1);
@@ -487,19 +437,19 @@ __global__ void __launch_bounds__(threadsH(C), 1)
           }
         }
         wgCommit();
-        if constexpr (kChunkRelease) {  // the previous k-chunk's products are done: its stages go back now
+        if constexpr (M == 1) {  // the previous k-chunk's products are done: its stages go back now
           if (kc > 0) {
             wgWait<1>();
             release(TERMS);
           }
         }
       }
-      if (kPingPong) namedArrive(nextTurn);
+      if (kPingPong) namedArrive(otherTurn);
       wgWait<0>();
       // this tile's stages are consumed (M = 1: the last k-chunk's): hand them back to the producer (one arrival per
       // warp); after the block's last products its rows are no longer read either: the next block's may load while
       // this epilogue runs
-      release(kChunkRelease ? TERMS : p.nK * TERMS);
+      release(M == 1 ? TERMS : p.nK * TERMS);
       if (lane == 0 && ct == p.nTiles - 1) barArrive(sm.aEmpty + ab);
 
       const int colBase = ct * kTileN + 2 * (lane & 3);
@@ -734,27 +684,25 @@ bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B to
 }
 
 
-template <bool BF16, int MODE, int C, int M, bool GATHER>
+template <bool BF16, int MODE, int M, bool GATHER>
 void launchHopper(const CUtensorMap (&maps)[4], const HopperArgs& a, std::size_t smem, int grid, cudaStream_t s) {
   static std::size_t configured = 0;  // per instantiation: raise the dynamic limit once per size
   if (smem > configured) {
-    cudaFuncSetAttribute(assignHopperKernel<BF16, MODE, C, M, GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(assignHopperKernel<BF16, MODE, M, GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(smem));
     configured = smem;
   }
-  assignHopperKernel<BF16, MODE, C, M, GATHER><<<grid, threadsH(C), smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
+  assignHopperKernel<BF16, MODE, M, GATHER><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
 }
 
 // Shared memory of one launch: rows (aBufs buffers), the centroid ring, barriers. False when it can't fit.
-bool sizeLaunch(HopperArgs& a, int terms, int C, int M, const DeviceFacts& dev, std::size_t* smem) {
-  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * terms * aChunkBytes(C, M);
+bool sizeLaunch(HopperArgs& a, int terms, int M, const DeviceFacts& dev, std::size_t* smem) {
+  const std::size_t aBytes = static_cast<std::size_t>(a.nK) * terms * aChunkBytes(M);
   const std::size_t fixed = 1024 /* alignment slack */ + kBarrierBytes;
   const std::size_t optin = static_cast<std::size_t>(dev.smemOptin);
-  // C = 2, M = 2: a tile's stages must all fit in the ring (a consumer releases them together), plus one to load
-  // ahead; C = 2, M = 1: two k-chunks' stages per consumer (the one in flight and the one being issued), plus one;
-  // C = 4: two tiles (the first consumer issues the next tile while the last one still holds this one), plus one
-  const std::size_t tile = static_cast<std::size_t>(a.nK) * terms;
-  const std::size_t held = C == 2 && M == 1 ? 2 * static_cast<std::size_t>(terms) : C == 4 ? 2 * tile : tile;
+  // M = 2: a tile's stages must all fit in the ring (a consumer releases them together), plus one to load ahead;
+  // M = 1: two k-chunks' stages per consumer (the one in flight and the one being issued), plus one
+  const std::size_t held = M == 1 ? 2 * static_cast<std::size_t>(terms) : static_cast<std::size_t>(a.nK) * terms;
   const std::size_t minStages = std::max<std::size_t>(kMinStages, held + 1);
   if (fixed + aBytes + minStages * kStageBytes > optin) return false;
   // Two row buffers when that still leaves the ring deep enough: the next block's rows then load during this one.
@@ -776,29 +724,26 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   if (!dev.hopper) return false;
   const bool three = op == OpKind::F16x3;
   const int terms = three ? 2 : 1;
-  // one product (plain, and exact mode's screen) with Dp ≤ 128: four 64-row consumers; otherwise two
-  const bool four = KMFLEET_WGMMA_CONSUMERS == 4 && dp <= 128;
   // 128-row blocks where 256 rows of hi + lo would not fit (KMFLEET_WGMMA_ROWS=128: for every exact shape, A/B only)
   const char* rowsEnv = std::getenv("KMFLEET_WGMMA_ROWS");
-  const int C = four && !three ? 4 : 2;
-  const int M = C == 4 || (three && (dp > 128 || (rowsEnv && std::strcmp(rowsEnv, "128") == 0))) ? 1 : 2;
+  const int M = three && (dp > 128 || (rowsEnv && std::strcmp(rowsEnv, "128") == 0)) ? 1 : 2;
 
   HopperArgs a{};
   a.nK = dp / kChunk;
   std::size_t smem = 0;
-  if (!sizeLaunch(a, terms, C, M, dev, &smem)) return false;
+  if (!sizeLaunch(a, terms, M, dev, &smem)) return false;
   // exact mode screened by one product first (rows and centroids: the hi operands, 256-row blocks)
   const bool screened = three && screen.rows && screen.count && !exactScreenEnv("0");
   HopperArgs screenShape{};  // the screen's row buffers and ring (one product, 256-row blocks)
   screenShape.nK = a.nK;
   std::size_t screenSmem = 0;
-  if (screened && !sizeLaunch(screenShape, 1, four ? 4 : 2, four ? 1 : 2, dev, &screenSmem)) return false;
+  if (screened && !sizeLaunch(screenShape, 1, 2, dev, &screenSmem)) return false;
 
   const bool bf16 = op == OpKind::BF16x1;
   const std::int64_t kp = padCentroids(k);
   CUtensorMap maps[4];  // rows hi, rows lo, centroids hi, centroids lo (lo = hi when one product)
-  const int blockRows = blockRowsH(C, M), screenRows = blockRowsH(2, 2);  // = blockRowsH(4, 1)
-  if (!makeMap(&maps[0], rows.ahi, n, dp, screened ? screenRows : blockRows, bf16) ||
+  const int blockRows = blockRowsH(M);
+  if (!makeMap(&maps[0], rows.ahi, n, dp, screened ? blockRowsH(2) : blockRows, bf16) ||
       !makeMap(&maps[2], c.bhi, kp, dp, kTileN, bf16))
     return false;
   if (three) {
@@ -834,27 +779,23 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     sa.flaggedCount = screen.count;
     sa.flaggedThr = nullptr;
     sa.bound = screen.bound;
-    sa.rowBlocks = static_cast<int>((n + screenRows - 1) / screenRows);
+    sa.rowBlocks = static_cast<int>((n + blockRowsH(2) - 1) / blockRowsH(2));
     if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
-    const int screenGrid = std::min(sa.rowBlocks, dev.sms);
-    if (four) launchHopper<false, kScreen, 4, 1, false>(maps, sa, screenSmem, screenGrid, s);
-    else launchHopper<false, kScreen, 2, 2, false>(maps, sa, screenSmem, screenGrid, s);
+    launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
     if (exactScreenEnv("only")) return true;
     // 2. the exact products over those rows only (gathered; their count is on the device)
     a.rowIds = screen.rows;
     a.nDevice = screen.count;
     a.rowsHi = static_cast<const unsigned short*>(rows.ahi);
     a.rowsLo = static_cast<const unsigned short*>(rows.alo);
-    if (M == 1) launchHopper<false, kExact, 2, 1, true>(maps, a, smem, grid, s);
-    else launchHopper<false, kExact, 2, 2, true>(maps, a, smem, grid, s);
+    if (M == 1) launchHopper<false, kExact, 1, true>(maps, a, smem, grid, s);
+    else launchHopper<false, kExact, 2, true>(maps, a, smem, grid, s);
     return true;
   }
-  if (three && M == 1) launchHopper<false, kExact, 2, 1, false>(maps, a, smem, grid, s);
-  else if (three) launchHopper<false, kExact, 2, 2, false>(maps, a, smem, grid, s);
-  else if (bf16 && C == 4) launchHopper<true, kPlain, 4, 1, false>(maps, a, smem, grid, s);
-  else if (bf16) launchHopper<true, kPlain, 2, 2, false>(maps, a, smem, grid, s);
-  else if (C == 4) launchHopper<false, kPlain, 4, 1, false>(maps, a, smem, grid, s);
-  else launchHopper<false, kPlain, 2, 2, false>(maps, a, smem, grid, s);
+  if (three && M == 1) launchHopper<false, kExact, 1, false>(maps, a, smem, grid, s);
+  else if (three) launchHopper<false, kExact, 2, false>(maps, a, smem, grid, s);
+  else if (bf16) launchHopper<true, kPlain, 2, false>(maps, a, smem, grid, s);
+  else launchHopper<false, kPlain, 2, false>(maps, a, smem, grid, s);
   return true;
 }
 
