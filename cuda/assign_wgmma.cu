@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             best[i] = lt ? v : best[i];
             bestIdx[i] = lt ? colBase : bestIdx[i];
           }
-        } else if constexpr (KMFLEET_WGMMA_KEYS && MODE == kPlain) {
+        } else if constexpr (kKeys && MODE == kPlain) {
           // keys: u = acc − g·‖c‖² (= −d') with its 5 low bits replaced by 31 − L, L = 2j + e the column's place
           // among the thread's 32; one max per value picks the best column (among equal u ≥ 0, the thread's lowest).
           // The running best keeps −key (a d' again, for the merge below) and the tile it came from.
@@ -487,7 +487,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             best[i] = lt ? v : best[i];
             bestIdx[i] = lt ? ct : bestIdx[i];
           }
-        } else if constexpr (KMFLEET_WGMMA_KEYS && MODE == kScreen) {
+        } else if constexpr (kKeys && MODE == kScreen) {
           // keys (d' with its 5 low bits replaced by L): best and second best by a tree of (low, high) pairs —
           // leaves min/max of two values, a merge low = min(l1, l2), high = min(max(l1, l2), min(h1, h2)) — then
           // merged with the running pair the same way. The margin test allows for the keys' rounding.
