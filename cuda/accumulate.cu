@@ -178,6 +178,9 @@ struct FusedShared {
 };
 // Blocks per SM of the fused segment kernels for D ≤ 128 (T·V ≤ 4): registers capped at 56, which the kernel needs
 // without the cap until the optional distance store is added (62–86 then, fewer blocks per SM).
+#ifndef KMFLEET_SUMS_PIN_CENTROID
+#define KMFLEET_SUMS_PIN_CENTROID 1  // A/B: 0 lets the compiler convert the centroid's floats again per row
+#endif
 #ifndef KMFLEET_SUMS_BLOCKS_PER_SM
 #define KMFLEET_SUMS_BLOCKS_PER_SM 9
 #endif
@@ -197,14 +200,32 @@ struct LaneColumns {
       for (int v = 0; v < V; ++v) out[v] = 0.f;
     }
   }
-  // one column's term added to the lane's part q of the row's distance: (x−c)², or x·c for cosine
-  __device__ static double term(float x, float c, bool cosine, double q) {
-    if (cosine) return fma(static_cast<double>(x), static_cast<double>(c), q);
-    const double u = static_cast<double>(x) - static_cast<double>(c);
+  // one column's term added to the lane's part q of the row's distance: (x−c)², or x·c for cosine (c: the
+  // centroid's fp32 value, already widened — see centroidColumns)
+  __device__ static double term(float x, double c, bool cosine, double q) {
+    if (cosine) return fma(static_cast<double>(x), c, q);
+    const double u = static_cast<double>(x) - c;
     return fma(u, u, q);
   }
+  // The lane's columns of the centroid, widened to fp64 once. The empty asm makes each value opaque, so the compiler
+  // keeps the doubles instead of converting the floats again for every row: under the kernels' register cap it did,
+  // and F2F.F64.F32 runs at a quarter of the fp64 add rate — the f16 sums kernel spent ~70 % of its cycles on the
+  // conversions, half of them these (ncu, 10M×128 fp16, 2026-11-25).
+  __device__ static void centroidColumns(const float* cRow, int d, int lane, double* cd) {
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int j = column(lane, t, v);
+        double c = j < d ? static_cast<double>(cRow[j]) : 0.0;
+#if KMFLEET_SUMS_PIN_CENTROID
+        asm volatile("" : "+d"(c));
+#endif
+        cd[t * V + v] = c;
+      }
+  }
   // this lane's part of the row's distance, its columns in increasing order (as fusedSegment's add)
-  __device__ static double distance(const float* val, const float* cj, int d, int lane, bool cosine) {
+  __device__ static double distance(const float* val, const double* cj, int d, int lane, bool cosine) {
     double q = 0;
 #pragma unroll
     for (int t = 0; t < T; ++t)
@@ -230,16 +251,10 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
   __syncthreads();
   using L = LaneColumns<T, V, IN>;
   auto column = [&](int t, int v) { return L::column(lane, t, v); };
-  float cj[TV];
-  double cs[TV];
+  double cj[TV], cs[TV];
+  L::centroidColumns(cRow, d, lane, cj);
 #pragma unroll
-  for (int t = 0; t < T; ++t)
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int j = column(t, v);
-      cj[t * V + v] = j < d ? cRow[j] : 0.f;
-      cs[t * V + v] = 0;
-    }
+  for (int e = 0; e < TV; ++e) cs[e] = 0;
   auto load = [&](size_t x, int t, float* out) { L::load(xv, x, d, lane, t, out); };
   auto add = [&](const float* val, double& q) {  // one row's values into the column sums and its distance
 #pragma unroll
@@ -403,16 +418,11 @@ __global__ void sumsDistancesKernel(const void* xv, long long n, int d, const fl
   const long long warps = static_cast<long long>(gridDim.x) * warpsPerBlock;
   for (long long r = static_cast<long long>(blockIdx.x) * warpsPerBlock + (threadIdx.x >> 5); r < n; r += warps) {
     const float* cRow = cf + static_cast<size_t>(labels[r]) * d;
-    float cj[T * V], val[T * V];
+    double cj[T * V];
+    float val[T * V];
+    L::centroidColumns(cRow, d, lane, cj);
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const int j = L::column(lane, t, v);
-        cj[t * V + v] = j < d ? cRow[j] : 0.f;
-      }
-      L::load(xv, static_cast<size_t>(r) * d, d, lane, t, &val[t * V]);
-    }
+    for (int t = 0; t < T; ++t) L::load(xv, static_cast<size_t>(r) * d, d, lane, t, &val[t * V]);
     const double qs = warpSum64(L::distance(val, cj, d, lane, cosine != 0));
     if (lane == 0) dist[r] = cosine ? 1.0 - qs : qs;
   }
