@@ -13,7 +13,9 @@
 //   warpgroups 1, 2 consumers: each owns 128 rows (two m64 halves) and keeps a 2 × 64×128 fp32 accumulator
 //                   (128 registers per thread). Per centroid tile: Dp/16 k-steps × 2 wgmma, then the epilogue
 //                   d' = g_r·‖c‖² − acc, a per-row min over the thread's 32 columns, folded into the running
-//                   (best, tile); the quad merge and the label store once per row block.
+//                   (best, tile); the quad merge and the label store once per row block. The plain mode starts
+//                   the accumulators at −g_r·‖c‖² instead (exact: g_r is a power of two), so its epilogue reads
+//                   −d' straight from them.
 // The compared quantity is assign_kernel.cu's: d' is a positive per-row multiple of ‖x−c‖² − ‖x‖². The plain and
 // screen epilogues compare keys — d' with its 5 low bits replaced by the column's place among the thread's 32
 // (one LOP3 and one FMNMX a value instead of a compare and two selects: 10M×128×1024 fp16 4.84–4.88 → 4.56–4.73 ms).
@@ -52,6 +54,9 @@ namespace {
 #endif
 #ifndef KMFLEET_WGMMA_EPILOGUE
 #define KMFLEET_WGMMA_EPILOGUE 0
+#endif
+#ifndef KMFLEET_WGMMA_INIT
+#define KMFLEET_WGMMA_INIT 1  // 0: the plain epilogue computes d' = g·‖c‖² − acc per value (stop 13's kernel)
 #endif
 #ifndef KMFLEET_WGMMA_KEYS
 #define KMFLEET_WGMMA_KEYS 1
@@ -188,6 +193,15 @@ __device__ __forceinline__ float withLowBits(float v, unsigned mask, unsigned lo
   return __uint_as_float(k);
 }
 
+// The same with the value in an fp32 register, for keys made straight from the accumulators: reading them through
+// __float_as_uint makes NVVM carry the accumulators as integers, and ptxas then waits for the products before every
+// such read (C7517) — the wgmmas are serialized.
+__device__ __forceinline__ float withLowBitsF(float v, unsigned mask, unsigned low) {
+  float k;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=f"(k) : "f"(v), "r"(mask), "r"(low));
+  return k;
+}
+
 __device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory"); }
 __device__ __forceinline__ void setMaxRegsDec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); }
 
@@ -265,6 +279,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
   constexpr bool kPingPong = KMFLEET_WGMMA_PINGPONG && M == 2;
   // keys: the plain and screen epilogues compare d' with the column in its low bits (see below); exact mode doesn't
   constexpr bool kKeys = KMFLEET_WGMMA_KEYS && KMFLEET_WGMMA_EPILOGUE != 1 && (MODE == kPlain || MODE == kScreen);
+  // plain mode: the accumulators start at −g·‖c‖² instead of 0, so the products leave u = −d' in them and the
+  // epilogue makes keys straight from the accumulators (see the tile loop)
+  constexpr bool kInit = KMFLEET_WGMMA_INIT && kKeys && MODE == kPlain;
   const SharedLayout sm = carve(smemRaw, p, TERMS, kAChunkBytes);
   const int tid = threadIdx.x, wg = tid >> 7;
   constexpr unsigned kConsumerWarps = 4 * kConsumers;
@@ -403,6 +420,22 @@ __global__ void __launch_bounds__(kThreadsH, 1)
     loadG(rb + gridDim.x, gNext);
 
     for (int ct = 0; ct < p.nTiles; ++ct) {
+      const int nextTile = ct + 1 == p.nTiles ? 0 : ct + 1;  // the next row block starts at tile 0
+      if constexpr (kInit) {
+        // acc = −g·‖c‖², exact (g is a power of two: s_r·s_c/2), so that the products leave u = x̂·ĉ − g·‖c‖² = −d'.
+        // 128 independent multiplies before this tile's turn instead of an FFMA at the head of every value's chain
+        // in the epilogue: 10M×128×1024 fp16 assignment 4.43–4.57 → 4.31–4.39 ms (cuda/NOTES.md "Stop 14").
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+          for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float ng = -g[m * 2 + h];
+              acc[m][4 * j + 2 * h] = ng * cn[j].x;
+              acc[m][4 * j + 2 * h + 1] = ng * cn[j].y;
+            }
+      }
       if (kPingPong) namedSync(myTurn);
       wgFence();
       // Both halves' products per k-step, back to back on the same B descriptor. (Issuing half 0's products
@@ -424,7 +457,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
           const std::uint64_t dbh = descPlus(dB, kk * 32);  // 16 halves a k-step
-          const int accumulate = (kc > 0 || kk > 0) ? 1 : 0;
+          const int accumulate = (kInit || kc > 0 || kk > 0) ? 1 : 0;
 #pragma unroll
           for (int m = 0; m < M; ++m) {
             const int aBytes = (m * 64 * kChunk + kk * 16) * 2;
@@ -451,6 +484,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       // this epilogue runs
       release(M == 1 ? TERMS : p.nK * TERMS);
       if (lane == 0 && ct == p.nTiles - 1) barArrive(sm.aEmpty + ab);
+      // the next tile's ‖c‖² (the next row block starts at tile 0): with kInit before this epilogue, which no longer
+      // reads them, so that their latency passes under it; else after it
+      if constexpr (kInit) loadCn(cn, nextTile);
 
       const int colBase = ct * kTileN + 2 * (lane & 3);
 #pragma unroll
@@ -465,7 +501,8 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             bestIdx[i] = lt ? colBase : bestIdx[i];
           }
         } else if constexpr (kKeys && MODE == kPlain) {
-          // keys: u = acc − g·‖c‖² (= −d') with its 5 low bits replaced by 31 − L, L = 2j + e the column's place
+          // keys: u = acc − g·‖c‖² (= −d'; with kInit the accumulators already hold it) with its 5 low bits
+          // replaced by 31 − L, L = 2j + e the column's place
           // among the thread's 32; one max per value picks the best column (among equal u ≥ 0, the thread's lowest).
           // The running best keeps −key (a d' again, for the merge below) and the tile it came from.
 #pragma unroll
@@ -475,9 +512,11 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
             for (int j = 0; j < 16; ++j)
 #pragma unroll
-              for (int e = 0; e < 2; ++e)
-                k[2 * j + e] = withLowBits(fmaf(-g[i], e ? cn[j].y : cn[j].x, acc[m][4 * j + 2 * h + e]), p.keyMask,
-                                           31 - (2 * j + e));
+              for (int e = 0; e < 2; ++e) {
+                const float a = acc[m][4 * j + 2 * h + e];
+                k[2 * j + e] = kInit ? withLowBitsF(a, p.keyMask, 31 - (2 * j + e))
+                                     : withLowBits(fmaf(-g[i], e ? cn[j].y : cn[j].x, a), p.keyMask, 31 - (2 * j + e));
+              }
 #pragma unroll
             for (int w = 1; w < 32; w <<= 1)
 #pragma unroll
@@ -560,7 +599,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           }
         }
       }
-      loadCn(cn, ct + 1 == p.nTiles ? 0 : ct + 1);  // the next tile's (the next row block starts at tile 0)
+      if constexpr (!kInit) loadCn(cn, nextTile);
     }
     // quad merge (the 4 lanes of a quad hold the same rows, different columns), then the store
 #pragma unroll
