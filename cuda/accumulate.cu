@@ -176,11 +176,11 @@ struct FusedShared {
   double wsum[W * C];
   double col[C];
 };
-// Blocks per SM of the fused segment kernels for D ≤ 128 (T·V ≤ 4): registers capped at 56, which the kernel needs
-// without the cap until the optional distance store is added (62–86 then, fewer blocks per SM).
 #ifndef KMFLEET_SUMS_PIN_CENTROID
 #define KMFLEET_SUMS_PIN_CENTROID 1  // A/B: 0 lets the compiler convert the centroid's floats again per row
 #endif
+// Blocks per SM of the fused segment kernels for D ≤ 128 (T·V ≤ 4): registers capped at 56, which the kernel needs
+// without the cap until the optional distance store is added (62–86 then, fewer blocks per SM).
 #ifndef KMFLEET_SUMS_BLOCKS_PER_SM
 #define KMFLEET_SUMS_BLOCKS_PER_SM 9
 #endif
@@ -209,8 +209,8 @@ struct LaneColumns {
   }
   // The lane's columns of the centroid, widened to fp64 once. The empty asm makes each value opaque, so the compiler
   // keeps the doubles instead of converting the floats again for every row: under the kernels' register cap it did,
-  // and F2F.F64.F32 runs at a quarter of the fp64 add rate — the f16 sums kernel spent ~70 % of its cycles on the
-  // conversions, half of them these (ncu, 10M×128 fp16, 2026-11-25).
+  // and F2F.F64.F32 issues at a quarter of the fp64 add rate: 7.8 of them a row, half of them these, took ~70 % of the
+  // f16 sums kernel's cycles (ncu, 10M×128 fp16, 2026-11-25; cuda/NOTES.md "Stop 14").
   __device__ static void centroidColumns(const float* cRow, int d, int lane, double* cd) {
 #pragma unroll
     for (int t = 0; t < T; ++t)
