@@ -422,7 +422,8 @@ __global__ void __launch_bounds__(kThreadsH, 1)
     for (int ct = 0; ct < p.nTiles; ++ct) {
       const int nextTile = ct + 1 == p.nTiles ? 0 : ct + 1;  // the next row block starts at tile 0
       if constexpr (kInit) {
-        // acc = −g·‖c‖², exact (g is a power of two: s_r·s_c/2), so that the products leave u = x̂·ĉ − g·‖c‖² = −d'.
+        // acc = −g·‖c‖², exact (g = s_r·s_c/2 is a power of two) unless it leaves fp32's range, where d' itself did
+        // before; the products then leave u = x̂·ĉ − g·‖c‖² = −d'.
         // 128 independent multiplies before this tile's turn instead of an FFMA at the head of every value's chain
         // in the epilogue: 10M×128×1024 fp16 assignment 4.43–4.57 → 4.31–4.39 ms (cuda/NOTES.md "Stop 14").
 #pragma unroll
