@@ -186,17 +186,10 @@ __device__ __forceinline__ void wgmma128(float (&d)[64], std::uint64_t descA, st
 #undef KMF_WGMMA_BODY
 #undef KMF_ACC8
 // (v & mask) | low: one LOP3 when the mask is in a register (a kernel argument the compiler can't fold) and the low
-// bits an immediate; with both as immediates the compiler emits two.
+// bits an immediate; with both as immediates the compiler emits two. The operands stay fp32 registers: keys made
+// straight from the accumulators through __float_as_uint would make NVVM carry the accumulators as integers, and
+// ptxas then waits for the products before every such read (C7517) — the wgmmas serialized.
 __device__ __forceinline__ float withLowBits(float v, unsigned mask, unsigned low) {
-  unsigned k;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(k) : "r"(__float_as_uint(v)), "r"(mask), "r"(low));
-  return __uint_as_float(k);
-}
-
-// The same with the value in an fp32 register, for keys made straight from the accumulators: reading them through
-// __float_as_uint makes NVVM carry the accumulators as integers, and ptxas then waits for the products before every
-// such read (C7517) — the wgmmas are serialized.
-__device__ __forceinline__ float withLowBitsF(float v, unsigned mask, unsigned low) {
   float k;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=f"(k) : "f"(v), "r"(mask), "r"(low));
   return k;
@@ -515,7 +508,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const float a = acc[m][4 * j + 2 * h + e];
-                k[2 * j + e] = kInit ? withLowBitsF(a, p.keyMask, 31 - (2 * j + e))
+                k[2 * j + e] = kInit ? withLowBits(a, p.keyMask, 31 - (2 * j + e))
                                      : withLowBits(fmaf(-g[i], e ? cn[j].y : cn[j].x, a), p.keyMask, 31 - (2 * j + e));
               }
 #pragma unroll
