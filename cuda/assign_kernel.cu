@@ -38,12 +38,8 @@
 //   2^-11: about 0.4× the worst-case bound, which passes on ~2.5× fewer rows (random data: ~24 % → ~10 %).
 //   Without the norms (rowNormLo null, or centroid operands prepared with a host scale): the worst case,
 //   epsX = 1.25·[ĉmax·(2.2·2^-11 + 1.01·(Dp/16 + 1)·2^-22 + 2^-24) + 2^-25·√Dp], epsL = 0.
-// A row whose screen margin is beyond 2ε_r keeps the screen's label (the same argument as above). The others are
-// flagged with the screen's window b1 + 2ε_r: candidateRows computes the same one product again (any kernel: the bound
-// holds for every summation order of the k16 steps) and lists the centroids inside it, and the true argmin is among
-// them by the argument above, so the fp64 recheck over the list gives the exact label. The three products are not
-// needed for them (KMFLEET_EXACT_SCREENED=three: they take the three products and the margin test above first, as
-// in stops 11–14: a narrower window for ~3× the products).
+// A row whose screen margin is beyond 2ε_r keeps the screen's label (the same argument as above); the others take
+// the three products and the margin test above, then the recheck.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -456,7 +452,7 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
       if (!(c2 - c1 > 2.f * eps)) {
         const unsigned slot = atomicAdd(p.flaggedCount, 1u);
         p.flagged[slot] = gr;
-        if (p.flaggedThr) {  // exact mode; the screen when its windows are wanted (candidateRows of F16x1 windows)
+        if (MODE == kExactMode) {
           const float thr = c1 + 2.f * eps;
           p.flaggedThr[slot] = thr + fabsf(thr) * 1e-6f;  // the window, rounded outwards
         }
@@ -565,15 +561,10 @@ AssignArgs withScreenBound(AssignArgs a, const CentroidOps& c, const RowOps& row
 }
 }  // namespace
 
-OpKind assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                  std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
-                  std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
-  if (n <= 0) return op;
-  const bool screen = op == OpKind::F16x3 && screened && screenedCount && !exactScreenEnv("0");
-  // The rows the screen can't decide go straight to candidateRows with the screen's windows, unless A/B asks for
-  // the three products (KMFLEET_EXACT_SCREENED=three) or the screen alone is timed.
-  const bool windows = screen && !exactScreenEnv("only") && !screenedByThree();
-  const OpKind windowOp = windows ? OpKind::F16x1 : op;
+void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
+                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+                std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
+  if (n <= 0) return;
   std::size_t smemBytes = 0;
   AssignArgs a = makeArgs(rows, n, d, c, k, op, &smemBytes);
 #ifdef KMFLEET_HOPPER
@@ -582,72 +573,57 @@ OpKind assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& 
   const AssignArgs sb = withScreenBound(a, c, rows);
   if (assignRowsHopper(rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr,
                        ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax},
-                       ExactScreen{screened, screenedCount, ExactBound{sb.epsX, sb.epsC, sb.epsG, sb.epsM, sb.cmax, sb.epsL},
-                                   windows},
+                       ExactScreen{screened, screenedCount, ExactBound{sb.epsX, sb.epsC, sb.epsG, sb.epsM, sb.cmax, sb.epsL}},
                        s))
-    return windowOp;
+    return;
 #endif
   a.labels = labels;
   a.flagged = flagged;
   a.flaggedCount = flaggedCount;
   a.flaggedThr = flaggedThr;
-  if (screen) {
+  if (op == OpKind::F16x3 && screened && screenedCount && !exactScreenEnv("0")) {
     // 1. one product (the hi operands, 64-dim stages) over every row: labels, and the rows its bound can't decide
     std::size_t screenSmem = 0;
     AssignArgs sa = withScreenBound(makeArgs(rows, n, d, c, k, OpKind::F16x1, &screenSmem), c, rows);
     sa.labels = labels;
-    if (windows) {  // listed with their windows for candidateRows; their count is also the screen's
-      sa.flagged = flagged;
-      sa.flaggedCount = flaggedCount;
-      sa.flaggedThr = flaggedThr;
-      launch<false, kScreenMode>(sa, screenSmem, s);
-      cudaMemcpyAsync(screenedCount, flaggedCount, sizeof(unsigned), cudaMemcpyDeviceToDevice, s);
-      return windowOp;
-    }
     sa.flagged = screened;
     sa.flaggedCount = screenedCount;
     sa.flaggedThr = nullptr;
     cudaMemsetAsync(screenedCount, 0, sizeof(unsigned), s);
     launch<false, kScreenMode>(sa, screenSmem, s);
-    if (exactScreenEnv("only")) return windowOp;
+    if (exactScreenEnv("only")) return;
     // 2. the three products for those rows (their count is on the device: a few waves of blocks loop over them)
     a.rowIds = screened;
     a.nDevice = screenedCount;
     const std::int64_t blocks = std::min<std::int64_t>((n + BM - 1) / BM, 4LL * multiprocessors());
     launch<false, kExactMode, false, true>(a, smemBytes, s, dim3(static_cast<unsigned>(blocks)));
-    return windowOp;
+    return;
   }
   switch (op) {
     case OpKind::F16x1: launch<false, kPlainMode>(a, smemBytes, s); break;
     case OpKind::BF16x1: launch<true, kPlainMode>(a, smemBytes, s); break;
     case OpKind::F16x3: launch<false, kExactMode>(a, smemBytes, s); break;
   }
-  return windowOp;
 }
 
-void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k, OpKind windowOp,
+void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
                    const std::int32_t* flagged, const unsigned int* flaggedCount, const float* flaggedThr,
                    int* candCount, int* cand, cudaStream_t s) {
   if (maxRows <= 0) return;
-  cudaMemsetAsync(candCount, 0, sizeof(int) * static_cast<size_t>(maxRows), s);
-  const bool one = windowOp == OpKind::F16x1;  // the screen's windows: its one product (hi·hi) again
-#ifdef KMFLEET_HOPPER
-  if (one && candidateRowsHopper(rows, maxRows, d, c, k, flagged, flaggedCount, flaggedThr, candCount, cand, s)) return;
-#endif
   std::size_t smemBytes = 0;
-  AssignArgs a = makeArgs(rows, maxRows, d, c, k, windowOp, &smemBytes);
+  AssignArgs a = makeArgs(rows, maxRows, d, c, k, OpKind::F16x3, &smemBytes);
   a.flagged = const_cast<int*>(flagged);
   a.flaggedCount = const_cast<unsigned*>(flaggedCount);
   a.flaggedThr = const_cast<float*>(flaggedThr);
   a.candCount = candCount;
   a.cand = cand;
+  cudaMemsetAsync(candCount, 0, sizeof(int) * static_cast<size_t>(maxRows), s);
   // Tiles split over y in groups of ≥ 2 (each group reloads the rows: many flagged rows, as on blobs, must not
   // pay that per tile), at most 8 groups; ~2 waves of blocks loop over the flagged row blocks.
   const int tiles = a.kp / BN;
   const int split = std::max(1, std::min(tiles / 2, 8));
   const int rowBlocks = static_cast<int>(std::min<std::int64_t>((maxRows + BM - 1) / BM, std::max(1, 264 / split)));
-  if (one) launch<false, kScreenMode, true>(a, smemBytes, s, dim3(rowBlocks, split));
-  else launch<false, kExactMode, true>(a, smemBytes, s, dim3(rowBlocks, split));
+  launch<false, kExactMode, true>(a, smemBytes, s, dim3(rowBlocks, split));
 }
 
 }  // namespace cuda

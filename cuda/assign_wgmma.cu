@@ -81,12 +81,9 @@ static_assert(kChunk == kDimChunk, "rows are padded to whole TMA boxes");
 //   kPlain   one product per k-step (fp16/bf16/tf32 modes): the label only.
 //   kScreen  one product (the hi operands of exact mode) with best and second best: a row whose margin is beyond
 //            the one-product bound keeps its label; the others are listed in `flagged` for the exact pass.
-//            With flaggedThr, each listed row's window (its one-product best + 2ε) goes beside it, for kList.
 //   kExact   hi·hi + hi·lo + lo·hi with best and second best: the margin test of the exact bound; rows within it are
 //            listed in `flagged` with their window (flaggedThr) for candidateRows and the fp64 recheck.
-//   kList    one product over gathered rows (those the screen listed): every centroid whose d' lies inside the row's
-//            window is appended to its candidates (candidateRows of a screen's windows), no label.
-constexpr int kPlain = 0, kScreen = 1, kExact = 2, kList = 3;
+constexpr int kPlain = 0, kScreen = 1, kExact = 2;
 
 struct HopperArgs {
   const float* rowScale;
@@ -96,9 +93,7 @@ struct HopperArgs {
   int* labels;
   int* flagged;                // margin modes: rows whose margin is within the bound, their count and window
   unsigned* flaggedCount;
-  float* flaggedThr;           // kExact; kScreen when the windows are wanted; kList: the gathered rows' windows
-  int* candCount;              // kList: candidates found per gathered row (may exceed kCandidates) …
-  int* cand;                   // … and the first kCandidates of them, row i at cand[i·kCandidates]
+  float* flaggedThr;           // kExact only
   // GATHER: block row i is row rowIds[i] of rowsHi/rowsLo (Dp halves per row), for i < min(*nDevice, n)
   const int* rowIds;
   const unsigned* nDevice;
@@ -259,7 +254,7 @@ __device__ __forceinline__ void namedArrive(int id) { asm volatile("bar.arrive %
 // M = 1 (128-row blocks, exact Dp > 128): each consumer hands a k-chunk's stages back as soon as its products are
 // done (wgmma.wait_group 1), so the ring need not hold a whole centroid tile beside the rows; the consumers then
 // issue freely (with the ping-pong, the second consumer would still need the whole tile the first one went through).
-// GATHER (the exact pass over the rows the screen listed, or kList over them): the rows are not one contiguous range, so the producer
+// GATHER (the exact pass over the rows the screen listed): the rows are not one contiguous range, so the producer
 // warpgroup's warps 1–3 copy them into the row buffers with cp.async (in the layout the 128-byte-swizzled TMA
 // boxes have), and the row count is read on the device.
 template <bool BF16, int MODE, int M, bool GATHER>
@@ -268,8 +263,8 @@ __global__ void __launch_bounds__(kThreadsH, 1)
                        const __grid_constant__ CUtensorMap centroidsHi, const __grid_constant__ CUtensorMap centroidsLo,
                        const HopperArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool THREE = MODE == kExact, MARGIN = MODE == kScreen || MODE == kExact, LIST = MODE == kList;
-  static_assert(GATHER == (MODE == kList) || MODE == kExact, "the exact pass and the candidate lists gather rows");
+  constexpr bool THREE = MODE == kExact, MARGIN = MODE != kPlain;
+  static_assert(!GATHER || MODE == kExact, "only the exact pass gathers its rows");
   constexpr int TERMS = THREE ? 2 : 1;
   constexpr int kGatherThreads = 96;  // producer warps 1–3
   extern __shared__ unsigned char smemRaw[];
@@ -416,14 +411,6 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       bestIdx[i] = 0;
     }
     loadG(rb + gridDim.x, gNext);
-    // kList: each row's window (−∞ past the listed rows: nothing is appended for them); `best` holds it
-    if constexpr (LIST) {
-#pragma unroll
-      for (int i = 0; i < 2 * M; ++i) {
-        const int r = rowOf(rb, i);
-        best[i] = r < n ? __ldg(p.flaggedThr + r) : -INFINITY;
-      }
-    }
 
     for (int ct = 0; ct < p.nTiles; ++ct) {
       const int nextTile = ct + 1 == p.nTiles ? 0 : ct + 1;  // the next row block starts at tile 0
@@ -498,25 +485,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       const int colBase = ct * kTileN + 2 * (lane & 3);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        if constexpr (LIST) {
-          // the centroids inside the row's window (the screen's d', the same arithmetic), appended in any order:
-          // the fp64 recheck decides by (distance, index). A window holds a few centroids, so the appends are rare.
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = m * 2 + h;
-#pragma unroll
-            for (int j = 0; j < 16; ++j)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float v = fmaf(g[i], e ? cn[j].y : cn[j].x, -acc[m][4 * j + 2 * h + e]);
-                if (v <= best[i]) {
-                  const int r = rowOf(rb, i);
-                  const int q = atomicAdd(p.candCount + r, 1);
-                  if (q < kCandidates) p.cand[static_cast<std::size_t>(r) * kCandidates + q] = colBase + j * 8 + e;
-                }
-              }
-          }
-        } else if constexpr (KMFLEET_WGMMA_EPILOGUE == 1 && !MARGIN) {
+        if constexpr (KMFLEET_WGMMA_EPILOGUE == 1 && !MARGIN) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int i = m * 2 + h;
@@ -626,10 +595,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       }
       if constexpr (!kInit) loadCn(cn, nextTile);
     }
-    // quad merge (the 4 lanes of a quad hold the same rows, different columns), then the store (kList: none, the
-    // candidates are out)
+    // quad merge (the 4 lanes of a quad hold the same rows, different columns), then the store
 #pragma unroll
-    for (int i = 0; i < 2 * M && !LIST; ++i) {
+    for (int i = 0; i < 2 * M; ++i) {
       if constexpr (kKeys) {  // the best key's tile and column within the thread's 32 → its centroid
         const int L = MODE == kPlain ? 31 - (__float_as_int(best[i]) & 31) : __float_as_int(best[i]) & 31;
         bestIdx[i] = bestIdx[i] * kTileN + 2 * (lane & 3) + (L >> 1) * 8 + (L & 1);
@@ -664,12 +632,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           if (!decided) {
             const unsigned slot = atomicAdd(p.flaggedCount, 1u);
             p.flagged[slot] = r;
-            if (THREE || p.flaggedThr) {
-              // the window: the true argmin's d' (these products) is at most best's value + 2ε (assign_kernel.cu).
-              // Keys: best's value is within 2⁻¹⁸ of the key, 2⁻¹⁴⁴ absolute where the key is subnormal.
-              const float slack = kKeys ? 0x1p-17f * fabsf(best[i]) + 0x1p-144f : 0.f;
-              const float thr = best[i] + 2.f * eps + slack;
-              p.flaggedThr[slot] = thr + fabsf(thr) * 1e-6f;  // rounded outwards
+            if constexpr (THREE) {
+              const float thr = best[i] + 2.f * eps;
+              p.flaggedThr[slot] = thr + fabsf(thr) * 1e-6f;  // the window, rounded outwards
             }
           }
         }
@@ -843,16 +808,13 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     HopperArgs sa = a;
     sa.aBufs = screenShape.aBufs;
     sa.stages = screenShape.stages;
-    sa.flagged = screen.windows ? flagged : screen.rows;
-    sa.flaggedCount = screen.windows ? flaggedCount : screen.count;
-    sa.flaggedThr = screen.windows ? flaggedThr : nullptr;
+    sa.flagged = screen.rows;
+    sa.flaggedCount = screen.count;
+    sa.flaggedThr = nullptr;
     sa.bound = screen.bound;
     sa.rowBlocks = static_cast<int>((n + blockRowsH(2) - 1) / blockRowsH(2));
-    if (!screen.windows && cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
+    if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
     launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
-    // windows: the listed rows go to candidateRows (kList) with them; the count is also the screen's
-    if (screen.windows)
-      return cudaMemcpyAsync(screen.count, flaggedCount, sizeof(unsigned), cudaMemcpyDeviceToDevice, s) == cudaSuccess;
     if (exactScreenEnv("only")) return true;
     // 2. the exact products over those rows only (gathered; their count is on the device)
     a.rowIds = screen.rows;
@@ -867,42 +829,6 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   else if (three) launchHopper<false, kExact, 2, false>(maps, a, smem, grid, s);
   else if (bf16) launchHopper<true, kPlain, 2, false>(maps, a, smem, grid, s);
   else launchHopper<false, kPlain, 2, false>(maps, a, smem, grid, s);
-  return true;
-}
-
-bool candidateRowsHopper(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
-                         const std::int32_t* flagged, const unsigned int* flaggedCount, const float* flaggedThr,
-                         int* candCount, int* cand, cudaStream_t s) {
-  if (maxRows <= 0 || maxRows > INT32_MAX / 2 || disabledByEnvironment()) return false;
-  const int dp = static_cast<int>(padDims(d));
-  if (dp > kMaxDp) return false;
-  const DeviceFacts dev = deviceFacts();
-  if (!dev.hopper) return false;
-  HopperArgs a{};
-  a.nK = dp / kChunk;
-  std::size_t smem = 0;
-  if (!sizeLaunch(a, 1, 2, dev, &smem)) return false;
-  const std::int64_t kp = padCentroids(k);
-  CUtensorMap maps[4];  // the rows' map is not read (the rows are gathered), but every launch takes one
-  if (!makeMap(&maps[0], rows.ahi, maxRows, dp, blockRowsH(2), false) || !makeMap(&maps[2], c.bhi, kp, dp, kTileN, false))
-    return false;
-  maps[1] = maps[0];
-  maps[3] = maps[2];
-  a.rowScale = rows.rowScale;
-  a.cnorm = c.cnorm;
-  a.flaggedThr = const_cast<float*>(flaggedThr);
-  a.candCount = candCount;
-  a.cand = cand;
-  a.rowIds = flagged;
-  a.nDevice = flaggedCount;
-  a.rowsHi = static_cast<const unsigned short*>(rows.ahi);
-  a.n = static_cast<int>(maxRows);
-  a.dp = dp;
-  a.nTiles = static_cast<int>(kp / kTileN);
-  a.rowBlocks = static_cast<int>((maxRows + blockRowsH(2) - 1) / blockRowsH(2));
-  a.halfScaleC = c.scale * 0.5f;
-  a.keyMask = ~31u;
-  launchHopper<false, kList, 2, true>(maps, a, smem, std::min(a.rowBlocks, dev.sms), s);
   return true;
 }
 

@@ -19,15 +19,13 @@ struct ExactBound {
   float epsX = 0, epsC = 0, epsG = 0, epsM = 0, cmax = 0, epsL = 0;
 };
 
-// Exact mode's one-product screen: the rows whose margin the one-product bound (hi·hi, assign_kernel.cu
-// withScreenBound) can't decide. windows: they are listed in flagged/flaggedThr with the screen's windows, for
-// candidateRows of F16x1 windows (candidateRowsHopper), and `count` receives their number too; else they go to `rows`
-// (n ints) and `count`, and take the three products. rows = null: no screen (all rows take the three products).
+// Exact mode's one-product screen: `rows` (n ints) and `count` receive the rows whose margin the one-product bound
+// (hi·hi, assign_kernel.cu withScreenBound) can't decide; only those then take the three products. rows = null: no
+// screen (all rows take the three products).
 struct ExactScreen {
   std::int32_t* rows = nullptr;
   unsigned* count = nullptr;
   ExactBound bound;
-  bool windows = false;
 };
 
 // Labels for n rows, as assignRows: F16x1, BF16x1 and, with the margin test against `bound` that appends the rows
@@ -38,13 +36,6 @@ struct ExactScreen {
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                       std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                       const ExactBound& bound, const ExactScreen& screen, cudaStream_t s);
-
-// candidateRows for windows from the screen (F16x1: the hi operands' one product, the screen's arithmetic) on the
-// Hopper kernel (kList over the listed rows, gathered). candCount must be zero. False, launching nothing, where
-// assignRowsHopper would decline.
-bool candidateRowsHopper(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
-                         const std::int32_t* flagged, const unsigned int* flaggedCount, const float* flaggedThr,
-                         int* candCount, int* cand, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace kmfleet

@@ -24,13 +24,6 @@ inline bool exactScreenEnv(const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 
-// KMFLEET_EXACT_SCREENED=three: the rows the screen can't decide take the three products and their own margin test
-// (stops 11–14) instead of going straight to the candidate lists with the screen's windows (A/B).
-inline bool screenedByThree() {
-  const char* v = std::getenv("KMFLEET_EXACT_SCREENED");
-  return v != nullptr && std::strcmp(v, "three") == 0;
-}
-
 class ExactScreenPolicy {
  public:
   static constexpr int kFirstWait = 2, kLastWait = 256;

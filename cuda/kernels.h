@@ -92,21 +92,18 @@ void prepareRows(const void* raw, InType in, std::int64_t n, int d, OpKind op, b
 constexpr int kCandidates = 16;  // candidate window capacity per flagged row (more → recheck over all K)
 
 // assignRows: labels for n rows. With F16x3, rows whose margin is within the bound are appended to
-// flagged[] (count in *flaggedCount, zeroed by the caller; window b1 + 2ε in flaggedThr[]) and must go through
-// candidateRows + recheckRows. screened (n ints) and *screenedCount (F16x3, may be null = no screen): the one-product
-// screen first (both kernels; assign_wgmma.h ExactScreen), whose margin decides most rows; the others are the flagged
-// rows, with the screen's windows, and *screenedCount their number too. (KMFLEET_EXACT_SCREENED=three: they take the
-// three products first, with screened as scratch: free again once the assignment's launches on s are done, so a
-// caller may lend candidateRows' candCount.) Returns the products the flagged rows' windows come from — F16x1 (the
-// screen's hi·hi) or F16x3 — which candidateRows must be given.
-OpKind assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                  std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
-                  std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s);
+// flagged[] (count in *flaggedCount, window b1 + 2ε in flaggedThr[]) and must go through candidateRows +
+// recheckRows. screened (n ints) and *screenedCount (F16x3, may be null = no screen): scratch of the one-product
+// screen that spares most rows two of the three products (both kernels; assign_wgmma.h ExactScreen); free again once
+// the assignment's launches on s are done, so a caller may lend candidateRows' candCount (later on the same stream).
+void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
+                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+                std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s);
 
-// candidateRows: the products of the windows (windowOp, as assignRows returned it) again for the flagged rows only,
-// appending every centroid inside the row's window to cand[slot·kCandidates ..] (count candCount[slot], may exceed
-// kCandidates). maxRows bounds the flagged count (the grid size); the count itself is read on the device.
-void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k, OpKind windowOp,
+// candidateRows: the same tensor-core products again for the flagged rows only, appending every centroid
+// inside the row's window to cand[slot·kCandidates ..] (count candCount[slot], may exceed kCandidates).
+// maxRows bounds the flagged count (the grid size); the count itself is read on the device.
+void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
                    const std::int32_t* flagged, const unsigned int* flaggedCount, const float* flaggedThr,
                    int* candCount, int* cand, cudaStream_t s);
 

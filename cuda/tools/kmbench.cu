@@ -247,10 +247,10 @@ struct Problem {
   void assign() { assign(vals); }
   void assign(RowValues v) {
     CK(cudaMemsetAsync(flaggedCount, 0, 8, 0));
-    const OpKind windowOp = assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr,
-                                       screen.screen() ? candCount : nullptr, flaggedCount + 1, 0);
+    assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, screen.screen() ? candCount : nullptr,
+               flaggedCount + 1, 0);
     if (op == OpKind::F16x3) {
-      candidateRows(rows, n, d, cops, k, windowOp, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
+      candidateRows(rows, n, d, cops, k, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
       recheckRows(v, d, cf, k, flagged, flaggedCount, n, candCount, cand, labels, 0);
     }
   }

@@ -1,10 +1,8 @@
-// Exact fp32 screens every row with one product first (cuda/assign_wgmma.cu kScreen, cuda/exact_screen_policy.h); the
-// rows that screen can't decide go to the candidate lists with the screen's windows and the fp64 recheck (or, with
-// KMFLEET_EXACT_SCREENED=three, take the three products first). The labels are exact every way, so an engine with
-// the screen must match one without it (KMFLEET_EXACT_SCREEN=0, read at every assignment) and one whose screened rows
-// take the three products, bit for bit, pass after pass: on random rows (the screen decides most rows), on blobs (it
-// passes on nearly all of them, and the policy switches it off after the first pass), with rows streamed, and with
-// f16 input.
+// Exact fp32 on Hopper screens every row with one product first and gives only the rows that screen can't decide
+// the three products (cuda/assign_wgmma.cu kScreen, cuda/exact_screen_policy.h). The labels are exact either way, so
+// an engine with the screen must match one without it (KMFLEET_EXACT_SCREEN=0, read at every assignment) bit for
+// bit, pass after pass: on random rows (the screen decides most rows), on blobs (it passes on nearly all of them, and
+// the policy switches it off after the first pass), with rows streamed, and with f16 input.
 // KMFLEET_EXACT_SCREEN=only runs the screen alone (labels not exact): its labels must differ from the exact ones
 // somewhere, or the screen never ran and the comparison above proved nothing.
 import { afterEach, describe, expect, it } from 'vitest';
@@ -15,30 +13,22 @@ import { distinctRows, engineTracker } from './gpu-helpers.js';
 
 const open = engineTracker();
 
-const knobs = ['KMFLEET_EXACT_SCREEN', 'KMFLEET_EXACT_SCREENED'] as const;
-type Knobs = Partial<Record<(typeof knobs)[number], string>>;
-
-function setKnobs(env: Knobs): void {
-  for (const name of knobs) {
-    const value = env[name];
-    if (value === undefined) delete process.env[name];
-    else process.env[name] = value;
-  }
-}
-
-afterEach(() => setKnobs({}));
+afterEach(() => {
+  delete process.env.KMFLEET_EXACT_SCREEN;
+});
 
 function bits(a: Float32Array): Uint32Array {
   return new Uint32Array(a.buffer, a.byteOffset, a.length);
 }
 
-// One pass of `e` with the knobs set for its duration ({}: the defaults — screened, windows to the candidate lists).
-async function passWith(e: Engine, env: Knobs, data: Uint8Array, n: number, first: boolean): Promise<PassResult> {
-  setKnobs(env);
+// One pass of `e` with KMFLEET_EXACT_SCREEN set to `screen` (undefined: the default, screened) for its duration.
+async function passWith(e: Engine, screen: string | undefined, data: Uint8Array, n: number, first: boolean): Promise<PassResult> {
+  if (screen === undefined) delete process.env.KMFLEET_EXACT_SCREEN;
+  else process.env.KMFLEET_EXACT_SCREEN = screen;
   try {
     return await runPass<PassResult>(e, data, n, 'fit', { skipBelow: first ? 0 : e.plan.residentRows });
   } finally {
-    setKnobs({});
+    delete process.env.KMFLEET_EXACT_SCREEN;
   }
 }
 
@@ -68,18 +58,16 @@ describe('exact fp32: the one-product screen', () => {
         ...(c.memoryBudget === undefined ? {} : { memoryBudget: c.memoryBudget }) };
       const plain = await open(o);
       const screened = await open(o);
-      const three = await open(o);
       if (c.memoryBudget !== undefined) expect(screened.plan.residentRows).toBeLessThan(c.n);
-      for (const e of [plain, screened, three]) e.setCentroids(init);
+      plain.setCentroids(init);
+      screened.setCentroids(init);
       for (let p = 0; p < 6; p++) {
-        const a = await passWith(plain, { KMFLEET_EXACT_SCREEN: '0' }, data, c.n, p === 0);
-        for (const [what, e, env] of [['windows', screened, {}], ['three products', three, { KMFLEET_EXACT_SCREENED: 'three' }]] as const) {
-          const b = await passWith(e, env, data, c.n, p === 0);
-          expect(Object.is(b.inertia, a.inertia), `${what}, pass ${p}: inertia`).toBe(true);
-          expect(Array.from(b.counts), `${what}, pass ${p}: counts`).toEqual(Array.from(a.counts));
-          expect(e.labels(), `${what}, pass ${p}: labels`).toEqual(plain.labels());
-          expect(bits(e.centroids()), `${what}, pass ${p}: centroids`).toEqual(bits(plain.centroids()));
-        }
+        const a = await passWith(plain, '0', data, c.n, p === 0);
+        const b = await passWith(screened, undefined, data, c.n, p === 0);
+        expect(Object.is(b.inertia, a.inertia), `pass ${p}: inertia`).toBe(true);
+        expect(Array.from(b.counts), `pass ${p}: counts`).toEqual(Array.from(a.counts));
+        expect(screened.labels(), `pass ${p}: labels`).toEqual(plain.labels());
+        expect(bits(screened.centroids()), `pass ${p}: centroids`).toEqual(bits(plain.centroids()));
       }
     });
   }
@@ -93,8 +81,8 @@ describe('exact fp32: the one-product screen', () => {
     const only = await open(o);
     exact.setCentroids(init);
     only.setCentroids(init);
-    await passWith(exact, {}, bytesOf(x), n, true);
-    await passWith(only, { KMFLEET_EXACT_SCREEN: 'only' }, bytesOf(x), n, true);
+    await passWith(exact, undefined, bytesOf(x), n, true);
+    await passWith(only, 'only', bytesOf(x), n, true);
     const a = exact.labels(), b = only.labels();
     let differ = 0;
     for (let i = 0; i < n; i++) if (a[i] !== b[i]) differ++;
