@@ -227,5 +227,16 @@ void CudaBackend::release() noexcept {
   cudaGetLastError();
 }
 
+bool CudaBackend::queueDown(std::initializer_list<const void*> arrays) {
+  const std::size_t bytes = sizeof(double) * std::size_t(k_);
+  if (arrays.size() * bytes > kRingBytes) return false;
+  char* to = ring_[0];
+  for (const void* from : arrays) {
+    check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToHost, compute_), "D2H");
+    to += bytes;
+  }
+  return true;
+}
+
 }  // namespace cuda_backend
 }  // namespace kmfleet

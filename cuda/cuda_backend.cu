@@ -76,8 +76,12 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   resStep_ = resSteps_ = 0;
   pendingFolds_.clear();
   far_.clear();
-  // the engine's centroids are the `next` of our last updateOnDevice, still in cf_: nothing to take
-  if (!(spec.centroidsFromUpdate && cfFromUpdate_)) uploadCentroids(spec.centroids);
+  // the engine's centroids are the `next` of our last updateOnDevice, still in cf_, with their operands queued there:
+  // nothing to take or prepare
+  if (!(spec.centroidsFromUpdate && cfFromUpdate_)) {
+    uploadCentroids(spec.centroids);
+    centroidsReady_ = false;
+  }
   sumsKept_ = false;
   check(cudaMemsetAsync(sums_, 0, sizeof(double) * std::size_t(k_) * d_, compute_), "memset");
   check(cudaMemsetAsync(counts_, 0, sizeof(long long) * k_, compute_), "memset");
@@ -85,8 +89,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   check(cudaMemsetAsync(bad_, 0xff, 2 * sizeof(unsigned long long), compute_), "memset");
   check(cudaMemsetAsync(flaggedTotal_, 0, 2 * sizeof(unsigned long long), compute_), "memset");
   screenThisPass_ = mp_.op == OpKind::F16x3 && screenPolicy_.screen();
-  centroidsReady_ = false;
-  if (muReady_) prepareCentroidOps();
+  if (muReady_ && !centroidsReady_) prepareCentroidOps();
 }
 
 PassTotals CudaBackend::finishPass() {
@@ -101,11 +104,11 @@ PassTotals CudaBackend::finishPass() {
     check(cudaGetLastError(), "countLabelChanges");
   }
   if (residentPending_) copyResidentOutputs();
+  // The flags, counts and inertia come down behind the pass's last kernels, covered by one wait on the compute stream
+  // (a wait each left the GPU idle for a round trip each). The chunk stream's work — streamed chunks' flags and bad
+  // rows — is done once the host has seen it finish; everything else, the streamed chunks' folds included, is on the
+  // compute stream.
   check(cudaStreamSynchronize(chunkStream_), "compute");
-  check(cudaStreamSynchronize(compute_), "compute");
-  check(cudaStreamSynchronize(d2h_), "D2H");
-  for (Slot& s : slots_) drain(s);
-  residentPending_ = false;
   check(cudaMemcpyAsync(hostFlags_, bad_, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
   check(cudaMemcpyAsync(hostFlags_ + 2, flaggedTotal_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
         "D2H");
@@ -114,7 +117,11 @@ PassTotals CudaBackend::finishPass() {
   if (countChanges)
     check(cudaMemcpyAsync(hostFlags_ + 3, changedCount_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
           "D2H");
-  check(cudaStreamSynchronize(compute_), "D2H");
+  const bool totalsQueued = queueDown({counts_, inertia_});
+  check(cudaStreamSynchronize(compute_), "compute");
+  check(cudaStreamSynchronize(d2h_), "D2H");
+  for (Slot& s : slots_) drain(s);
+  residentPending_ = false;
   const unsigned long long bad[2] = {hostFlags_[0], hostFlags_[1]};
   if (bad[0] != ~0ULL)
     throw EngineError(ErrorCode::NonFiniteInput, "non-finite value in row " + std::to_string(bad[0]),
@@ -123,8 +130,13 @@ PassTotals CudaBackend::finishPass() {
     throw EngineError(ErrorCode::InvalidArgument,
                       "row " + std::to_string(bad[1]) + " has zero norm (cosine needs non-zero rows)");
   PassTotals t;
-  download(counts_, std::size_t(k_), t.counts);
-  download(inertia_, std::size_t(k_), t.inertia);
+  if (totalsQueued) {
+    takeQueued(0, t.counts);
+    takeQueued(1, t.inertia);
+  } else {
+    download(counts_, std::size_t(k_), t.counts);
+    download(inertia_, std::size_t(k_), t.inertia);
+  }
   const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
   // the sums stay here for updateOnDevice unless the host must re-seed an empty cluster
   sumsKept_ = fit_ && spec_.keepSums && !anyEmpty;

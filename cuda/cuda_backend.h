@@ -39,6 +39,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,13 @@ class CudaBackend final : public Backend {
   void centroidsForCompute();
   template <typename T, typename U>
   void download(const T* src, std::size_t count, std::vector<U>& out);  // below
+  // K-long arrays of 8-byte values (counts, inertia, shift, scatter) queued down into ring piece 0 behind the compute
+  // stream's work, when they all fit there (K ≤ 65,536 for two): the caller's one wait on the stream then covers them
+  // and takeQueued reads them, instead of a download() round trip each — every host wait at the end of a pass leaves
+  // the GPU idle. False (nothing queued) when they don't fit.
+  bool queueDown(std::initializer_list<const void*> arrays);
+  template <typename U>
+  void takeQueued(std::size_t index, std::vector<U>& out) const;  // below; after the wait
 
   // chunk_stream.cu
   void retire(Slot& s);
@@ -332,6 +340,13 @@ void CudaBackend::download(const T* src, std::size_t count, std::vector<U>& out)
     const U* p = reinterpret_cast<const U*>(ring_[i % 2]);
     out.insert(out.end(), p, p + std::min(per, count - i * per));
   }
+}
+
+template <typename U>
+void CudaBackend::takeQueued(std::size_t index, std::vector<U>& out) const {
+  static_assert(sizeof(U) == 8, "8-byte values");
+  const U* p = reinterpret_cast<const U*>(ring_[0]) + index * std::size_t(k_);
+  out.assign(p, p + k_);
 }
 
 }  // namespace cuda_backend
