@@ -130,13 +130,8 @@ PassTotals CudaBackend::finishPass() {
     throw EngineError(ErrorCode::InvalidArgument,
                       "row " + std::to_string(bad[1]) + " has zero norm (cosine needs non-zero rows)");
   PassTotals t;
-  if (totalsQueued) {
-    takeQueued(0, t.counts);
-    takeQueued(1, t.inertia);
-  } else {
-    download(counts_, std::size_t(k_), t.counts);
-    download(inertia_, std::size_t(k_), t.inertia);
-  }
+  takeDown(totalsQueued, 0, counts_, t.counts);
+  takeDown(totalsQueued, 1, inertia_, t.inertia);
   const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
   // the sums stay here for updateOnDevice unless the host must re-seed an empty cluster
   sumsKept_ = fit_ && spec_.keepSums && !anyEmpty;

@@ -18,7 +18,9 @@
 // are its slot's raw rows, so the slot is released (rawFree) only after the chunk's kernels.
 // Per pass on the host: the centroids go up through pinned staging in pieces (memcpy of piece i+1 overlaps the
 // DMA of piece i); their statistics and operands are computed on the device (operands.cu prepareCentroidOps), and
-// only scale and maxNorm come back (8 bytes) before the first assignment. Sums, counts and inertia come down
+// only scale and maxNorm come back (8 bytes) before the first assignment; for the centroids of a device update,
+// updateOnDevice has queued them already. Counts and inertia (and the update's shift and scatter) come down behind
+// the last kernels under the pass's one final wait where they fit in a ring piece (queueDown), else, like the sums,
 // through a ring of two pinned pieces (the DMA of piece i+1 overlaps the host's copy of piece i).
 //
 // This header (internal to cuda/) declares the class; its member functions live one concept a file:
@@ -162,8 +164,9 @@ class CudaBackend final : public Backend {
   // and takeQueued reads them, instead of a download() round trip each — every host wait at the end of a pass leaves
   // the GPU idle. False (nothing queued) when they don't fit.
   bool queueDown(std::initializer_list<const void*> arrays);
-  template <typename U>
-  void takeQueued(std::size_t index, std::vector<U>& out) const;  // below; after the wait
+  // After that wait: array `index` of a queueDown that returned `queued`, else src through download().
+  template <typename T, typename U>
+  void takeDown(bool queued, std::size_t index, const T* src, std::vector<U>& out);  // below
 
   // chunk_stream.cu
   void retire(Slot& s);
@@ -234,7 +237,8 @@ class CudaBackend final : public Backend {
   float* cnorm_ = nullptr;
   float* mu_ = nullptr;
   std::vector<float> hostMu_;
-  bool muReady_ = false, centroidsReady_ = false;
+  bool muReady_ = false;
+  bool centroidsReady_ = false;  // cf_'s operands and statistics are queued (prepareCentroidOps) since cf_ last changed
   CentroidOps cops_;
   double* sums_ = nullptr;
   long long* counts_ = nullptr;
@@ -342,9 +346,10 @@ void CudaBackend::download(const T* src, std::size_t count, std::vector<U>& out)
   }
 }
 
-template <typename U>
-void CudaBackend::takeQueued(std::size_t index, std::vector<U>& out) const {
-  static_assert(sizeof(U) == 8, "8-byte values");
+template <typename T, typename U>
+void CudaBackend::takeDown(bool queued, std::size_t index, const T* src, std::vector<U>& out) {
+  static_assert(sizeof(T) == 8 && sizeof(U) == 8, "8-byte values, as queueDown copies them");
+  if (!queued) return download(src, std::size_t(k_), out);
   const U* p = reinterpret_cast<const U*>(ring_[0]) + index * std::size_t(k_);
   out.assign(p, p + k_);
 }

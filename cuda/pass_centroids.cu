@@ -101,15 +101,9 @@ DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
   DeviceUpdate u;
   // shift and scatter behind the update with the centroids, under one wait where they fit together
   const bool queued = dataVariance ? queueDown({shift_, scatter_}) : queueDown({shift_});
-  if (!queued) {
-    download(shift_, std::size_t(k_), u.shift);
-    if (dataVariance) download(scatter_, std::size_t(k_), u.scatter);
-  }
   check(cudaStreamSynchronize(compute_), "clusterUpdate");
-  if (queued) {
-    takeQueued(0, u.shift);
-    if (dataVariance) takeQueued(1, u.scatter);
-  }
+  takeDown(queued, 0, shift_, u.shift);
+  if (dataVariance) takeDown(queued, 1, scatter_, u.scatter);
   std::swap(cf_, cfNext_);
   cfFromUpdate_ = true;
   // The next pass's operands and statistics, queued now: they run while the engine and its caller take these results
