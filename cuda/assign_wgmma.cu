@@ -83,7 +83,8 @@ static_assert(kChunk == kDimChunk, "rows are padded to whole TMA boxes");
 //            the one-product bound keeps its label; the others are listed in `flagged` for the exact pass.
 //   kExact   hi·hi + hi·lo + lo·hi with best and second best: the margin test of the exact bound; rows within it are
 //            listed in `flagged` with their window (flaggedThr) for candidateRows and the fp64 recheck.
-constexpr int kPlain = 0, kScreen = 1, kExact = 2;
+//   kScreenRef  kScreen on 16-bit keys relative to each row's best of the previous pass (refIn; see its epilogue).
+constexpr int kPlain = 0, kScreen = 1, kExact = 2, kScreenRef = 3;
 
 struct HopperArgs {
   const float* rowScale;
@@ -103,6 +104,11 @@ struct HopperArgs {
   int n, nK, nTiles, rowBlocks, stages, aBufs;
   float halfScaleC;
   unsigned keyMask;            // ~31u: clears the low bits of a key for its column (a register, see withLowBits)
+  unsigned keyMask16;          // 0xFFF0FFF0u: the same for both halves of a packed pair of bf16 keys (kScreenRef)
+  // screens: w = d'/g_r of each row's best (‖x̃ − c̃‖² − ‖x̃‖², unscaled) written to refOut when not null, read back
+  // from refIn by the next pass's kScreenRef
+  const float* refIn;
+  float* refOut;
   ExactBound bound;
 };
 
@@ -195,6 +201,31 @@ __device__ __forceinline__ float withLowBits(float v, unsigned mask, unsigned lo
   return k;
 }
 
+// A pair of bf16 keys for kScreenRef: u0 (lower half) and u1 (upper half) rounded to bf16 (fp32's exponent range:
+// no scaling; satfinite keeps a huge value finite, where the low bits would make an infinity a NaN), each with its
+// 4 low bits replaced by the column's place (`low` = place·0x10001, the mask a register as in withLowBits).
+__device__ __forceinline__ unsigned keyPairBf16(float u0, float u1, unsigned mask, unsigned low) {
+  unsigned k;
+  asm("{\n.reg .b32 h;\ncvt.rn.satfinite.bf16x2.f32 h, %1, %2;\nlop3.b32 %0, h, %3, %4, 0xEA;\n}"
+      : "=r"(k)
+      : "f"(u1), "f"(u0), "r"(mask), "r"(low));
+  return k;
+}
+__device__ __forceinline__ unsigned bmin2(unsigned a, unsigned b) {
+  unsigned d;
+  asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ unsigned bmax2(unsigned a, unsigned b) {
+  unsigned d;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// The two bf16 halves of a packed pair as floats (exact: a bf16 is the top half of an fp32): lower → x, upper → y.
+__device__ __forceinline__ float2 bf16Halves(unsigned v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u));
+}
+
 __device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory"); }
 __device__ __forceinline__ void setMaxRegsDec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); }
 
@@ -263,7 +294,8 @@ __global__ void __launch_bounds__(kThreadsH, 1)
                        const __grid_constant__ CUtensorMap centroidsHi, const __grid_constant__ CUtensorMap centroidsLo,
                        const HopperArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool THREE = MODE == kExact, MARGIN = MODE != kPlain;
+  constexpr bool THREE = MODE == kExact, MARGIN = MODE != kPlain, REF = MODE == kScreenRef;
+  constexpr bool SCREEN = MODE == kScreen || REF;
   static_assert(!GATHER || MODE == kExact, "only the exact pass gathers its rows");
   constexpr int TERMS = THREE ? 2 : 1;
   constexpr int kGatherThreads = 96;  // producer warps 1–3
@@ -275,6 +307,8 @@ __global__ void __launch_bounds__(kThreadsH, 1)
   // plain mode: the accumulators start at −g·‖c‖² instead of 0, so the products leave u = −d' in them and the
   // epilogue makes keys straight from the accumulators (see the tile loop)
   constexpr bool kInit = KMFLEET_WGMMA_INIT && kKeys && MODE == kPlain;
+  // kScreenRef starts them at ρ − g·‖c‖² (ρ: the row's previous best d'), so they end at u = ρ − d'
+  constexpr bool kStart = kInit || REF;
   const SharedLayout sm = carve(smemRaw, p, TERMS, kAChunkBytes);
   const int tid = threadIdx.x, wg = tid >> 7;
   constexpr unsigned kConsumerWarps = 4 * kConsumers;
@@ -387,10 +421,19 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
     for (int j = 0; j < 16; ++j) c[j] = __ldg(reinterpret_cast<const float2*>(p.cnorm + base + j * 8));
   };
+  // kScreenRef: each row's w (refIn), one row block ahead as g
+  auto loadRef = [&](int rb, float (&w)[2 * M]) {
+#pragma unroll
+    for (int i = 0; i < 2 * M; ++i) {
+      const int r = rowOf(rb, i);
+      w[i] = r < n ? __ldg(p.refIn + r) : 0.f;
+    }
+  };
   float2 cn[16];
   loadCn(cn, 0);
-  float gNext[2 * M];
+  float gNext[2 * M], wNext[REF ? 2 * M : 1];
   loadG(blockIdx.x, gNext);
+  if constexpr (REF) loadRef(blockIdx.x, wNext);
   // pos: the next stage to consume; released: the next stage to hand back (every stage is released in order)
   RingPos pos, released;
   auto release = [&](int stages) {  // one arrival per warp
@@ -403,17 +446,46 @@ __global__ void __launch_bounds__(kThreadsH, 1)
     const unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * TERMS * kAChunkHalves;
     float g[2 * M], best[2 * M], second[2 * M];
     int bestIdx[2 * M];
+    // kScreenRef: per row ρ = g·w, the previous best d'; the running best and second of u = ρ − d' (maxima) as
+    // packed bf16 keys (lower half: the thread's even columns, upper: odd) and each half's tile
+    float rho[REF ? 2 * M : 1];
+    unsigned run1[REF ? 2 * M : 1], run2[REF ? 2 * M : 1];
+    int tileX[REF ? 2 * M : 1], tileY[REF ? 2 * M : 1];
 #pragma unroll
     for (int i = 0; i < 2 * M; ++i) {
       g[i] = gNext[i] * p.halfScaleC;
       best[i] = INFINITY;
       second[i] = INFINITY;
       bestIdx[i] = 0;
+      if constexpr (REF) {
+        // ρ from a finite w only: any finite ρ keeps the labels exact (the margin test allows for it below); a poor
+        // one only fails more rows over to the three products
+        const float w = fabsf(wNext[i]) <= 1e30f ? wNext[i] : 0.f;
+        rho[i] = g[i] * w;
+        run1[i] = 0xFF80FF80u;  // −inf, −inf
+        run2[i] = 0xFF80FF80u;
+        tileX[i] = 0;
+        tileY[i] = 0;
+      }
     }
     loadG(rb + gridDim.x, gNext);
+    if constexpr (REF) loadRef(rb + gridDim.x, wNext);
 
     for (int ct = 0; ct < p.nTiles; ++ct) {
       const int nextTile = ct + 1 == p.nTiles ? 0 : ct + 1;  // the next row block starts at tile 0
+      if constexpr (REF) {
+        // acc = ρ − g·‖c‖² (one rounding; the bound allows for it and for the products' accumulation onto it)
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+          for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int i = m * 2 + h;
+              acc[m][4 * j + 2 * h] = fmaf(-g[i], cn[j].x, rho[i]);
+              acc[m][4 * j + 2 * h + 1] = fmaf(-g[i], cn[j].y, rho[i]);
+            }
+      }
       if constexpr (kInit) {
         // acc = −g·‖c‖², exact (g = s_r·s_c/2 is a power of two) unless it leaves fp32's range, where d' itself did
         // before; the products then leave u = x̂·ĉ − g·‖c‖² = −d'.
@@ -451,7 +523,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
           const std::uint64_t dbh = descPlus(dB, kk * 32);  // 16 halves a k-step
-          const int accumulate = (kInit || kc > 0 || kk > 0) ? 1 : 0;
+          const int accumulate = (kStart || kc > 0 || kk > 0) ? 1 : 0;
 #pragma unroll
           for (int m = 0; m < M; ++m) {
             const int aBytes = (m * 64 * kChunk + kk * 16) * 2;
@@ -480,7 +552,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       if (lane == 0 && ct == p.nTiles - 1) barArrive(sm.aEmpty + ab);
       // the next tile's ‖c‖² (the next row block starts at tile 0): with kInit before this epilogue, which no longer
       // reads them, so that their latency passes under it; else after it
-      if constexpr (kInit) loadCn(cn, nextTile);
+      if constexpr (kStart) loadCn(cn, nextTile);
 
       const int colBase = ct * kTileN + 2 * (lane & 3);
 #pragma unroll
@@ -519,6 +591,44 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             const bool lt = v < best[i];
             best[i] = lt ? v : best[i];
             bestIdx[i] = lt ? ct : bestIdx[i];
+          }
+        } else if constexpr (REF) {
+          // The accumulators hold u = ρ − d' (ρ: the row's previous best), near 0 for the columns that matter when
+          // ρ is a good guess. They are rounded to bf16 two columns to a register, with the place j in the 4 low
+          // bits of each half, and the (low, high) tree of kScreen runs mirrored (maxima) on packed pairs: one
+          // max.bf16x2/min.bf16x2 does two columns, so ~1.5 ALU operations a value for best and second instead of
+          // ~3, and no FFMA (the start did it). A key is within 2⁻³·|key| of its u (15.5 bf16 units in the last
+          // place of its binade), so the slack the margin test allows for is small where |u| is: near the best.
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = m * 2 + h;
+            unsigned lo[8], hi[8];  // hi: the larger u (better), lo: the smaller
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+              unsigned k2[2];
+#pragma unroll
+              for (int v = 0; v < 2; ++v) {
+                const int j = 2 * q + v;
+                k2[v] = keyPairBf16(acc[m][4 * j + 2 * h], acc[m][4 * j + 2 * h + 1], p.keyMask16,
+                                    static_cast<unsigned>(j) * 0x10001u);
+              }
+              hi[q] = bmax2(k2[0], k2[1]);
+              lo[q] = bmin2(k2[0], k2[1]);
+            }
+#pragma unroll
+            for (int w = 1; w < 8; w <<= 1)
+#pragma unroll
+              for (int l = 0; l < 8; l += 2 * w) {
+                lo[l] = bmax2(bmin2(hi[l], hi[l + w]), bmax2(lo[l], lo[l + w]));
+                hi[l] = bmax2(hi[l], hi[l + w]);
+              }
+            // a half whose best changed took this tile's (keys of one tile are distinct within a half; an equal
+            // key of a later tile leaves the earlier one, as strict '<' would)
+            const unsigned nb = bmax2(hi[0], run1[i]), changed = nb ^ run1[i];
+            run2[i] = bmax2(bmin2(hi[0], run1[i]), bmax2(run2[i], lo[0]));
+            run1[i] = nb;
+            tileX[i] = (changed & 0xFFFFu) ? ct : tileX[i];
+            tileY[i] = (changed >> 16) ? ct : tileY[i];
           }
         } else if constexpr (kKeys && MODE == kScreen) {
           // keys (d' with its 5 low bits replaced by L): best and second best by a tree of (low, high) pairs —
@@ -593,11 +703,19 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           }
         }
       }
-      if constexpr (!kInit) loadCn(cn, nextTile);
+      if constexpr (!kStart) loadCn(cn, nextTile);
     }
     // quad merge (the 4 lanes of a quad hold the same rows, different columns), then the store
 #pragma unroll
     for (int i = 0; i < 2 * M; ++i) {
+      if constexpr (REF) {  // the two halves merged: best and second as keys of t = d' − ρ, and the best's centroid
+        const float2 b = bf16Halves(run1[i]), s2 = bf16Halves(run2[i]);
+        const bool odd = b.y > b.x;  // equal keys: the even (lower) column
+        best[i] = -(odd ? b.y : b.x);
+        second[i] = -fmaxf(fminf(b.x, b.y), fmaxf(s2.x, s2.y));
+        const int j = static_cast<int>((odd ? run1[i] >> 16 : run1[i]) & 15u);
+        bestIdx[i] = (odd ? tileY[i] : tileX[i]) * kTileN + 2 * (lane & 3) + j * 8 + (odd ? 1 : 0);
+      }
       if constexpr (kKeys) {  // the best key's tile and column within the thread's 32 → its centroid
         const int L = MODE == kPlain ? 31 - (__float_as_int(best[i]) & 31) : __float_as_int(best[i]) & 31;
         bestIdx[i] = bestIdx[i] * kTileN + 2 * (lane & 3) + (L >> 1) * 8 + (L & 1);
@@ -621,14 +739,29 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           const float sx = p.rowScale[r], xn = p.rowNorm[r], gr = sx * p.halfScaleC;
           const float mm = xn / sx + b.cmax;
           float eps = b.epsX * xn + b.epsC + gr * (b.epsG + b.epsM * mm * mm);
-          if constexpr (MODE == kScreen) {
+          if constexpr (SCREEN) {
             if (b.epsL > 0.f) eps += b.epsL * p.rowNormLo[r];
+            // the next pass's guess of this row's best: w = d'/g (REF: d' = key + ρ)
+            if (p.refOut) p.refOut[r] = (REF ? best[i] + rho[i] : best[i]) / gr;
           }
           // keys: each of best and second is within 32 units in the last place of its value, i.e. 2⁻¹⁸ of it, and
           // |second| ≤ |best| + gap; so the values' gap exceeds 2ε when gap·(1 − 2⁻¹⁷) > 2ε + 2⁻¹⁷·|best|
           // (2⁻¹⁷ rather than 2⁻¹⁸: room for this test's own rounding). An infinite gap (K = 1) passes.
           const float gap = second[i] - best[i];
-          const bool decided = kKeys ? gap * (1.f - 0x1p-17f) > 2.f * eps + 0x1p-17f * fabsf(best[i]) : gap > 2.f * eps;
+          bool decided = kKeys ? gap * (1.f - 0x1p-17f) > 2.f * eps + 0x1p-17f * fabsf(best[i]) : gap > 2.f * eps;
+          if constexpr (REF) {
+            // Keys k1 ≤ k2 of t = d' − ρ: the best column's t is at most k1 + Δ(k1) and every other column's at
+            // least k2 − Δ(k2), Δ(k) = 2⁻³·|k| widened by 1/16 for fp32's rounding here, plus 2⁻¹²⁰ for keys among
+            // bf16's subnormals (k − Δ(k) increases with k, so k2 bounds every other column); keys that may have
+            // saturated (|k| ≥ 2¹²⁷) decide nothing. The
+            // start ρ − g·‖c‖² in the accumulators adds its rounding and the products' accumulation onto it:
+            // (Dp/16 + 1)·2⁻²² of |ρ| + g·max‖c̃‖², as the one-product bound counts the products' own.
+            const float k1 = best[i], k2 = second[i];
+            const float start = (p.dp / 16 + 1) * 0x1p-22f * (fabsf(rho[i]) + gr * b.cmax * b.cmax) * 1.25f;
+            const float e2 = 2.f * (eps + start) * (1.f + 0x1p-10f);
+            const float up1 = k1 + (0x1.1p-3f * fabsf(k1) + 0x1p-120f), lo2 = k2 - (0x1.1p-3f * fabsf(k2) + 0x1p-120f);
+            decided = fabsf(k1) < 0x1p127f && k2 > -0x1p127f && lo2 - up1 > e2;
+          }
           if (!decided) {
             const unsigned slot = atomicAdd(p.flaggedCount, 1u);
             p.flagged[slot] = r;
@@ -801,6 +934,7 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   a.rowBlocks = static_cast<int>((n + blockRows - 1) / blockRows);
   a.halfScaleC = c.scale * 0.5f;
   a.keyMask = ~31u;
+  a.keyMask16 = 0xFFF0FFF0u;  // the low 4 bits of each bf16 half
   a.bound = bound;
   const int grid = std::min(a.rowBlocks, dev.sms);
   if (screened) {
@@ -813,8 +947,11 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     sa.flaggedThr = nullptr;
     sa.bound = screen.bound;
     sa.rowBlocks = static_cast<int>((n + blockRowsH(2) - 1) / blockRowsH(2));
+    sa.refOut = rows.screenRef;
+    sa.refIn = rows.screenRef && rows.screenRefValid && !screenRefEnv("0") ? rows.screenRef : nullptr;
     if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
-    launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
+    if (sa.refIn) launchHopper<false, kScreenRef, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
+    else launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
     if (exactScreenEnv("only")) return true;
     // 2. the exact products over those rows only (gathered; their count is on the device)
     a.rowIds = screen.rows;

@@ -124,12 +124,18 @@ RowOps CudaBackend::allocOps(std::size_t rows, const char* what, bool streamed) 
   o.rowNorm = devAlloc<float>(rows, what);
   // exact mode: the lo operand's norm, for the one-product screen's bound (planner: operandRowBytes)
   o.rowNormLo = mp_.op == OpKind::F16x3 ? devAlloc<float>(rows, what) : nullptr;
+  // exact mode, resident rows: each row's best from the last screened pass, the next one's guess (kernels.h
+  // RowOps.screenRef; planner: residentRowBytes). Zeros until a screen writes them: finite, so always safe.
+  if (mp_.op == OpKind::F16x3 && !streamed) {
+    o.screenRef = devAlloc<float>(rows, what);
+    check(cudaMemset(o.screenRef, 0, rows * sizeof(float)), "memset");
+  }
   return o;
 }
 
 void CudaBackend::freeOps(RowOps& o) {
   for (void* p : {static_cast<void*>(o.xf), o.ahi, o.alo, static_cast<void*>(o.rowScale),
-                  static_cast<void*>(o.rowNorm), static_cast<void*>(o.rowNormLo), o.x16})
+                  static_cast<void*>(o.rowNorm), static_cast<void*>(o.rowNormLo), static_cast<void*>(o.screenRef), o.x16})
     if (p) cudaFree(p);
   o = RowOps{};
 }

@@ -89,6 +89,8 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   check(cudaMemsetAsync(bad_, 0xff, 2 * sizeof(unsigned long long), compute_), "memset");
   check(cudaMemsetAsync(flaggedTotal_, 0, 2 * sizeof(unsigned long long), compute_), "memset");
   screenThisPass_ = mp_.op == OpKind::F16x3 && screenPolicy_.screen();
+  screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ &&
+                            (screenPolicy_.relative() || screenRefEnv("always")) && !screenRefEnv("0");
   if (muReady_ && !centroidsReady_) prepareCentroidOps();
 }
 
@@ -138,7 +140,9 @@ PassTotals CudaBackend::finishPass() {
   t.sumsKept = sumsKept_;
   if (fit_ && !sumsKept_) download(sums_, std::size_t(k_) * d_, t.sums);
   const unsigned long long flagged = hostFlags_[2];
-  if (mp_.op == OpKind::F16x3) screenPolicy_.record(rowsSeen_, static_cast<std::int64_t>(hostFlags_[4]));
+  if (mp_.op == OpKind::F16x3)
+    screenPolicy_.record(rowsSeen_, static_cast<std::int64_t>(hostFlags_[4]), screenRelativeThisPass_);
+  screenRefsWritten_ = screenRefsWritten_ || (screenThisPass_ && resident_.screenRef);
   // backend.h: the farthest rows only when a cluster came out empty (the engine reads them only then). Streamed
   // chunks offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64
   // distances kept on the device, chunk by chunk as they were fed: the same candidates as computed eagerly.
@@ -166,10 +170,11 @@ PassTotals CudaBackend::finishPass() {
         ms[j] += t;
       }
     std::fprintf(stderr,
-                 "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) screen=%s passed on=%.2f%% "
+                 "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) screen=%s%s passed on=%.2f%% "
                  "device ms: assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
                  static_cast<long long>(rowsSeen_), static_cast<long long>(residentHeld_), stagesUsed_, flagged,
                  rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0, screenThisPass_ ? "on" : "off",
+                 screenRelativeThisPass_ ? " (relative)" : "",
                  rowsSeen_ ? 100.0 * double(hostFlags_[4]) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);
   }
   stagesUsed_ = 0;

@@ -323,6 +323,8 @@ class CudaBackend final : public Backend {
   std::vector<FarRow> far_;
   ExactScreenPolicy screenPolicy_;  // exact mode: screen by one product first? (decided per pass from the last ones)
   bool screenThisPass_ = false;
+  bool screenRefsWritten_ = false;      // a screened pass left the resident rows' best in resident_.screenRef
+  bool screenRelativeThisPass_ = false; // this pass's screen keys on them (kScreenRef; the policy decides)
 };
 
 // count values of src (device) appended to out through the two pinned ring pieces (compute stream).

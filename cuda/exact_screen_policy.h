@@ -24,22 +24,52 @@ inline bool exactScreenEnv(const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 
+// KMFLEET_SCREEN_REF=0: the screen without the previous pass's per-row best (the 32-bit-key epilogue on every pass;
+// A/B); =always: with it on every pass after the first screened one, whatever the policy says (tests). Read at every
+// pass.
+inline bool screenRefEnv(const char* value) {
+  const char* v = std::getenv("KMFLEET_SCREEN_REF");
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
 class ExactScreenPolicy {
  public:
   static constexpr int kFirstWait = 2, kLastWait = 256;
+  // Screened passes before the first relative one: each row's best comes from the previous pass, and the first
+  // Lloyd steps move the centroids so far that those guesses are poor (cuda/NOTES.md "relative keys").
+  static constexpr int kPlainScreensFirst = 2;
 
   ExactScreenPolicy() : ExactScreenPolicy(128) {}
   explicit ExactScreenPolicy(std::int64_t dp) : maxPassedOn_(dp <= 128 ? 0.35 : 0.5) {}
 
   bool screen() const { return off_ == 0; }
+  // Whether a screened pass keys on each row's best from the previous screened pass (kScreenRef, Hopper), given
+  // that a screen left them for these rows.
+  bool relative() const { return screen() && plainScreens_ >= kPlainScreensFirst && relativeOff_ == 0; }
 
-  // After a pass over `rows` rows: `passedOn` of them went on to the three products (when screen() was true).
-  void record(std::int64_t rows, std::int64_t passedOn) {
+  // After a pass over `rows` rows: `passedOn` of them went on to the three products (when screen() was true), with
+  // keys relative to the previous pass's best when `relative`. A relative pass that passes on clearly more than the
+  // last plain screen did had stale guesses (the centroids moved far): plain screens for 2, 4, … 256 passes then,
+  // and that pass does not count against the screen itself.
+  void record(std::int64_t rows, std::int64_t passedOn, bool relative = false) {
     if (off_ > 0) {
       --off_;
       return;
     }
-    if (rows > 0 && static_cast<double>(passedOn) > maxPassedOn_ * static_cast<double>(rows)) {
+    const double share = rows > 0 ? static_cast<double>(passedOn) / static_cast<double>(rows) : 0.0;
+    if (relative) {
+      if (share > 1.5 * plainShare_ + 0.02) {
+        relativeOff_ = relativeWait_;
+        relativeWait_ = relativeWait_ < kLastWait ? 2 * relativeWait_ : relativeWait_;
+        return;
+      }
+      relativeWait_ = kFirstWait;
+    } else {
+      plainShare_ = share;
+      ++plainScreens_;
+      if (relativeOff_ > 0) --relativeOff_;
+    }
+    if (rows > 0 && share > maxPassedOn_) {
       off_ = wait_;
       wait_ = wait_ < kLastWait ? 2 * wait_ : wait_;
     } else {
@@ -51,6 +81,10 @@ class ExactScreenPolicy {
   double maxPassedOn_;      // the break-even share for this Dp
   int off_ = 0;             // passes left without the screen
   int wait_ = kFirstWait;   // passes without it after the next pass that passes on too many
+  double plainShare_ = 0;   // the share the last plain (not relative) screen passed on
+  int plainScreens_ = 0;    // plain screened passes so far
+  int relativeOff_ = 0;     // plain screened passes left before the next relative one
+  int relativeWait_ = kFirstWait;
 };
 
 }  // namespace cuda

@@ -71,7 +71,9 @@ std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m) {
   // values (16-bit rows as they are, else fp32) + operands + scale/norm + label/distance outputs (device)
   // + the fp64 distance kept for the pass's farthest rows (asked for only when a cluster came out empty)
   // + the previous pass's label (changed rows counted on the device)
-  return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8 + 8 + 4;
+  // + exact mode: the row's best from the last screened pass (the next screen's guess, RowOps.screenRef)
+  return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8 + 8 + 4 +
+         (op == OpKind::F16x3 ? 4 : 0);
 }
 
 std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m,

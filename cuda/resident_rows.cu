@@ -53,6 +53,8 @@ RowOps CudaBackend::residentOps(std::int64_t firstRow) const {
   o.rowScale += r;
   o.rowNorm += r;
   if (o.rowNormLo) o.rowNormLo += r;
+  if (o.screenRef) o.screenRef += r;
+  o.screenRefValid = screenRelativeThisPass_;
   return o;
 }
 

@@ -5,6 +5,9 @@
 // the policy switches it off after the first pass), with rows streamed, and with f16 input.
 // KMFLEET_EXACT_SCREEN=only runs the screen alone (labels not exact): its labels must differ from the exact ones
 // somewhere, or the screen never ran and the comparison above proved nothing.
+// From the third screened pass on, the screen keys on each resident row's best from the previous pass (kScreenRef,
+// 16-bit keys; KMFLEET_SCREEN_REF=0 turns that off, =always forces it): the six passes above run it from their
+// second on, and the screen alone with and without it must give different labels somewhere, or it never ran.
 import { afterEach, describe, expect, it } from 'vitest';
 
 import type { Engine, PassResult } from '../../native/index.js';
@@ -15,6 +18,7 @@ const open = engineTracker();
 
 afterEach(() => {
   delete process.env.KMFLEET_EXACT_SCREEN;
+  delete process.env.KMFLEET_SCREEN_REF;
 });
 
 function bits(a: Float32Array): Uint32Array {
@@ -63,7 +67,10 @@ describe('exact fp32: the one-product screen', () => {
       screened.setCentroids(init);
       for (let p = 0; p < 6; p++) {
         const a = await passWith(plain, '0', data, c.n, p === 0);
+        // relative to the previous pass's best from the second pass on, stale guesses included (=always)
+        process.env.KMFLEET_SCREEN_REF = 'always';
         const b = await passWith(screened, undefined, data, c.n, p === 0);
+        delete process.env.KMFLEET_SCREEN_REF;
         expect(Object.is(b.inertia, a.inertia), `pass ${p}: inertia`).toBe(true);
         expect(Array.from(b.counts), `pass ${p}: counts`).toEqual(Array.from(a.counts));
         expect(screened.labels(), `pass ${p}: labels`).toEqual(plain.labels());
@@ -88,5 +95,34 @@ describe('exact fp32: the one-product screen', () => {
     for (let i = 0; i < n; i++) if (a[i] !== b[i]) differ++;
     expect(differ).toBeGreaterThan(0);
     expect(differ).toBeLessThan(n / 20);  // one fp16 product is close to the exact distance: few rows differ
+  });
+
+  it('really keys on the previous pass: the screen alone gives other labels with it than without it', async () => {
+    const n = 100_003, d = 64, k = 512;
+    const x = normalData(n, d, 321);
+    const init = pickRows(x, d, distinctRows(n, k, 322));
+    const o = { rows: n, dims: d, k, precision: 'fp32' as const, chunkRows: 16384 };
+    const relative = await open(o);
+    const plain = await open(o);
+    relative.setCentroids(init);
+    plain.setCentroids(init);
+    // three exact passes each (relative from the second on: KMFLEET_SCREEN_REF=always), the same labels after each
+    for (let p = 0; p < 3; p++) {
+      process.env.KMFLEET_SCREEN_REF = 'always';
+      await passWith(relative, undefined, bytesOf(x), n, p === 0);
+      process.env.KMFLEET_SCREEN_REF = '0';
+      await passWith(plain, undefined, bytesOf(x), n, p === 0);
+      delete process.env.KMFLEET_SCREEN_REF;
+      expect(relative.labels()).toEqual(plain.labels());
+    }
+    process.env.KMFLEET_SCREEN_REF = 'always';
+    await passWith(relative, 'only', bytesOf(x), n, false);
+    process.env.KMFLEET_SCREEN_REF = '0';
+    await passWith(plain, 'only', bytesOf(x), n, false);
+    const a = relative.labels(), b = plain.labels();
+    let differ = 0;
+    for (let i = 0; i < n; i++) if (a[i] !== b[i]) differ++;
+    expect(differ).toBeGreaterThan(0);
+    expect(differ).toBeLessThan(n / 20);
   });
 });
