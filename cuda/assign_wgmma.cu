@@ -421,19 +421,26 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
     for (int j = 0; j < 16; ++j) c[j] = __ldg(reinterpret_cast<const float2*>(p.cnorm + base + j * 8));
   };
-  // kScreenRef: each row's w (refIn), one row block ahead as g
-  auto loadRef = [&](int rb, float (&w)[2 * M]) {
+  // Margin modes: each row's ‖x̂‖ and (screens) ‖xl‖ for the margin test, and (kScreenRef) its w, one row block
+  // ahead as g: loaded where the test needs them, their latency stalled the block's end (ncu: long-scoreboard
+  // stalls 21 % of the relative screen's samples)
+  constexpr int kRowArgs = MARGIN ? 2 * M : 1;
+  auto loadRowArgs = [&](int rb, float (&xn)[kRowArgs], float (&xl)[kRowArgs], float (&w)[kRowArgs]) {
 #pragma unroll
     for (int i = 0; i < 2 * M; ++i) {
       const int r = rowOf(rb, i);
-      w[i] = r < n ? __ldg(p.refIn + r) : 0.f;
+      const bool in = r < n;
+      const int id = in ? rowId(r) : 0;
+      xn[i] = in ? __ldg(p.rowNorm + id) : 0.f;
+      if constexpr (SCREEN) xl[i] = in && p.bound.epsL > 0.f ? __ldg(p.rowNormLo + id) : 0.f;
+      if constexpr (REF) w[i] = in ? __ldg(p.refIn + id) : 0.f;
     }
   };
   float2 cn[16];
   loadCn(cn, 0);
-  float gNext[2 * M], wNext[REF ? 2 * M : 1];
+  float gNext[2 * M], xnNext[kRowArgs], xlNext[kRowArgs], wNext[kRowArgs];
   loadG(blockIdx.x, gNext);
-  if constexpr (REF) loadRef(blockIdx.x, wNext);
+  if constexpr (MARGIN) loadRowArgs(blockIdx.x, xnNext, xlNext, wNext);
   // pos: the next stage to consume; released: the next stage to hand back (every stage is released in order)
   RingPos pos, released;
   auto release = [&](int stages) {  // one arrival per warp
@@ -444,7 +451,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
   for (int rb = blockIdx.x; rb < rowBlocks; rb += gridDim.x, ++blockIter) {
     const unsigned ab = blockIter % p.aBufs, aPhase = (blockIter / p.aBufs) & 1;
     const unsigned short* aBase = sm.a + static_cast<std::size_t>(ab) * p.nK * TERMS * kAChunkHalves;
-    float g[2 * M], best[2 * M], second[2 * M];
+    float g[2 * M], best[2 * M], second[2 * M], xn[kRowArgs], xl[kRowArgs];
     int bestIdx[2 * M];
     // kScreenRef: per row ρ = g·w, the previous best d'; the running best and second of u = ρ − d' (maxima) as
     // packed bf16 keys (lower half: the thread's even columns, upper: odd) and each half's tile
@@ -454,6 +461,10 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
     for (int i = 0; i < 2 * M; ++i) {
       g[i] = gNext[i] * p.halfScaleC;
+      if constexpr (MARGIN) {
+        xn[i] = xnNext[i];
+        xl[i] = xlNext[i];
+      }
       best[i] = INFINITY;
       second[i] = INFINITY;
       bestIdx[i] = 0;
@@ -469,7 +480,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       }
     }
     loadG(rb + gridDim.x, gNext);
-    if constexpr (REF) loadRef(rb + gridDim.x, wNext);
+    if constexpr (MARGIN) loadRowArgs(rb + gridDim.x, xnNext, xlNext, wNext);
 
     for (int ct = 0; ct < p.nTiles; ++ct) {
       const int nextTile = ct + 1 == p.nTiles ? 0 : ct + 1;  // the next row block starts at tile 0
@@ -736,11 +747,12 @@ __global__ void __launch_bounds__(kThreadsH, 1)
         p.labels[r] = bestIdx[i];
         if constexpr (MARGIN) {  // the margin test of assign_kernel.cu's mergeAndWrite (kScreen: its bound for one product)
           const ExactBound& b = p.bound;
-          const float sx = p.rowScale[r], xn = p.rowNorm[r], gr = sx * p.halfScaleC;
-          const float mm = xn / sx + b.cmax;
-          float eps = b.epsX * xn + b.epsC + gr * (b.epsG + b.epsM * mm * mm);
+          // g = s_r·s_c/2 with s_r the row's scale (prefetched, as ‖x̂‖ and ‖xl‖)
+          const float gr = g[i], sx = gr / p.halfScaleC;
+          const float mm = xn[i] / sx + b.cmax;
+          float eps = b.epsX * xn[i] + b.epsC + gr * (b.epsG + b.epsM * mm * mm);
           if constexpr (SCREEN) {
-            if (b.epsL > 0.f) eps += b.epsL * p.rowNormLo[r];
+            if (b.epsL > 0.f) eps += b.epsL * xl[i];
             // the next pass's guess of this row's best: w = d'/g (REF: d' = key + ρ)
             if (p.refOut) p.refOut[r] = (REF ? best[i] + rho[i] : best[i]) / gr;
           }
