@@ -40,12 +40,16 @@ class ExactScreenPolicy {
   static constexpr int kPlainScreensFirst = 2;
 
   ExactScreenPolicy() : ExactScreenPolicy(128) {}
-  explicit ExactScreenPolicy(std::int64_t dp) : maxPassedOn_(dp <= 128 ? 0.35 : 0.5) {}
+  explicit ExactScreenPolicy(std::int64_t dp) : maxPassedOn_(dp <= 128 ? 0.35 : 0.5), relativePays_(dp <= 128) {}
 
   bool screen() const { return off_ == 0; }
   // Whether a screened pass keys on each row's best from the previous screened pass (kScreenRef, Hopper), given
-  // that a screen left them for these rows.
-  bool relative() const { return screen() && plainScreens_ >= kPlainScreensFirst && relativeOff_ == 0; }
+  // that a screen left them for these rows. Only for Dp ≤ 128: at Dp = 256 the screen is a smaller part of the
+  // exact pass and the rows it passes on cost more (three products in 128-row blocks), and the H100 measured no gain
+  // (kmbench 5.08–5.09 vs 5.11 ms/iter at 1M×256×4096) or a loss (the Engine's iteration 5.91–6.04 vs 5.79–5.80).
+  bool relative() const {
+    return relativePays_ && screen() && plainScreens_ >= kPlainScreensFirst && relativeOff_ == 0;
+  }
 
   // After a pass over `rows` rows: `passedOn` of them went on to the three products (when screen() was true), with
   // keys relative to the previous pass's best when `relative`. A relative pass that passes on clearly more than the
@@ -79,6 +83,7 @@ class ExactScreenPolicy {
 
  private:
   double maxPassedOn_;      // the break-even share for this Dp
+  bool relativePays_;       // relative keys for this Dp
   int off_ = 0;             // passes left without the screen
   int wait_ = kFirstWait;   // passes without it after the next pass that passes on too many
   double plainShare_ = 0;   // the share the last plain (not relative) screen passed on

@@ -587,6 +587,9 @@ static int checkScreenPolicy() {
   p.record(1000, 0);
   p.record(1000, 0);
   ok &= p.screen();
+  ExactScreenPolicy wide(256);         // Dp > 128: never relative
+  for (int i = 0; i < 4; ++i) wide.record(1000, 100);
+  ok &= wide.screen() && !wide.relative();
   std::printf("%-4s exact screen policy (plain, relative, off)\n", ok ? "ok" : "FAIL");
   return ok ? 0 : 1;
 }
