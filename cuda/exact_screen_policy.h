@@ -8,6 +8,8 @@
 // 85–99 %, where the screen would cost up to ~40 % more. f changes between Lloyd passes (higher in the first few),
 // so the last screened pass decides: after one that passed on too many the screen stays off for 2 passes, then 4,
 // 8, … 256 after each further such pass (a clustered dataset stays clustered), and a good pass resets the wait.
+// It also decides whether a screened pass keys on each row's best of the previous one (relative(): kScreenRef, Dp ≤
+// 128, from the third screened pass; cuda/NOTES.md "Stop 15").
 #pragma once
 
 #include <cstdint>
