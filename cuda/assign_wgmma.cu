@@ -484,8 +484,13 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 
     for (int ct = 0; ct < p.nTiles; ++ct) {
       const int nextTile = ct + 1 == p.nTiles ? 0 : ct + 1;  // the next row block starts at tile 0
-      if constexpr (REF) {
-        // acc = ρ − g·‖c‖² (one rounding; the bound allows for it and for the products' accumulation onto it)
+      if constexpr (kStart) {
+        // plain: acc = −g·‖c‖², exact (g = s_r·s_c/2 is a power of two) unless it leaves fp32's range, where d' itself
+        // did before; the products then leave u = x̂·ĉ − g·‖c‖² = −d'. 128 independent multiplies before this tile's
+        // turn instead of an FFMA at the head of every value's chain in the epilogue: 10M×128×1024 fp16 assignment
+        // 4.43–4.57 → 4.31–4.39 ms (cuda/NOTES.md "Stop 14").
+        // kScreenRef: acc = ρ − g·‖c‖² (one rounding; the bound allows for it and for the products' accumulation
+        // onto it), so the products leave u = ρ − d'.
 #pragma unroll
         for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -493,24 +498,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int i = m * 2 + h;
-              acc[m][4 * j + 2 * h] = fmaf(-g[i], cn[j].x, rho[i]);
-              acc[m][4 * j + 2 * h + 1] = fmaf(-g[i], cn[j].y, rho[i]);
-            }
-      }
-      if constexpr (kInit) {
-        // acc = −g·‖c‖², exact (g = s_r·s_c/2 is a power of two) unless it leaves fp32's range, where d' itself did
-        // before; the products then leave u = x̂·ĉ − g·‖c‖² = −d'.
-        // 128 independent multiplies before this tile's turn instead of an FFMA at the head of every value's chain
-        // in the epilogue: 10M×128×1024 fp16 assignment 4.43–4.57 → 4.31–4.39 ms (cuda/NOTES.md "Stop 14").
-#pragma unroll
-        for (int m = 0; m < M; ++m)
-#pragma unroll
-          for (int j = 0; j < 16; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float ng = -g[m * 2 + h];
-              acc[m][4 * j + 2 * h] = ng * cn[j].x;
-              acc[m][4 * j + 2 * h + 1] = ng * cn[j].y;
+              const float ng = -g[i];
+              acc[m][4 * j + 2 * h] = REF ? fmaf(ng, cn[j].x, rho[i]) : ng * cn[j].x;
+              acc[m][4 * j + 2 * h + 1] = REF ? fmaf(ng, cn[j].y, rho[i]) : ng * cn[j].y;
             }
       }
       if (kPingPong) namedSync(myTurn);
@@ -756,23 +746,25 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             // the next pass's guess of this row's best: w = d'/g (REF: d' = key + ρ)
             if (p.refOut) p.refOut[r] = (REF ? best[i] + rho[i] : best[i]) / gr;
           }
-          // keys: each of best and second is within 32 units in the last place of its value, i.e. 2⁻¹⁸ of it, and
-          // |second| ≤ |best| + gap; so the values' gap exceeds 2ε when gap·(1 − 2⁻¹⁷) > 2ε + 2⁻¹⁷·|best|
-          // (2⁻¹⁷ rather than 2⁻¹⁸: room for this test's own rounding). An infinite gap (K = 1) passes.
-          const float gap = second[i] - best[i];
-          bool decided = kKeys ? gap * (1.f - 0x1p-17f) > 2.f * eps + 0x1p-17f * fabsf(best[i]) : gap > 2.f * eps;
+          bool decided;
           if constexpr (REF) {
             // Keys k1 ≤ k2 of t = d' − ρ: the best column's t is at most k1 + Δ(k1) and every other column's at
             // least k2 − Δ(k2), Δ(k) = 2⁻³·|k| widened by 1/16 for fp32's rounding here, plus 2⁻¹²⁰ for keys among
             // bf16's subnormals (k − Δ(k) increases with k, so k2 bounds every other column); keys that may have
-            // saturated (|k| ≥ 2¹²⁷) decide nothing. The
-            // start ρ − g·‖c‖² in the accumulators adds its rounding and the products' accumulation onto it:
-            // (Dp/16 + 1)·2⁻²² of |ρ| + g·max‖c̃‖², as the one-product bound counts the products' own.
+            // saturated (|k| ≥ 2¹²⁷) decide nothing. The start ρ − g·‖c‖² in the accumulators adds its rounding and
+            // the products' accumulation onto it: (Dp/16 + 1)·2⁻²² of |ρ| + g·max‖c̃‖², as the one-product bound
+            // counts the products' own.
             const float k1 = best[i], k2 = second[i];
             const float start = (p.dp / 16 + 1) * 0x1p-22f * (fabsf(rho[i]) + gr * b.cmax * b.cmax) * 1.25f;
             const float e2 = 2.f * (eps + start) * (1.f + 0x1p-10f);
             const float up1 = k1 + (0x1.1p-3f * fabsf(k1) + 0x1p-120f), lo2 = k2 - (0x1.1p-3f * fabsf(k2) + 0x1p-120f);
             decided = fabsf(k1) < 0x1p127f && k2 > -0x1p127f && lo2 - up1 > e2;
+          } else {
+            // keys: each of best and second is within 32 units in the last place of its value, i.e. 2⁻¹⁸ of it, and
+            // |second| ≤ |best| + gap; so the values' gap exceeds 2ε when gap·(1 − 2⁻¹⁷) > 2ε + 2⁻¹⁷·|best|
+            // (2⁻¹⁷ rather than 2⁻¹⁸: room for this test's own rounding). An infinite gap (K = 1) passes.
+            const float gap = second[i] - best[i];
+            decided = kKeys ? gap * (1.f - 0x1p-17f) > 2.f * eps + 0x1p-17f * fabsf(best[i]) : gap > 2.f * eps;
           }
           if (!decided) {
             const unsigned slot = atomicAdd(p.flaggedCount, 1u);
