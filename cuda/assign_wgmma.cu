@@ -226,6 +226,20 @@ __device__ __forceinline__ float2 bf16Halves(unsigned v) {
   return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xFFFF0000u));
 }
 
+// Best and second best of 2N values given as N (best, next) pairs, by a tree: merging (b1, n1) and (b2, n2) gives
+// best = better(b1, b2), next = better(worse(b1, b2), better(n1, n2)) — ~3 operations a value in any order. The best
+// ends in best[0], the second in next[0]. (better, worse) = (min, max) for distances, (max, min) for their negations.
+template <int N, typename T, typename Better, typename Worse>
+__device__ __forceinline__ void bestTwoTree(T (&best)[N], T (&next)[N], Better better, Worse worse) {
+#pragma unroll
+  for (int w = 1; w < N; w <<= 1)
+#pragma unroll
+    for (int l = 0; l < N; l += 2 * w) {
+      next[l] = better(worse(best[l], best[l + w]), better(next[l], next[l + w]));
+      best[l] = better(best[l], best[l + w]);
+    }
+}
+
 __device__ __forceinline__ void setMaxRegsInc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory"); }
 __device__ __forceinline__ void setMaxRegsDec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory"); }
 
@@ -616,13 +630,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
               hi[q] = bmax2(k2[0], k2[1]);
               lo[q] = bmin2(k2[0], k2[1]);
             }
-#pragma unroll
-            for (int w = 1; w < 8; w <<= 1)
-#pragma unroll
-              for (int l = 0; l < 8; l += 2 * w) {
-                lo[l] = bmax2(bmin2(hi[l], hi[l + w]), bmax2(lo[l], lo[l + w]));
-                hi[l] = bmax2(hi[l], hi[l + w]);
-              }
+            bestTwoTree(hi, lo, bmax2, bmin2);
             // a half whose best changed took this tile's (keys of one tile are distinct within a half; an equal
             // key of a later tile leaves the earlier one, as strict '<' would)
             const unsigned nb = bmax2(hi[0], run1[i]), changed = nb ^ run1[i];
@@ -646,13 +654,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
               lo[j] = fminf(k0, k1);
               hi[j] = fmaxf(k0, k1);
             }
-#pragma unroll
-            for (int w = 1; w < 16; w <<= 1)
-#pragma unroll
-              for (int l = 0; l < 16; l += 2 * w) {
-                hi[l] = fminf(fmaxf(lo[l], lo[l + w]), fminf(hi[l], hi[l + w]));
-                lo[l] = fminf(lo[l], lo[l + w]);
-              }
+            bestTwoTree(lo, hi, [](float a, float b) { return fminf(a, b); }, [](float a, float b) { return fmaxf(a, b); });
             const bool lt = lo[0] < best[i];
             second[i] = fminf(fmaxf(lo[0], best[i]), fminf(second[i], hi[0]));
             best[i] = fminf(lo[0], best[i]);
