@@ -954,7 +954,7 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     sa.bound = screen.bound;
     sa.rowBlocks = static_cast<int>((n + blockRowsH(2) - 1) / blockRowsH(2));
     sa.refOut = rows.screenRef;
-    sa.refIn = rows.screenRef && rows.screenRefValid && !screenRefEnv("0") ? rows.screenRef : nullptr;
+    sa.refIn = rows.screenRelative ? rows.screenRef : nullptr;
     if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
     if (sa.refIn) launchHopper<false, kScreenRef, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
     else launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);

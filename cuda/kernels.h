@@ -59,10 +59,11 @@ struct RowOps {
   float* rowNorm = nullptr;    // n: ‖x̂‖ of the scaled row (error bound)
   float* rowNormLo = nullptr;  // n, F16x3 (may be null): ‖xl‖ of the row's lo operand, rounded up (the screen's bound)
   // n, F16x3 (may be null): the Hopper screen writes each row's best there (‖x̃ − c̃‖² − ‖x̃‖², approximate) and, when
-  // screenRefValid (a screen wrote it for these rows before), reads it first as the guess its 16-bit keys are
-  // relative to. Any finite contents keep the labels exact; stale ones only pass more rows on.
+  // screenRelative, reads it first as the guess its 16-bit keys are relative to (the caller decides: a screen wrote
+  // them for these rows, its policy, KMFLEET_SCREEN_REF). Any finite contents keep the labels exact; stale ones only
+  // pass more rows on.
   float* screenRef = nullptr;
-  bool screenRefValid = false;
+  bool screenRelative = false;
   void* x16 = nullptr;         // n × D raw 16-bit input rows (f16/bf16 data, l2) when xf is null
   InType x16Type = InType::F16;
 };

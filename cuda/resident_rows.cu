@@ -54,7 +54,7 @@ RowOps CudaBackend::residentOps(std::int64_t firstRow) const {
   o.rowNorm += r;
   if (o.rowNormLo) o.rowNormLo += r;
   if (o.screenRef) o.screenRef += r;
-  o.screenRefValid = screenRelativeThisPass_;
+  o.screenRelative = screenRelativeThisPass_;
   return o;
 }
 

@@ -254,8 +254,8 @@ struct Problem {
     // a screened pass leaves each row's best for the next one's screen (as the backend's resident rows), which keys
     // on them when the policy says so
     const bool screened = op == OpKind::F16x3 && screen.screen() && !exactScreenEnv("0");
-    rows.screenRefValid = refsWritten && (screen.relative() || forceRelative);
-    usedRelative = screened && rows.screenRefValid && !screenRefEnv("0");
+    rows.screenRelative = refsWritten && (screen.relative() || forceRelative) && !screenRefEnv("0");
+    usedRelative = screened && rows.screenRelative;
     assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, screen.screen() ? candCount : nullptr,
                flaggedCount + 1, 0);
     refsWritten = refsWritten || screened;
