@@ -439,18 +439,22 @@ static CheckResult reference(const std::vector<float>& x, const std::vector<floa
   return R;
 }
 
+// Each of k rows of d values scaled to unit length (fp64 norm), as cosine centroids are.
+static void normalizeRows(std::vector<float>& v, int k, int d) {
+  for (int c = 0; c < k; ++c) {
+    double s = 0;
+    for (int j = 0; j < d; ++j) s += static_cast<double>(v[c * d + j]) * v[c * d + j];
+    for (int j = 0; j < d; ++j) v[c * d + j] = static_cast<float>(v[c * d + j] / std::sqrt(s));
+  }
+}
+
 static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, float offset, bool cosine) {
   Problem P;
   P.alloc(n, d, k, op, in);
   P.generate(blobs, 1234 + d * 31 + k, offset, cosine);
   // perturb centroids a little so they are not data rows
   for (size_t i = 0; i < P.hc.size(); ++i) P.hc[i] += 0.01f * std::sin(static_cast<float>(i));
-  if (cosine)
-    for (int c = 0; c < k; ++c) {
-      double s = 0;
-      for (int j = 0; j < d; ++j) s += static_cast<double>(P.hc[c * d + j]) * P.hc[c * d + j];
-      for (int j = 0; j < d; ++j) P.hc[c * d + j] = static_cast<float>(P.hc[c * d + j] / std::sqrt(s));
-    }
+  if (cosine) normalizeRows(P.hc, k, d);
   P.setCentroids();
   const bool statsOk = centroidOpsMatch(P.cf, P.mu, P.hc, P.hmu, k, d, op);
   P.assign();
@@ -526,12 +530,7 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
   double refScreened = 0;
   if (op == OpKind::F16x3) {
     for (size_t i = 0; i < P.hc.size(); ++i) P.hc[i] += 0.003f * std::cos(static_cast<float>(i) * 0.7f);
-    if (cosine)
-      for (int c = 0; c < k; ++c) {
-        double s = 0;
-        for (int j = 0; j < d; ++j) s += static_cast<double>(P.hc[c * d + j]) * P.hc[c * d + j];
-        for (int j = 0; j < d; ++j) P.hc[c * d + j] = static_cast<float>(P.hc[c * d + j] / std::sqrt(s));
-      }
+    if (cosine) normalizeRows(P.hc, k, d);
     P.onDevice = false;
     P.setCentroids();
     P.forceRelative = true;
