@@ -79,49 +79,50 @@ describe('exact fp32: the one-product screen', () => {
     });
   }
 
-  it('really screens: the screen alone gives other labels than the exact pass', async () => {
-    const n = 100_003, d = 64, k = 512;
-    const x = normalData(n, d, 311);
-    const init = pickRows(x, d, distinctRows(n, k, 312));
+  // Two exact engines over the same 100,003 random rows (D = 64, K = 512) from the same initial centroids.
+  const n = 100_003;
+  async function twoEngines(seed: number): Promise<{ data: Uint8Array; a: Engine; b: Engine }> {
+    const d = 64, k = 512;
+    const x = normalData(n, d, seed);
+    const init = pickRows(x, d, distinctRows(n, k, seed + 1));
     const o = { rows: n, dims: d, k, precision: 'fp32' as const, chunkRows: 16384 };
-    const exact = await open(o);
-    const only = await open(o);
-    exact.setCentroids(init);
-    only.setCentroids(init);
-    await passWith(exact, undefined, bytesOf(x), n, true);
-    await passWith(only, 'only', bytesOf(x), n, true);
-    const a = exact.labels(), b = only.labels();
+    const a = await open(o);
+    const b = await open(o);
+    a.setCentroids(init);
+    b.setCentroids(init);
+    return { data: bytesOf(x), a, b };
+  }
+  function rowsDiffering(a: ArrayLike<number>, b: ArrayLike<number>): number {
     let differ = 0;
-    for (let i = 0; i < n; i++) if (a[i] !== b[i]) differ++;
+    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) differ++;
+    return differ;
+  }
+
+  it('really screens: the screen alone gives other labels than the exact pass', async () => {
+    const { data, a: exact, b: only } = await twoEngines(311);
+    await passWith(exact, undefined, data, n, true);
+    await passWith(only, 'only', data, n, true);
+    const differ = rowsDiffering(exact.labels(), only.labels());
     expect(differ).toBeGreaterThan(0);
     expect(differ).toBeLessThan(n / 20);  // one fp16 product is close to the exact distance: few rows differ
   });
 
   it('really keys on the previous pass: the screen alone gives other labels with it than without it', async () => {
-    const n = 100_003, d = 64, k = 512;
-    const x = normalData(n, d, 321);
-    const init = pickRows(x, d, distinctRows(n, k, 322));
-    const o = { rows: n, dims: d, k, precision: 'fp32' as const, chunkRows: 16384 };
-    const relative = await open(o);
-    const plain = await open(o);
-    relative.setCentroids(init);
-    plain.setCentroids(init);
+    const { data, a: relative, b: plain } = await twoEngines(321);
     // three exact passes each (relative from the second on: KMFLEET_SCREEN_REF=always), the same labels after each
     for (let p = 0; p < 3; p++) {
       process.env.KMFLEET_SCREEN_REF = 'always';
-      await passWith(relative, undefined, bytesOf(x), n, p === 0);
+      await passWith(relative, undefined, data, n, p === 0);
       process.env.KMFLEET_SCREEN_REF = '0';
-      await passWith(plain, undefined, bytesOf(x), n, p === 0);
+      await passWith(plain, undefined, data, n, p === 0);
       delete process.env.KMFLEET_SCREEN_REF;
       expect(relative.labels()).toEqual(plain.labels());
     }
     process.env.KMFLEET_SCREEN_REF = 'always';
-    await passWith(relative, 'only', bytesOf(x), n, false);
+    await passWith(relative, 'only', data, n, false);
     process.env.KMFLEET_SCREEN_REF = '0';
-    await passWith(plain, 'only', bytesOf(x), n, false);
-    const a = relative.labels(), b = plain.labels();
-    let differ = 0;
-    for (let i = 0; i < n; i++) if (a[i] !== b[i]) differ++;
+    await passWith(plain, 'only', data, n, false);
+    const differ = rowsDiffering(relative.labels(), plain.labels());
     expect(differ).toBeGreaterThan(0);
     expect(differ).toBeLessThan(n / 20);
   });
