@@ -36,6 +36,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
+  std::lock_guard<std::mutex> turn(callers_);
   job_ = &fn;
   error_ = nullptr;
   pending_.store(size_ - 1);

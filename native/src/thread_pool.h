@@ -22,7 +22,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
-  // Runs fn on every thread; the first exception thrown by any of them is rethrown here after all finished.
+  // Runs fn on every thread; the first exception thrown by any of them is rethrown here after all finished. Callers
+  // on different threads (the engine's and the JS thread reading centroids) take turns. fn must not call run.
   void run(const std::function<void(int tid, int nthreads)>& fn);
 
   // Splits [0, n) into nthreads contiguous ranges, aligned to `align` where possible.
@@ -38,6 +39,7 @@ class ThreadPool {
   int size_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
+  std::mutex callers_;  // one run at a time
   std::condition_variable wake_, done_;
   const std::function<void(int, int)>* job_ = nullptr;  // published by the generation bump
   std::atomic<std::uint64_t> generation_{0};
