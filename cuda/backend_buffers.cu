@@ -31,6 +31,8 @@ void CudaBackend::allocate() {
     check(cudaEventCreateWithFlags(&ringDone_[i], cudaEventDisableTiming), "cudaEventCreate");
   }
   check(cudaEventCreateWithFlags(&statsReady_, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&updated_, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&centroidsDown_, cudaEventDisableTiming), "cudaEventCreate");
   cstats_ = devAlloc<CentroidStatsDevice>(1, "centroid statistics");
   // centroids and totals
   cf_ = devAlloc<float>(std::size_t(k_) * d_, "centroids");
@@ -222,9 +224,9 @@ void CudaBackend::release() noexcept {
                   static_cast<void*>(ring_[1])})
     if (p) cudaFreeHost(p);
   hostStats_ = nullptr; hostFlags_ = nullptr; ring_[0] = ring_[1] = nullptr;
-  for (cudaEvent_t e : {ringDone_[0], ringDone_[1], statsReady_})
+  for (cudaEvent_t e : {ringDone_[0], ringDone_[1], statsReady_, updated_, centroidsDown_})
     if (e) cudaEventDestroy(e);
-  ringDone_[0] = ringDone_[1] = statsReady_ = nullptr;
+  ringDone_[0] = ringDone_[1] = statsReady_ = updated_ = centroidsDown_ = nullptr;
   if (cstats_) cudaFree(cstats_);
   cstats_ = nullptr;
   for (cudaStream_t s : {copy_, compute_, d2h_, chunkStream_})

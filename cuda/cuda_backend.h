@@ -114,6 +114,7 @@ class CudaBackend final : public Backend {
   PassTotals finishPass() override;                     // cuda_backend.cu
   bool updatesOnDevice() const override { return true; }
   DeviceUpdate updateOnDevice(bool dataVariance) override;  // pass_centroids.cu
+  void copyUpdatedCentroids(float* dst) override;           // pass_centroids.cu
   void abortPass() noexcept override;                   // cuda_backend.cu
 
  private:
@@ -231,6 +232,9 @@ class CudaBackend final : public Backend {
   double* scatter_ = nullptr;
   double* shift_ = nullptr;
   bool cfFromUpdate_ = false;  // cf_ holds the last updateOnDevice's `next` (nothing uploaded since)
+  // updateOnDevice's `next` comes down into hostCentroids_ on d2h_ behind the update (updated_) without a wait;
+  // centroidsDown_ marks it there (copyUpdatedCentroids waits for it, and so does anything that reuses the buffer)
+  cudaEvent_t updated_ = nullptr, centroidsDown_ = nullptr;
   bool sumsKept_ = false;      // the last finishPass kept its sums for updateOnDevice
   unsigned short* bhi_ = nullptr;
   unsigned short* blo_ = nullptr;

@@ -9,12 +9,17 @@
 
 #include "centroid_update.h"
 #include "cuda_backend.h"
+#include "thread_pool.h"
 
 namespace kmfleet {
 namespace cuda_backend {
 
 // The pass's centroids up through the pinned staging, in pieces: the DMA of a piece overlaps the copy of the next.
 void CudaBackend::uploadCentroids(const float* c) {
+  if (c == nullptr)  // PassSpec.centroidsFromUpdate without them on the host, but this backend no longer holds them
+    throw EngineError(ErrorCode::Device, "the pass's centroids are neither on the device nor on the host");
+  // the staging and cf_ may still be in the last update's copy down (updateOnDevice)
+  check(cudaEventSynchronize(centroidsDown_), "centroids down");
   cfFromUpdate_ = false;
   const std::size_t total = sizeof(float) * std::size_t(k_) * d_;
   char* h = reinterpret_cast<char*>(hostCentroids_);
@@ -74,7 +79,8 @@ void CudaBackend::centroidsForCompute() {
 }
 
 // The fit update where the totals are (centroid_update.cu: the engine's arithmetic, bit for bit). The next
-// centroids come down in one copy into the pinned upload staging and stay in cf_ for the next pass.
+// centroids stay in cf_ for the next pass; their copy to the host is queued on d2h_ behind the update, without a wait
+// (copyUpdatedCentroids takes it when the engine's caller reads them), so it overlaps what follows.
 DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
   check(cudaSetDevice(cfg_.device), "cudaSetDevice");
   if (!sumsKept_)
@@ -93,14 +99,18 @@ DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
   a.scatter = dataVariance ? scatter_ : nullptr;
   a.next = cfNext_;
   a.shift = shift_;
+  // cfNext_ was cf_ two updates ago: the copy down of those must be done before the update overwrites them
+  check(cudaStreamWaitEvent(compute_, centroidsDown_, 0), "cudaStreamWaitEvent");
   clusterUpdate(a, compute_);
   check(cudaGetLastError(), "clusterUpdate");
-  check(cudaMemcpyAsync(hostCentroids_, cfNext_, sizeof(float) * std::size_t(k_) * d_, cudaMemcpyDeviceToHost,
-                        compute_),
-        "D2H");
+  check(cudaEventRecord(updated_, compute_), "cudaEventRecord");
   DeviceUpdate u;
-  // shift and scatter behind the update with the centroids, under one wait where they fit together
+  // shift and scatter behind the update, under one wait where they fit together
   const bool queued = dataVariance ? queueDown({shift_, scatter_}) : queueDown({shift_});
+  check(cudaStreamWaitEvent(d2h_, updated_, 0), "cudaStreamWaitEvent");
+  check(cudaMemcpyAsync(hostCentroids_, cfNext_, sizeof(float) * std::size_t(k_) * d_, cudaMemcpyDeviceToHost, d2h_),
+        "D2H");
+  check(cudaEventRecord(centroidsDown_, d2h_), "cudaEventRecord");
   check(cudaStreamSynchronize(compute_), "clusterUpdate");
   takeDown(queued, 0, shift_, u.shift);
   if (dataVariance) takeDown(queued, 1, scatter_, u.scatter);
@@ -110,8 +120,17 @@ DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
   // and begin that pass (the GPU is idle then), so its first assignment need not wait for them. A pass that brings
   // other centroids prepares again (beginPass).
   prepareCentroidOps();
-  u.next = hostCentroids_;
   return u;
+}
+
+void CudaBackend::copyUpdatedCentroids(float* dst) {
+  check(cudaSetDevice(cfg_.device), "cudaSetDevice");  // the caller's thread may be another than the pass's
+  if (!cfFromUpdate_)
+    throw EngineError(ErrorCode::Device, "copyUpdatedCentroids: no device update holds the centroids");
+  check(cudaEventSynchronize(centroidsDown_), "centroids down");
+  const std::size_t n = std::size_t(k_) * d_;
+  if (pool_) pool_->copy(dst, hostCentroids_, n);
+  else std::memcpy(dst, hostCentroids_, n * sizeof(float));
 }
 
 }  // namespace cuda_backend

@@ -139,7 +139,10 @@ struct Problem {
   double* shift = nullptr;
   double* scatter = nullptr;
   double* hK = nullptr;  // pinned: shift and scatter, K each
-  bool onDevice = false;  // cf holds the last device update's centroids (hc is their copy)
+  bool onDevice = false;  // cf holds the last device update's centroids
+  bool hcBehind = false;  // … and hc is not their copy yet: they come down behind the update (hostCentroids())
+  cudaStream_t down = nullptr;                  // as the backend's d2h stream
+  cudaEvent_t updated = nullptr, centroidsDown = nullptr;
 
   void alloc(long long n_, int d_, int k_, OpKind op_, InType in_) {
     screen = ExactScreenPolicy(padDims(d_));
@@ -182,6 +185,9 @@ struct Problem {
     CK(cudaMalloc(&shift, static_cast<size_t>(k) * 8));
     CK(cudaMalloc(&scatter, static_cast<size_t>(k) * 8));
     CK(cudaHostAlloc(&hK, static_cast<size_t>(k) * 16, cudaHostAllocPortable));
+    CK(cudaStreamCreateWithFlags(&down, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&updated, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&centroidsDown, cudaEventDisableTiming));
     legacy = envFlag("KMBENCH_LEGACY");
   }
   void release() {
@@ -194,6 +200,10 @@ struct Problem {
     cudaFreeHost(hK);
     cudaFreeHost(hstats);
     cudaFreeHost(hcPinned);
+    cudaStreamSynchronize(down);
+    cudaStreamDestroy(down);
+    cudaEventDestroy(updated);
+    cudaEventDestroy(centroidsDown);
     freeAccumulateScratch(acc);
     *this = Problem{};
   }
@@ -231,6 +241,7 @@ struct Problem {
       prepareCentroids(cf, mu, k, d, op, st.scale, bhi, blo, cnorm, 0);
       *hstats = st;
     } else {
+      CK(cudaEventSynchronize(centroidsDown));  // the staging may still be in a copy down
       const size_t total = hc.size() * 4, piece = size_t(1) << 20;
       for (size_t off = 0; off < total; off += piece) {
         const size_t m = std::min(piece, total - off);
@@ -254,7 +265,7 @@ struct Problem {
     // a screened pass leaves each row's best for the next one's screen (as the backend's resident rows), which keys
     // on them when the policy says so
     const bool screened = op == OpKind::F16x3 && screen.screen() && !exactScreenEnv("0");
-    rows.screenRelative = refsWritten && (screen.relative() || forceRelative) && !screenRefEnv("0");
+    rows.screenRelative = refsWritten && (screen.relative() || forceRelative || screenRefEnv("always")) && !screenRefEnv("0");
     usedRelative = screened && rows.screenRelative;
     assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, screen.screen() ? candCount : nullptr,
                flaggedCount + 1, 0);
@@ -272,8 +283,6 @@ struct Problem {
     accumulate(v, n, d, k, labels, cf, cosine, keepDist || !distancesFromSums(d) ? dist : nullptr, nullptr, true, acc,
                sums, counts, inertia, 0);
   }
-  // The backend's updateOnDevice: the next centroids, shift and data-variance terms computed where the sums are;
-  // the centroids come down once (the engine's copy of them), shift and scatter (K each) too. cf ↔ cfNext.
   ClusterUpdateArgs updateArgs() const {  // l2, every row, the data variance asked (as the engine's fit passes)
     ClusterUpdateArgs a;
     a.sums = sums; a.counts = counts; a.inertia = inertia; a.centroids = cf;
@@ -281,16 +290,32 @@ struct Problem {
     a.mu = mu64; a.scatter = scatter; a.next = cfNext; a.shift = shift;
     return a;
   }
+  // The backend's updateOnDevice: the next centroids, shift and data-variance terms computed where the sums are;
+  // shift and scatter (K each) come down under the one wait, the centroids behind them on the side stream without a
+  // wait (the engine fetches them only when its caller reads them: hostCentroids()). cf ↔ cfNext.
   void updateOnDevice(double* hShift, double* hScatter) {
+    CK(cudaStreamWaitEvent(0, centroidsDown, 0));  // cfNext and hcPinned: the copy down of two updates ago is done
     clusterUpdate(updateArgs(), 0);
     CK(cudaGetLastError());
-    CK(cudaMemcpyAsync(hcPinned, cfNext, hc.size() * 4, cudaMemcpyDeviceToHost, 0));
+    CK(cudaEventRecord(updated, 0));
     CK(cudaMemcpyAsync(hShift, shift, static_cast<size_t>(k) * 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaMemcpyAsync(hScatter, scatter, static_cast<size_t>(k) * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaStreamWaitEvent(down, updated, 0));
+    CK(cudaMemcpyAsync(hcPinned, cfNext, hc.size() * 4, cudaMemcpyDeviceToHost, down));
+    CK(cudaEventRecord(centroidsDown, down));
     CK(cudaStreamSynchronize(0));
-    hostPool().copy(hc.data(), hcPinned, hc.size());  // as the engine copies them (4 MB at K×D = 1M: ~0.5 ms on one thread)
     std::swap(cf, cfNext);
     onDevice = true;
+    hcBehind = true;
+    if (eagerCentroids) hostCentroids();  // A/B: as until stop 15, the engine copied them after every update
+  }
+  bool eagerCentroids = envFlag("KMBENCH_EAGER_CENTROIDS");  // KMBENCH_EAGER_CENTROIDS=1: the A/B arm
+  // hc up to date (the backend's copyUpdatedCentroids): before the host reads or changes it
+  void hostCentroids() {
+    if (!hcBehind) return;
+    CK(cudaEventSynchronize(centroidsDown));
+    hostPool().copy(hc.data(), hcPinned, hc.size());
+    hcBehind = false;
   }
   unsigned flaggedNow() {
     unsigned f = 0;
@@ -529,6 +554,7 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
   long long refWrong = -1;
   double refScreened = 0;
   if (op == OpKind::F16x3) {
+    P.hostCentroids();
     for (size_t i = 0; i < P.hc.size(); ++i) P.hc[i] += 0.003f * std::cos(static_cast<float>(i) * 0.7f);
     if (cosine) normalizeRows(P.hc, k, d);
     P.onDevice = false;
@@ -668,6 +694,7 @@ static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsign
     if (flagged) *flagged = P.flaggedNow();
     t = std::chrono::steady_clock::now();
     if (hostUpdate || empty) {
+      P.hostCentroids();  // an empty cluster keeps its centroid
       for (int c = 0; c < P.k; ++c)
         if (hcnt[c] > 0)
           for (int j = 0; j < P.d; ++j) P.hc[static_cast<size_t>(c) * P.d + j] = static_cast<float>(hs[static_cast<size_t>(c) * P.d + j] / hcnt[c]);
@@ -897,7 +924,7 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   bool timing = false;
   // the update as the engine runs it: on the device when the pass kept its sums (KMBENCH_HOST_UPDATE=1: on the host)
   const bool hostUpdate = envFlag("KMBENCH_HOST_UPDATE");
-  bool fromUpdate = false;
+  bool fromUpdate = false, cBehind = false;
   auto pass = [&]() {
     using clk = std::chrono::steady_clock;
     PassSpec spec;
@@ -925,15 +952,15 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
     PassTotals tot = b->finishPass();
     const double tFin = msSince(t);
     t = clk::now();
-    fromUpdate = tot.sumsKept;
     if (tot.sumsKept) {
-      const DeviceUpdate u = b->updateOnDevice(false);
-      std::memcpy(c.data(), u.next, c.size() * 4);
+      b->updateOnDevice(false);  // the next centroids stay on the device (the engine reads them only when asked)
     } else {
+      if (cBehind) b->copyUpdatedCentroids(c.data());  // an empty cluster keeps its centroid
       for (int q = 0; q < k; ++q)
         if (tot.counts[q] > 0)
           for (int j = 0; j < d; ++j) c[size_t(q) * d + j] = float(tot.sums[size_t(q) * d + j] / double(tot.counts[q]));
     }
+    cBehind = fromUpdate = tot.sumsKept;
     if (stages && timing) {
       stages->begin += tBegin; stages->resident += tRes; stages->gpu += tGpu; stages->finish += tFin;
       stages->update += msSince(t);

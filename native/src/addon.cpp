@@ -136,9 +136,10 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
   Napi::Value Centroids(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     try {
-      std::vector<float> c = engine(env).centroids();
-      Napi::Float32Array out = Napi::Float32Array::New(env, c.size());
-      if (!c.empty()) std::memcpy(out.Data(), c.data(), c.size() * 4);
+      Engine& e = engine(env);
+      const EngineConfig& c = e.config();
+      Napi::Float32Array out = Napi::Float32Array::New(env, static_cast<std::size_t>(c.k) * static_cast<std::size_t>(c.dims));
+      e.copyCentroids(out.Data());  // one copy, from the engine or the backend's last device update; throws if none
       return out;
     } catch (const EngineError& err) {
       throwJs(env, err);

@@ -92,8 +92,8 @@ struct PassSpec {
   const std::atomic<bool>* cancel = nullptr;
   // Only for a backend that updatesOnDevice(). keepSums: a fit pass whose update the engine will ask of the backend
   // (updateOnDevice) — the sums may stay on the device (PassTotals.sumsKept). centroidsFromUpdate: `centroids` are
-  // bit for bit the `next` of the backend's last updateOnDevice (the engine set nothing else since), so a backend
-  // that still holds them need not take them again.
+  // the `next` of the backend's last updateOnDevice (the engine set nothing else since): the backend uses the copy it
+  // kept, and `centroids` is nullptr when the engine never fetched them to the host (copyUpdatedCentroids).
   bool keepSums = false;
   bool centroidsFromUpdate = false;
 };
@@ -134,7 +134,8 @@ struct PassTotals {
 struct DeviceUpdate {
   std::vector<double> shift;    // K: ‖next_k − c_k‖² (row_math.h sqDist64)
   std::vector<double> scatter;  // K, when the data variance was asked: cluster k's term (0 for an empty cluster)
-  const float* next = nullptr;  // K×D next centroids in backend-owned host memory, valid until the next call into it
+  // The next centroids stay with the backend: the engine reads them only when its caller does
+  // (Backend::copyUpdatedCentroids), so an iteration nobody looks at does not bring K×D floats down to the host.
 };
 
 // Distance exactness contract for Precision::FP32 (DESIGN.md "Numerics"): the label equals the argmin of the
@@ -185,6 +186,13 @@ class Backend {
   virtual bool updatesOnDevice() const { return false; }
   virtual DeviceUpdate updateOnDevice(bool dataVariance) {
     (void)dataVariance;
+    throw EngineError(ErrorCode::InvalidArgument, "this backend does not update centroids on its device");
+  }
+  // The `next` centroids of the last updateOnDevice (K×D) into dst, waiting for them if their copy down is still in
+  // flight. Valid until the next updateOnDevice or a pass that brings other centroids; the engine serializes it with
+  // updateOnDevice. May be called from another thread than the pass's, also while a pass is open.
+  virtual void copyUpdatedCentroids(float* dst) {
+    (void)dst;
     throw EngineError(ErrorCode::InvalidArgument, "this backend does not update centroids on its device");
   }
 

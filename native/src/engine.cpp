@@ -145,12 +145,34 @@ void Engine::setCentroids(const float* c, std::size_t count) {
   std::lock_guard<std::mutex> lock(mu_);
   centroids_ = std::move(v);
   centroidsFromUpdate_ = false;
+  centroidsOnDevice_ = false;
 }
 
 std::vector<float> Engine::centroids() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (centroids_.empty()) invalid("no centroids yet: call setCentroids or initKmeansPlusPlus first");
-  return centroids_;
+  std::vector<float> out(centroids_.size());
+  copyCentroidsLocked(out.data());
+  return out;
+}
+
+void Engine::copyCentroids(float* dst) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (centroids_.empty()) invalid("no centroids yet: call setCentroids or initKmeansPlusPlus first");
+  copyCentroidsLocked(dst);
+}
+
+// Straight from the backend while the last device update's centroids are not on the host: a read between passes
+// (the driver's checkpoint) costs one copy, and centroids_ stays as it is, so a pass may be open meanwhile.
+void Engine::copyCentroidsLocked(float* dst) const {
+  if (centroidsOnDevice_) backend_->copyUpdatedCentroids(dst);
+  else pool_->copy(dst, centroids_.data(), centroids_.size());
+}
+
+void Engine::hostCentroidsLocked() {
+  if (!centroidsOnDevice_) return;
+  backend_->copyUpdatedCentroids(centroids_.data());
+  centroidsOnDevice_ = false;
 }
 
 bool Engine::hasCentroids() const {
@@ -270,11 +292,12 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
       // K×D=1M copy is made only if a host update needs it (passCentroids()).
       passCentroidsCopied_ = !(fromUpdate && backend_->updatesOnDevice());
       if (passCentroidsCopied_) {
+        hostCentroidsLocked();
         passCentroids_.resize(centroids_.size());
         pool_->copy(passCentroids_.data(), centroids_.data(), centroids_.size());
         centroidsForPass = passCentroids_.data();
       } else {
-        centroidsForPass = centroids_.data();
+        centroidsForPass = centroidsOnDevice_ ? nullptr : centroids_.data();  // PassSpec.centroidsFromUpdate
       }
       if (distances) distances_.allocate(static_cast<std::size_t>(cfg_.rows), "distances");
     }
@@ -450,6 +473,7 @@ void Engine::runInit(std::uint64_t gen, const void* sample, DType dtype, std::in
   std::lock_guard<std::mutex> lock(mu_);
   centroids_ = std::move(c);
   centroidsFromUpdate_ = false;
+  centroidsOnDevice_ = false;
 }
 
 std::vector<std::int32_t> Engine::labels(std::int64_t firstRow, std::int64_t count) const {

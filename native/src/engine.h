@@ -46,6 +46,7 @@ class Engine {
 
   void setCentroids(const float* c, std::size_t count);  // [js] not while a pass is running
   std::vector<float> centroids() const;                  // [js]
+  void copyCentroids(float* dst) const;                  // [js] the same into dst (K×D floats): one copy fewer
   bool hasCentroids() const;
 
   // [js] The pass state machine. Each returns the generation the submitted work belongs to.
@@ -99,6 +100,11 @@ class Engine {
   mutable std::mutex mu_;        // centroids_, labels swap, distances
   std::vector<float> centroids_; // K×D, empty until set
   bool centroidsFromUpdate_ = false;  // centroids_ is the backend's last updateOnDevice result (PassSpec)
+  // centroids_ is out of date: the backend's last updateOnDevice holds them and they come to the host only when read
+  // (hostCentroidsLocked, copyCentroidsLocked); K×D floats a pass nobody reads stay on the device.
+  bool centroidsOnDevice_ = false;
+  void hostCentroidsLocked();                          // mu_ held: centroids_ up to date
+  void copyCentroidsLocked(float* dst) const;          // mu_ held: the centroids into dst, centroids_ left as it is
   Array<std::int32_t> labels_, next_;
   Array<float> distances_;
 

@@ -23,6 +23,7 @@ namespace kmfleet {
 const std::vector<float>& Engine::passCentroids() {
   if (!passCentroidsCopied_) {
     std::lock_guard<std::mutex> lock(mu_);
+    hostCentroidsLocked();
     passCentroids_.resize(centroids_.size());
     pool_->copy(passCentroids_.data(), centroids_.data(), centroids_.size());
     passCentroidsCopied_ = true;
@@ -129,6 +130,7 @@ void Engine::applyFit(const PassTotals& t, PassResult& r) {
   std::lock_guard<std::mutex> lock(mu_);
   std::swap(centroids_, next);  // the old centroids' buffer holds the next pass's result
   centroidsFromUpdate_ = false;
+  centroidsOnDevice_ = false;
 }
 
 // The same update computed by the backend where the sums are (backend.h DeviceUpdate: every cluster non-empty, so no
@@ -136,7 +138,15 @@ void Engine::applyFit(const PassTotals& t, PassResult& r) {
 void Engine::applyDeviceFit(const PassTotals& t, PassResult& r, bool variance) {
   const std::int64_t K = cfg_.k, D = cfg_.dims;
   variance = variance && t.rowsSeen > 0;
-  DeviceUpdate u = backend_->updateOnDevice(variance);
+  DeviceUpdate u;
+  {
+    // under mu_: the backend's copy down of the next centroids may reuse the host buffer that a centroids() call of
+    // the caller's thread is reading (Backend::copyUpdatedCentroids)
+    std::lock_guard<std::mutex> lock(mu_);
+    u = backend_->updateOnDevice(variance);
+    centroidsFromUpdate_ = true;
+    centroidsOnDevice_ = true;  // fetched when read (hostCentroidsLocked, copyCentroidsLocked)
+  }
   r.updatedOnDevice = true;
   r.dataVariance = std::numeric_limits<double>::quiet_NaN();
   if (variance) {
@@ -146,12 +156,6 @@ void Engine::applyDeviceFit(const PassTotals& t, PassResult& r, bool variance) {
     r.dataVariance = std::max(0.0, scatter) / (static_cast<double>(t.rowsSeen) * static_cast<double>(D));
   }
   for (std::int64_t k = 0; k < K; ++k) r.shift += u.shift[static_cast<std::size_t>(k)];
-  std::vector<float>& next = nextCentroids_;
-  next.resize(static_cast<std::size_t>(K * D));
-  pool_->copy(next.data(), u.next, next.size());
-  std::lock_guard<std::mutex> lock(mu_);
-  std::swap(centroids_, next);
-  centroidsFromUpdate_ = true;
 }
 
 }  // namespace kmfleet

@@ -84,11 +84,16 @@ describe('the fit update on the device', () => {
           device.setCentroids(init);
         }
         const r: PassResult[] = [];
+        // pass 7: a read while the device's pass is open gives the centroids that pass started from
+        const before = p === 7 ? host.centroids() : undefined;
         for (const e of [host, device]) {
-          r.push(await runPass<PassResult>(e, data, c.n, 'fit', { skipBelow: p === 0 ? 0 : e.plan.residentRows }));
+          const pending = runPass<PassResult>(e, data, c.n, 'fit', { skipBelow: p === 0 ? 0 : e.plan.residentRows });
+          if (before && e === device) expect(bits(device.centroids()), 'read while pass 7 is open').toEqual(bits(before));
+          r.push(await pending);
         }
         expectSamePass(r[0], r[1], `pass ${p}`);
-        expectSameState(host, device, `pass ${p}`);
+        // passes 1 and 2 go unread: their centroids stay on the device until pass 3's are read
+        if (p !== 1 && p !== 2) expectSameState(host, device, `pass ${p}`);
         expect(r[0].update).toBe('host');
         // on the device unless the pass left a cluster empty (then the sums come down and the host re-seeds)
         const empty = Array.from(r[1].counts).includes(0);
@@ -124,5 +129,28 @@ describe('the fit update on the device', () => {
     expect(reseeded).toBeGreaterThan(0);
     expect(where[0]).toBe('host');  // the pass that left centroid k−1 empty brought its sums down
     expect(where.slice(1)).toContain('device');
+  });
+
+  it('leaves the centroids on the device until they are read, and fetches them when the host needs them', async () => {
+    // 1-D rows built so that cluster 1 loses both its rows to its neighbours' updated centroids in the second pass:
+    // pass 0 updates on the device (every cluster has rows) and nobody reads its centroids; pass 1 leaves cluster 1
+    // empty, so the host re-seeds it and needs the centroids the device kept (Engine::passCentroids fetches them).
+    // Passes 2-5 go back to the device, unread.
+    const n = 4, d = 1, k = 3;
+    const x = new Float32Array([-0.5, 0, 2, 2.5]);
+    const init = new Float32Array([-1.5, 1, 3.5]);
+    const { host, device } = await openPair({ rows: n, dims: d, k, chunkRows: 4096 });
+    host.setCentroids(init);
+    device.setCentroids(init);
+    const where: string[] = [];
+    for (let p = 0; p < 6; p++) {
+      const h = await runPass<PassResult>(host, bytesOf(x), n, 'fit', { skipBelow: p === 0 ? 0 : host.plan.residentRows });
+      const g = await runPass<PassResult>(device, bytesOf(x), n, 'fit', { skipBelow: p === 0 ? 0 : device.plan.residentRows });
+      expectSamePass(h, g, `pass ${p}`);
+      where.push(g.update);
+    }
+    expect(where.slice(0, 2), 'pass 0 on the device, pass 1 re-seeds on the host').toEqual(['device', 'host']);
+    expect(where.slice(2)).toContain('device');
+    expectSameState(host, device, 'after six passes, read only at the end');
   });
 });
