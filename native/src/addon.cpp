@@ -3,9 +3,12 @@
 // errors carry a `code` (and `row`) that native/index.ts turns into its error classes.
 #include <napi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend.h"
@@ -138,9 +141,27 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     try {
       Engine& e = engine(env);
       const EngineConfig& c = e.config();
-      Napi::Float32Array out = Napi::Float32Array::New(env, static_cast<std::size_t>(c.k) * static_cast<std::size_t>(c.dims));
-      e.copyCentroids(out.Data());  // one copy, from the engine or the backend's last device update; throws if none
-      return out;
+      const std::size_t n = static_cast<std::size_t>(c.k) * static_cast<std::size_t>(c.dims);
+      // Not Float32Array::New: V8 hands out fresh zero-filled memory for it, and at K×D = 1M the page faults and the
+      // zeroing (~1 ms on the GPU machine's host) cost more than the copy. The job's driver reads the centroids after
+      // every iteration (its checkpoint): malloc reuses the memory of arrays already collected, and the copy writes
+      // every value, so nothing needs zeroing.
+      float* data = static_cast<float*>(std::malloc(std::max<std::size_t>(n, 1) * sizeof(float)));
+      if (data == nullptr) throw EngineError(ErrorCode::OutOfMemory, "no host memory for the centroids (" + std::to_string(n * 4) + " bytes)");
+      try {
+        e.copyCentroids(data);  // one copy, from the engine or the backend's last device update; throws if none
+      } catch (...) {
+        std::free(data);
+        throw;
+      }
+      const std::int64_t bytes = static_cast<std::int64_t>(n * sizeof(float));
+      Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(env, data, n * sizeof(float), [](Napi::Env fenv, void* p, std::int64_t* size) {
+        std::free(p);
+        Napi::MemoryManagement::AdjustExternalMemory(fenv, -*size);
+        delete size;
+      }, new std::int64_t(bytes));
+      Napi::MemoryManagement::AdjustExternalMemory(env, bytes);  // so that the collector knows what these arrays hold
+      return Napi::Float32Array::New(env, n, buffer, 0);
     } catch (const EngineError& err) {
       throwJs(env, err);
     }
