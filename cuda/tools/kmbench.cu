@@ -143,6 +143,9 @@ struct Problem {
   bool hcBehind = false;  // … and hc is not their copy yet: they come down behind the update (hostCentroids())
   cudaStream_t down = nullptr;                  // as the backend's d2h stream
   cudaEvent_t updated = nullptr, centroidsDown = nullptr;
+  cudaEvent_t statsReady = nullptr;  // hstats of the operands queued last (queueCentroidOps)
+  bool opsQueued = false;            // cf's operands are queued since cf last changed
+  unsigned* hScreened = nullptr;     // pinned: the pass's flagged and screened-out totals, down with counts and inertia
 
   void alloc(long long n_, int d_, int k_, OpKind op_, InType in_) {
     screen = ExactScreenPolicy(padDims(d_));
@@ -188,6 +191,8 @@ struct Problem {
     CK(cudaStreamCreateWithFlags(&down, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&updated, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&centroidsDown, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&statsReady, cudaEventDisableTiming));
+    CK(cudaHostAlloc(&hScreened, 8, cudaHostAllocPortable));
     legacy = envFlag("KMBENCH_LEGACY");
   }
   void release() {
@@ -204,6 +209,8 @@ struct Problem {
     cudaStreamDestroy(down);
     cudaEventDestroy(updated);
     cudaEventDestroy(centroidsDown);
+    cudaEventDestroy(statsReady);
+    cudaFreeHost(hScreened);
     freeAccumulateScratch(acc);
     *this = Problem{};
   }
@@ -231,10 +238,9 @@ struct Problem {
     CK(cudaMemcpy(hc.data(), cf, hc.size() * 4, cudaMemcpyDeviceToHost));
   }
   void setCentroids() {  // hc → device operands, as the backend's beginPass does
-    if (onDevice) {  // cf already holds hc (the last device update): statistics and operands only
-      prepareCentroidOps(cf, mu, k, d, op, cstats, bhi, blo, cnorm, 0);
-      CK(cudaMemcpyAsync(hstats, &cstats->out, sizeof(CentroidStats), cudaMemcpyDeviceToHost, 0));
-      CK(cudaStreamSynchronize(0));
+    if (onDevice) {  // cf holds the last device update's centroids, their operands queued behind it
+      if (!opsQueued) queueCentroidOps();
+      CK(cudaEventSynchronize(statsReady));
     } else if (legacy) {  // before: pageable upload, statistics on the host
       CK(cudaMemcpy(cf, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
       const CentroidStats st = centroidStats(hc.data(), hmu.data(), k, d);
@@ -253,11 +259,20 @@ struct Problem {
       CK(cudaMemcpyAsync(hstats, &cstats->out, sizeof(CentroidStats), cudaMemcpyDeviceToHost, 0));
       CK(cudaStreamSynchronize(0));
     }
+    opsQueued = false;
     cops.bhi = bhi; cops.blo = blo; cops.cnorm = cnorm; cops.cf = cf; cops.scale = hstats->scale;
     cops.maxNorm = hstats->maxNorm;
     cops.hiNorm = hstats->hiNorm;  // 0 on the legacy path (host statistics): the screen's worst-case bound
     cops.loNorm = hstats->loNorm;
     cops.shifted = true;
+  }
+  // The operands and statistics of cf queued, as the backend's prepareCentroidOps (right after its device update: they
+  // run while the host takes the update's results, so the next pass's assignment need not wait for them)
+  void queueCentroidOps() {
+    prepareCentroidOps(cf, mu, k, d, op, cstats, bhi, blo, cnorm, 0);
+    CK(cudaMemcpyAsync(hstats, &cstats->out, sizeof(CentroidStats), cudaMemcpyDeviceToHost, 0));
+    CK(cudaEventRecord(statsReady, 0));
+    opsQueued = true;
   }
   void assign() { assign(vals); }
   void assign(RowValues v) {
@@ -307,6 +322,7 @@ struct Problem {
     std::swap(cf, cfNext);
     onDevice = true;
     hcBehind = true;
+    queueCentroidOps();
     if (eagerCentroids) hostCentroids();  // A/B: as until stop 15, the engine copied them after every update
   }
   bool eagerCentroids = envFlag("KMBENCH_EAGER_CENTROIDS");  // KMBENCH_EAGER_CENTROIDS=1: the A/B arm
@@ -654,14 +670,15 @@ static int runCheck() {
 }
 
 // ---------------------------------------------------------------- bench
-// One Lloyd iteration as the engine runs it with resident data: statistics and operands of the centroids, assign
-// (+ recheck), distances, deterministic sums, counts and inertia down, then the update on the device (the backend's
-// updateOnDevice: next centroids, shift and data-variance terms, the centroids down once). KMBENCH_HOST_UPDATE=1:
-// the update as before the device update (centroids up, sums down, division on the host) for same-run A/B; an
-// iteration that leaves a cluster empty takes that path too (the engine re-seeds on the host). The host-side stages
-// are synchronous here, so their wall times add up: prep (upload + statistics + operands, until the statistics are
-// back), down (counts, inertia, and the sums on the host path), div (the update: device kernels and the centroids'
-// copy down, or the host division).
+// One Lloyd iteration as the engine runs it with resident data, with the backend's waits: statistics and operands of
+// the centroids (queued behind the last device update), assign (+ recheck), distances, deterministic sums; counts,
+// inertia and the screen's totals down under one wait; then the update on the device (the backend's updateOnDevice:
+// next centroids, shift and data-variance terms; the centroids come down behind it without a wait, and the next
+// operands are queued). KMBENCH_HOST_UPDATE=1: the update as before the device update (centroids up, sums down,
+// division on the host) for same-run A/B; an iteration that leaves a cluster empty takes that path too (the engine
+// re-seeds on the host). Host-side stages: prep (until the statistics are back: an upload, or the wait for operands
+// queued after the last update), down (the sums on the host path), div (the update: device kernels and the shift's
+// wait, or the host division).
 struct HostStages { double prep = 0, down = 0, div = 0; };
 static double msSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -679,19 +696,20 @@ static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsign
     if (st) st->prep += msSince(t);
     P.assign();
     P.update(false);
-    CK(cudaStreamSynchronize(0));
-    if (P.op == OpKind::F16x3) P.screen.record(P.n, P.screenedNow(), P.usedRelative);  // as the backend's finishPass
-    t = std::chrono::steady_clock::now();
+    // counts, inertia and the screen's totals down behind the sums, under one wait (as the backend's finishPass)
     CK(cudaMemcpyAsync(hcnt, P.counts, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaMemcpyAsync(hs, P.inertia, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
+    CK(cudaMemcpyAsync(P.hScreened, P.flaggedCount, 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaStreamSynchronize(0));
+    if (P.op == OpKind::F16x3) P.screen.record(P.n, P.hScreened[1], P.usedRelative);
+    t = std::chrono::steady_clock::now();
     const bool empty = std::find(hcnt, hcnt + P.k, 0LL) != hcnt + P.k;
     if (hostUpdate || empty) {
       CK(cudaMemcpyAsync(hs, P.sums, kd * 8, cudaMemcpyDeviceToHost, 0));
       CK(cudaStreamSynchronize(0));
     }
     if (st) st->down += msSince(t);
-    if (flagged) *flagged = P.flaggedNow();
+    if (flagged) *flagged = P.hScreened[0];
     t = std::chrono::steady_clock::now();
     if (hostUpdate || empty) {
       P.hostCentroids();  // an empty cluster keeps its centroid
@@ -705,7 +723,7 @@ static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsign
     if (st) st->div += msSince(t);
     if (trace)
       std::fprintf(stderr, "  iteration %.3f ms, screen %s%s, passed on %.2f%%\n", msSince(ti), screenOn ? "on" : "off",
-                   screenOn && P.usedRelative ? " (relative)" : "", 100.0 * P.screenedNow() / P.n);
+                   screenOn && P.usedRelative ? " (relative)" : "", 100.0 * P.hScreened[1] / P.n);
   }
   CK(cudaGetLastError());
   return msSince(t0);
