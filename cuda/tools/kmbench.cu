@@ -628,9 +628,12 @@ static int checkScreenPolicy() {
   p.record(1000, 0);
   p.record(1000, 0);
   ok &= p.screen();
-  ExactScreenPolicy wide(256);         // Dp > 128: never relative
-  for (int i = 0; i < 4; ++i) wide.record(1000, 100);
-  ok &= wide.screen() && !wide.relative();
+  ExactScreenPolicy wide(256);         // Dp = 256: relative after two plain screens too
+  for (int i = 0; i < 2; ++i) wide.record(1000, 100);
+  ok &= wide.screen() && wide.relative();
+  ExactScreenPolicy wider(512);        // Dp > 256 (never measured): never relative
+  for (int i = 0; i < 4; ++i) wider.record(1000, 100);
+  ok &= wider.screen() && !wider.relative();
   std::printf("%-4s exact screen policy (plain, relative, off)\n", ok ? "ok" : "FAIL");
   return ok ? 0 : 1;
 }
