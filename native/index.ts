@@ -10,7 +10,7 @@
  *   await engine.initKmeansPlusPlus(sample, sampleRows, seed)  -> greedy k-means++ (2+ln k trials) over the given rows
  *
  *   A pass visits every row once, in row order:
- *     engine.beginPass('fit' | 'assign', { distances })
+ *     engine.beginPass('fit' | 'assign', { distances, dataVariance })
  *     for rows not resident (firstRow >= plan.residentRows on passes after the first):
  *        fill engine.buffer(b) with rows [firstRow, firstRow+count), then  await engine.feed(b, firstRow, count)
  *        (feed resolves when buffer b may be refilled; at most plan.buffers feeds may be in flight)
@@ -23,7 +23,9 @@
  *                reassigned (labels that differ from the previous pass; = rows on the first pass), shift (Σ‖Δc‖²),
  *                emptyReseeded, counts.
  *   assign pass: labels (and distances when asked) for the current centroids; centroids unchanged.
- *   Both passes also compute the data's per-feature variance (needed for sklearn's tol) when they saw every row.
+ *   Both passes also compute the data's per-feature variance (needed for sklearn's tol) when they saw every row,
+ *   unless beginPass was told { dataVariance: false } (then NaN): it does not change between passes, so a caller that
+ *   has it need not pay for it again (on the GPU it is most of the update's kernels at large K×D).
  *
  *   engine.labels(firstRow, count)    -> Int32Array copy of labels from the last pass
  *   engine.distances(firstRow, count) -> Float32Array (assign pass with distances only): squared L2, or cosine distance 1 − cos
@@ -170,7 +172,7 @@ interface NativeEngine {
   initKmeansPlusPlus(sample: Uint8Array | Float32Array, sampleRows: number, seed: number): Promise<void>;
   readonly loadsRows: boolean;
   loadRows(rows: Uint8Array, firstRow: number, rowCount: number): Promise<number>;
-  beginPass(mode: PassMode, options?: { distances?: boolean }): void;
+  beginPass(mode: PassMode, options?: { distances?: boolean; dataVariance?: boolean }): void;
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void>;
   finishPass(): Promise<NativePassResult>;
   labels(firstRow?: number, count?: number): Int32Array;
@@ -296,7 +298,7 @@ export class Engine {
     }
   }
 
-  beginPass(mode: PassMode, options?: { distances?: boolean }): void {
+  beginPass(mode: PassMode, options?: { distances?: boolean; dataVariance?: boolean }): void {
     sync(() => this.native.beginPass(mode, options));
   }
 

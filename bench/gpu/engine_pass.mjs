@@ -75,7 +75,8 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
     const warmUps = 4;
     for (let it = 0; it < warmUps + 10; it++) {
       const t0 = process.hrtime.bigint();
-      engine.beginPass('fit');
+      // as the job's driver: the data variance asked until it has it (ENGINE_PASS_VARIANCE=every: on every pass, A/B)
+      engine.beginPass('fit', { dataVariance: it === 0 || process.env.ENGINE_PASS_VARIANCE === 'every' });
       await feedAll(engine, data, n, it === 0 ? 0 : engine.plan.residentRows);
       const t1 = process.hrtime.bigint();
       const r = await engine.finishPass();

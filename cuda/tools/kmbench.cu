@@ -298,13 +298,15 @@ struct Problem {
     accumulate(v, n, d, k, labels, cf, cosine, keepDist || !distancesFromSums(d) ? dist : nullptr, nullptr, true, acc,
                sums, counts, inertia, 0);
   }
-  ClusterUpdateArgs updateArgs() const {  // l2, every row, the data variance asked (as the engine's fit passes)
+  // l2, every row; the data variance asked on the first update only, as the job's driver asks the engine for it once
+  ClusterUpdateArgs updateArgs() const {
     ClusterUpdateArgs a;
     a.sums = sums; a.counts = counts; a.inertia = inertia; a.centroids = cf;
     a.k = k; a.d = d; a.rows = static_cast<double>(n);
-    a.mu = mu64; a.scatter = scatter; a.next = cfNext; a.shift = shift;
+    a.mu = mu64; a.scatter = varianceKnown ? nullptr : scatter; a.next = cfNext; a.shift = shift;
     return a;
   }
+  bool varianceKnown = false;  // an update computed the data variance already
   // The backend's updateOnDevice: the next centroids, shift and data-variance terms computed where the sums are;
   // shift and scatter (K each) come down under the one wait, the centroids behind them on the side stream without a
   // wait (the engine fetches them only when its caller reads them: hostCentroids()). cf ↔ cfNext.
@@ -314,7 +316,8 @@ struct Problem {
     CK(cudaGetLastError());
     CK(cudaEventRecord(updated, 0));
     CK(cudaMemcpyAsync(hShift, shift, static_cast<size_t>(k) * 8, cudaMemcpyDeviceToHost, 0));
-    CK(cudaMemcpyAsync(hScatter, scatter, static_cast<size_t>(k) * 8, cudaMemcpyDeviceToHost, 0));
+    if (!varianceKnown) CK(cudaMemcpyAsync(hScatter, scatter, static_cast<size_t>(k) * 8, cudaMemcpyDeviceToHost, 0));
+    varianceKnown = true;
     CK(cudaStreamWaitEvent(down, updated, 0));
     CK(cudaMemcpyAsync(hcPinned, cfNext, hc.size() * 4, cudaMemcpyDeviceToHost, down));
     CK(cudaEventRecord(centroidsDown, down));
@@ -676,8 +679,8 @@ static int runCheck() {
 // One Lloyd iteration as the engine runs it with resident data, with the backend's waits: statistics and operands of
 // the centroids (queued behind the last device update), assign (+ recheck), distances, deterministic sums; counts,
 // inertia and the screen's totals down under one wait; then the update on the device (the backend's updateOnDevice:
-// next centroids, shift and data-variance terms; the centroids come down behind it without a wait, and the next
-// operands are queued). KMBENCH_HOST_UPDATE=1: the update as before the device update (centroids up, sums down,
+// next centroids and shift, the data-variance terms in the first update only, as the job's driver asks for them once;
+// the centroids come down behind it without a wait, and the next operands are queued). KMBENCH_HOST_UPDATE=1: the update as before the device update (centroids up, sums down,
 // division on the host) for same-run A/B; an iteration that leaves a cluster empty takes that path too (the engine
 // re-seeds on the host). Host-side stages: prep (until the statistics are back: an upload, or the wait for operands
 // queued after the last update), down (the sums on the host path), div (the update: device kernels and the shift's

@@ -261,16 +261,19 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     const std::string mode = info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
     if (mode != "fit" && mode != "assign")
       throwJs(env, ErrorCode::InvalidArgument, "beginPass mode must be 'fit' or 'assign', got '" + mode + "'");
-    bool distances = false;
+    bool distances = false, variance = true;
     if (info[1].IsObject()) {
       Napi::Value d = info[1].As<Napi::Object>().Get("distances");
       distances = d.IsBoolean() && d.As<Napi::Boolean>().Value();
+      Napi::Value v = info[1].As<Napi::Object>().Get("dataVariance");
+      if (v.IsBoolean()) variance = v.As<Napi::Boolean>().Value();
     }
     const PassMode pm = mode == "fit" ? PassMode::Fit : PassMode::Assign;
     try {
       const std::uint64_t gen = e.admitBegin(pm, distances);
       Engine* ep = &e;
-      runner_->submit(env, [ep, gen, pm, distances](Outcome&) { ep->runBegin(gen, pm, distances); }, nullptr, false);
+      runner_->submit(env, [ep, gen, pm, distances, variance](Outcome&) { ep->runBegin(gen, pm, distances, variance); },
+                      nullptr, false);
     } catch (const EngineError& err) {
       throwJs(env, err);
     }

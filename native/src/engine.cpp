@@ -270,7 +270,7 @@ void Engine::abortPass() {
   residentPending_ = false;
 }
 
-void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
+void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance) {
   abortPass();  // a pass left open is abandoned
   passGen_ = gen;
   passError_.reset();
@@ -303,6 +303,7 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances) {
     }
     mode_ = mode;
     wantDistances_ = distances;
+    wantVariance_ = dataVariance;
     const std::int64_t K = cfg_.k, D = cfg_.dims;
     std::int64_t far = 0;
     if (mode == PassMode::Fit) {
@@ -409,10 +410,11 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   const double tf2 = nowMs();
   r.counts.assign(totals.counts.begin(), totals.counts.end());
   double tf3 = tf2;
+  const bool variance = wantVariance_ && seen == N;
   if (mode_ == PassMode::Fit && totals.sumsKept) {
-    applyDeviceFit(totals, r, seen == N);  // the data variance and the update in one go (stats: under "update")
+    applyDeviceFit(totals, r, variance);  // the data variance and the update in one go (stats: under "update")
   } else {
-    r.dataVariance = seen == N ? dataVariance(totals) : std::numeric_limits<double>::quiet_NaN();
+    r.dataVariance = variance ? dataVariance(totals) : std::numeric_limits<double>::quiet_NaN();
     tf3 = nowMs();
     if (mode_ == PassMode::Fit) applyFit(totals, r);
   }

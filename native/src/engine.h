@@ -67,7 +67,10 @@ class Engine {
   std::int64_t runLoad(std::uint64_t gen, const void* rows, std::int64_t firstRow, std::int64_t rowCount);
 
   // [engine] Execution. Throw EngineError; a Cancelled/failed pass is aborted and later work of it rejected.
-  void runBegin(std::uint64_t gen, PassMode mode, bool distances);
+  // dataVariance: compute the data's per-feature variance (PassResult.dataVariance) when the pass sees every row; it
+  // does not change between passes, so a caller that has it asks once (on the device it is most of the update's
+  // kernels at K×D = 1M; on the host a K×D walk of the sums)
+  void runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance = true);
   void runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount);
   PassResult runFinish(std::uint64_t gen);
   void runInit(std::uint64_t gen, const void* sample, DType dtype, std::int64_t sampleRows, std::uint64_t seed);
@@ -115,6 +118,7 @@ class Engine {
   std::unique_ptr<EngineError> passError_;
   PassMode mode_ = PassMode::Fit;
   bool wantDistances_ = false;
+  bool wantVariance_ = true;
   std::int64_t cursor_ = 0;       // next row expected
   std::vector<float> passCentroids_;  // the pass's centroids for the host update; see passCentroids()
   bool passCentroidsCopied_ = true;   // false: not copied at the pass's start (centroids_ still holds them)

@@ -87,11 +87,13 @@ describe('the fit update on the device', () => {
         // pass 7: a read while the device's pass is open gives the centroids that pass started from
         const before = p === 7 ? host.centroids() : undefined;
         for (const e of [host, device]) {
-          const pending = runPass<PassResult>(e, data, c.n, 'fit', { skipBelow: p === 0 ? 0 : e.plan.residentRows });
+          // pass 6 without the data variance (the driver asks once a run): the update without its terms
+          const pending = runPass<PassResult>(e, data, c.n, 'fit', { skipBelow: p === 0 ? 0 : e.plan.residentRows, dataVariance: p !== 6 });
           if (before && e === device) expect(bits(device.centroids()), 'read while pass 7 is open').toEqual(bits(before));
           r.push(await pending);
         }
         expectSamePass(r[0], r[1], `pass ${p}`);
+        expect(Number.isNaN(r[1].dataVariance), `pass ${p}: data variance asked`).toBe(p === 6);
         // passes 1 and 2 go unread: their centroids stay on the device until pass 3's are read
         if (p !== 1 && p !== 2) expectSameState(host, device, `pass ${p}`);
         expect(r[0].update).toBe('host');

@@ -288,7 +288,7 @@ export function lloyd(
 export interface PassEngine {
   readonly plan: { chunkRows: number; buffers: number; residentRows: number; rowBytes: number };
   buffer(i: number): Buffer;
-  beginPass(mode: 'fit' | 'assign', options?: { distances?: boolean }): void;
+  beginPass(mode: 'fit' | 'assign', options?: { distances?: boolean; dataVariance?: boolean }): void;
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void>;
   finishPass(): Promise<unknown>;
 }
@@ -299,11 +299,11 @@ export interface PassEngine {
  */
 export async function runPass<R>(
   engine: PassEngine, data: Uint8Array, rows: number, mode: 'fit' | 'assign',
-  opts: { distances?: boolean; chunk?: number; skipBelow?: number } = {},
+  opts: { distances?: boolean; chunk?: number; skipBelow?: number; dataVariance?: boolean } = {},
 ): Promise<R> {
   const { chunkRows, buffers, rowBytes } = engine.plan;
   const chunk = Math.min(opts.chunk ?? chunkRows, chunkRows);
-  engine.beginPass(mode, { distances: opts.distances ?? false });
+  engine.beginPass(mode, { distances: opts.distances ?? false, dataVariance: opts.dataVariance ?? true });
   const inFlight: (Promise<void> | undefined)[] = new Array(buffers);
   let b = 0;
   for (let first = opts.skipBelow ?? 0; first < rows; first += chunk) {

@@ -67,6 +67,22 @@ describe('bitwise determinism', () => {
     expectSame(skip, { centroids: e.centroids(), labels: e.labels(), results }, 'streaming from row 0');
   });
 
+  it('a pass told to skip the data variance reports NaN there and the same bits otherwise', async () => {
+    const asked = await fit(x, n, d, k, init, 4, { chunkRows: 1000, threads: 2 });
+    const e = await Engine.open({ rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu', chunkRows: 1000, threads: 2 });
+    engines.push(e);
+    e.setCentroids(init);
+    const results: PassResult[] = [];
+    for (let p = 0; p < 4; p++) {
+      results.push(await runPass<PassResult>(e, bytesOf(x), n, 'fit', { skipBelow: p > 0 ? e.plan.residentRows : 0, dataVariance: p === 0 }));
+    }
+    expect(Number.isFinite(results[0].dataVariance)).toBe(true);
+    for (const r of results.slice(1)) expect(r.dataVariance).toBeNaN();
+    // the same run but for the variance of passes 1-3
+    results.slice(1).forEach((r, i) => { r.dataVariance = asked.results[i + 1].dataVariance; });
+    expectSame(asked, { centroids: e.centroids(), labels: e.labels(), results }, 'variance skipped');
+  });
+
   it('beginPass while a pass is open replaces it (its work is discarded)', async () => {
     const a = await fit(x, n, d, k, init, 2, { chunkRows: 1000, threads: 2, memoryBudget: 0 });
     const e = await Engine.open({ rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu', chunkRows: 1000, threads: 2, memoryBudget: 0 });

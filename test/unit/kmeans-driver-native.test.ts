@@ -115,4 +115,35 @@ describe(`runKmeans (native engine, ${backend})`, () => {
       }
     }
   });
+
+  it('asks the engine for the data variance once a run: the first pass, or none after a resume that carries it', async () => {
+    const s = spec({ maxIter: 6 });
+    const run = async (resume?: KmeansCheckpoint) => {
+      const source = await LocalFileSource.open(f32);
+      const engine = await Engine.open({ rows: source.rows, dims: source.dims, k: s.k, metric: s.metric, dtype: source.dtype, backend, threads: backend === 'cpu' ? 2 : undefined, chunkRows: 1536 });
+      try {
+        const asked: boolean[] = [];
+        const beginPass = engine.beginPass.bind(engine);
+        engine.beginPass = (mode, o) => {
+          asked.push(o?.dataVariance ?? true);
+          return beginPass(mode, o);
+        };
+        const cps: KmeansCheckpoint[] = [];
+        const result = await runKmeans({ engine, source, spec: s, resume, onIteration: (_r, cp) => { cps.push(cp); } });
+        return { asked, result, cps };
+      } finally {
+        engine.close();
+        await source.close();
+      }
+    };
+    const whole = await run();
+    expect(whole.asked).toEqual([true, ...Array<boolean>(6).fill(false)]);  // 6 fit passes, then the final assign
+    expect(Number.isFinite(whole.result.dataVariance) && whole.result.dataVariance > 0).toBe(true);
+    for (const cp of whole.cps) expect(Object.is(cp.dataVariance, whole.result.dataVariance)).toBe(true);
+    // resumed from iteration 3: the checkpoint's variance is kept, so no pass asks, and the result is the same
+    const resumed = await run(decodeCheckpoint(encodeCheckpoint(whole.cps[2])));
+    expect(resumed.asked).toEqual(Array<boolean>(1 + 3 + 1).fill(false));  // the labels' assign pass, 3 fit passes, the final one
+    expect(Object.is(resumed.result.dataVariance, whole.result.dataVariance)).toBe(true);
+    expect(bytes(resumed.result.centroids).equals(bytes(whole.result.centroids))).toBe(true);
+  });
 });

@@ -70,7 +70,9 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     if (o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
   };
   let preload = o.preload;
-  const pass = async (mode: 'fit' | 'assign', distances = false): Promise<PassResult> => {
+  // variance: whether the engine computes the data's variance in this pass (sklearn's tol scale). It does not change
+  // between passes, so it is asked until a pass (or the checkpoint resumed from) has given it: once per run.
+  const pass = async (mode: 'fit' | 'assign', variance: boolean, distances = false): Promise<PassResult> => {
     checkAbort();
     let firstRow: number | undefined;
     if (preload) {
@@ -79,7 +81,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       checkAbort();
     }
     try {
-      return await runPass(engine, source, mode, { distances, readTime, firstRow });
+      return await runPass(engine, source, mode, { distances, dataVariance: variance, readTime, firstRow });
     } catch (err) {
       if (err instanceof CancelledError && o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
       throw err;
@@ -106,7 +108,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       if (stop === null) {
         // rebuild L(t): the labels of C(t−1)
         engine.setCentroids(cp.previousCentroids);
-        const r = await pass('assign');
+        const r = await pass('assign', !Number.isFinite(dataVariance));
         if (Number.isFinite(r.dataVariance)) dataVariance = r.dataVariance;
       }
       engine.setCentroids(cp.centroids);
@@ -125,7 +127,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     while (stop === null) {
       const iteration = history.length + 1;
       const ti = performance.now();
-      const r = await pass('fit');
+      const r = await pass('fit', !Number.isFinite(dataVariance));
       if (Number.isFinite(r.dataVariance)) dataVariance = r.dataVariance;
       const report: IterationReport = {
         iteration,
@@ -155,7 +157,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     // an assign pass leaves the centroids as they are: these are the result's
     const centroids = engine.centroids();
     o.onFinalCentroids?.(centroids);
-    const final = await pass('assign', spec.distances ?? false);
+    const final = await pass('assign', !Number.isFinite(dataVariance), spec.distances ?? false);
     timings.assignMs = performance.now() - ta;
     if (Number.isFinite(final.dataVariance)) dataVariance = final.dataVariance;
     timings.readMs = readTime.ms;

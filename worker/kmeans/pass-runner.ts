@@ -16,6 +16,8 @@ const primed = new WeakSet<object>();
 
 export interface PassOptions {
   distances?: boolean;
+  /** false: the engine skips the data's variance (PassResult.dataVariance NaN); the caller has it already */
+  dataVariance?: boolean;
   /** adds the milliseconds spent in source.read */
   readTime?: { ms: number };
   /**
@@ -32,7 +34,7 @@ export async function runPass(engine: KmeansEngine, source: RowSource, mode: Pas
   }
   const start = primed.has(engine) ? Math.min(residentRows, source.rows) : Math.min(options.firstRow ?? 0, residentRows, source.rows);
   const nBuffers = Math.max(1, buffers);
-  engine.beginPass(mode, options.distances ? { distances: true } : undefined);
+  engine.beginPass(mode, { distances: options.distances ?? false, dataVariance: options.dataVariance ?? true });
 
   // per buffer, the latest chunk that used it; these promises never reject (the first error is kept in `error`)
   const inFlight: Promise<void>[] = Array.from({ length: nBuffers }, () => Promise.resolve());
