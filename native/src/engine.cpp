@@ -287,8 +287,8 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
       std::lock_guard<std::mutex> lock(mu_);
       fromUpdate = centroidsFromUpdate_;
       // The pass's centroids. centroids_ cannot change while a pass is open (setCentroids and init refuse, the
-      // update swaps it in after the backend's finishPass), so a backend that keeps the update's centroids on its
-      // device reads none of them (it uploads from centroids_ itself only when it lost them) and the 4 MB-per-
+      // update comes after the backend's finishPass), so a backend that keeps the update's centroids on its device
+      // reads none of them (nullptr while they have not come to the host: centroidsOnDevice_) and the 4 MB-per-
       // K×D=1M copy is made only if a host update needs it (passCentroids()).
       passCentroidsCopied_ = !(fromUpdate && backend_->updatesOnDevice());
       if (passCentroidsCopied_) {
