@@ -6,8 +6,8 @@
  *
  *   npm run build:ts && node bench/gpu/engine_pass.mjs [N D K dtype precision ...]   (on the GPU machine)
  *
- * Data: random half/float values (seeded xorshift), all rows resident on the GPU after the first pass (the default
- * planner); iterations 5-14 are timed, the median (as kmbench bench: the first uploads the rows, and exact fp32's first
+ * Data: random half/float values (seeded xorshift, made chunk by chunk in the engine's buffers during the first pass),
+ * all rows resident on the GPU after it (the default planner); iterations 5-14 are timed, the median (as kmbench bench: the first uploads the rows, and exact fp32's first
  * passes cost more while its screen policy settles, so they are left out). After each iteration the centroids
  * are read, as the job's driver does for its checkpoint, timed apart (centroids_read_ms: the device update's centroids
  * come to the host only when read). Prints RESULT_ENGINE lines.
@@ -18,37 +18,70 @@ const args = process.argv.slice(2);
 const shapes = [];
 for (let i = 0; i + 5 <= args.length; i += 5) shapes.push(args.slice(i, i + 5));
 if (shapes.length === 0) {
-  shapes.push(['10000000', '128', '1024', 'f16', 'fp16'], ['1000000', '256', '4096', 'f16', 'fp16'],
-    ['1000000', '256', '4096', 'f32', 'fp32'], ['2000000', '128', '1024', 'f32', 'fp32']);
+  shapes.push(['10000000', '128', '1024', 'f16', 'fp16'], ['10000000', '128', '1024', 'f32', 'fp32'],
+    ['1000000', '256', '4096', 'f16', 'fp16'], ['1000000', '256', '4096', 'f32', 'fp32']);
 }
 
-function fillRandom(bytes, dtype, seed) {
-  // xorshift32 words: f16 → two halves in [-2, 2) per word; f32 → N(0,1)-ish sums of uniforms
-  let x = seed >>> 0 || 1;
-  const next = () => { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; return x; };
-  if (dtype === 'f16') {
-    const w = new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >>> 2);
-    // sign | exponent 13..15 (0.125 … 2) | random mantissa, for each half
-    for (let i = 0; i < w.length; i++) {
-      const r = next();
-      const h0 = (r & 0x8000) | (((r >>> 10) % 3 + 12) << 10) | (r & 0x3ff);
-      const h1 = ((r >>> 16) & 0x8000) | ((((r >>> 26) % 3) + 12) << 10) | ((r >>> 16) & 0x3ff);
-      w[i] = (h1 << 16 | h0) >>> 0;
+// The rows as one seeded stream (xorshift32 words): f16 → two halves in [-2, 2) a word, f32 → standard normal
+// values. The same values whether made in one piece or chunk by chunk, so the first pass makes each chunk
+// straight into the engine's buffer: 10M×128 f32 (5.1 GB) is more than one JS typed array holds.
+class RowStream {
+  constructor(dtype, seed) {
+    this.dtype = dtype;
+    this.x = seed >>> 0 || 1;
+    this.high = -1;          // f16: the word's second half, not yet handed out
+    this.spare = undefined;  // f32: Box–Muller's second value
+  }
+  next() {
+    let x = this.x;
+    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0;
+    this.x = x;
+    return x;
+  }
+  fill(bytes) {
+    if (this.dtype === 'f16') {
+      // sign | exponent 12..14 (0.125 … 2) | random mantissa, for each half of a word (the values of stop 15's
+      // one-piece generator)
+      const h = new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >>> 1);
+      for (let i = 0; i < h.length; i++) {
+        if (this.high < 0) {
+          const r = this.next();
+          h[i] = (r & 0x8000) | (((r >>> 10) % 3 + 12) << 10) | (r & 0x3ff);
+          this.high = ((r >>> 16) & 0x8000) | ((((r >>> 26) % 3) + 12) << 10) | ((r >>> 16) & 0x3ff);
+        } else {
+          h[i] = this.high;
+          this.high = -1;
+        }
+      }
+    } else {
+      // standard normal values (Box–Muller), as kmbench's and the torch baseline's rows: the exact mode's screen
+      // passes on more rows of flatter data (sums of three uniforms, until stop 16: 15–16 % vs 12 % at 10M×128×1024)
+      const f = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >>> 2);
+      for (let i = 0; i < f.length; i++) {
+        if (this.spare !== undefined) {
+          f[i] = this.spare;
+          this.spare = undefined;
+          continue;
+        }
+        const u = (this.next() + 1) / 4294967297, v = this.next() / 4294967296;  // u in (0, 1]
+        const r = Math.sqrt(-2 * Math.log(u));
+        f[i] = r * Math.cos(2 * Math.PI * v);
+        this.spare = r * Math.sin(2 * Math.PI * v);
+      }
     }
-  } else {
-    const f = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >>> 2);
-    for (let i = 0; i < f.length; i++) f[i] = ((next() / 4294967296) + (next() / 4294967296) + (next() / 4294967296) - 1.5) * 2;
   }
 }
 
-async function feedAll(engine, data, rows, skipBelow) {
+// One pass's feeds; on the first pass (stream given) each chunk is made in its buffer. Later passes feed nothing:
+// every row is resident (checked when the engine opens).
+async function feedAll(engine, rows, skipBelow, stream) {
   const { chunkRows, buffers, rowBytes } = engine.plan;
   const inFlight = new Array(buffers);
   let b = 0;
   for (let first = skipBelow; first < rows; first += chunkRows) {
     const count = Math.min(chunkRows, rows - first);
     if (inFlight[b]) await inFlight[b];
-    engine.buffer(b).set(data.subarray(first * rowBytes, (first + count) * rowBytes));
+    stream.fill(engine.buffer(b).subarray(0, count * rowBytes));
     inFlight[b] = engine.feed(b, first, count);
     b = (b + 1) % buffers;
   }
@@ -57,19 +90,22 @@ async function feedAll(engine, data, rows, skipBelow) {
 
 for (const [ns, ds, ks, dtype, precision] of shapes) {
   const n = Number(ns), d = Number(ds), k = Number(ks);
-  const data = new Uint8Array(n * d * (dtype === 'f16' ? 2 : 4));
-  fillRandom(data, dtype, 12345);
   const engine = await Engine.open({ rows: n, dims: d, k, dtype, precision, backend: 'cuda', metric: 'l2' });
   try {
-    // centroids: the first k rows as fp32
+    if (engine.plan.residentRows < n) {
+      throw new Error(`${n}×${d}: only ${engine.plan.residentRows} rows resident; this benchmark times resident passes`);
+    }
+    // centroids: the first k rows (the stream's start) as fp32
+    const first = new Uint8Array(k * d * (dtype === 'f16' ? 2 : 4));
+    new RowStream(dtype, 12345).fill(first);
     const init = new Float32Array(k * d);
     if (dtype === 'f16') {
-      const h = new Uint16Array(data.buffer, 0, k * d);
+      const h = new Uint16Array(first.buffer, 0, k * d);
       for (let i = 0; i < k * d; i++) {
         const v = h[i], e = (v >> 10) & 31, m = v & 1023, s = v & 0x8000 ? -1 : 1;
         init[i] = s * (e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15));
       }
-    } else init.set(new Float32Array(data.buffer, 0, k * d));
+    } else init.set(new Float32Array(first.buffer, 0, k * d));
     engine.setCentroids(init);
     const times = [], finishes = [], engineMs = [], reads = [];
     const warmUps = 4;
@@ -77,7 +113,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       const t0 = process.hrtime.bigint();
       // as the job's driver: the data variance asked until it has it (ENGINE_PASS_VARIANCE=every: on every pass, A/B)
       engine.beginPass('fit', { dataVariance: it === 0 || process.env.ENGINE_PASS_VARIANCE === 'every' });
-      await feedAll(engine, data, n, it === 0 ? 0 : engine.plan.residentRows);
+      await feedAll(engine, n, it === 0 ? 0 : n, it === 0 ? new RowStream(dtype, 12345) : null);
       const t1 = process.hrtime.bigint();
       const r = await engine.finishPass();
       const t2 = process.hrtime.bigint();
