@@ -90,7 +90,7 @@ void CudaBackend::allocate() {
     resDist64_ = devAlloc<double>(r, "resident rows");
     if (mp_.residentAccBytes > 0) {  // planned within the budget: one accumulate over all resident rows
       allocResidentAccumulate(racc_, mp_.residentRows, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
-      const std::size_t piece = std::size_t(residentPieceRows(mp_.residentRows, mp_.chunkRows));
+      const std::size_t piece = std::size_t(mp_.residentPiece);
       if (mp_.op == OpKind::F16x3) {  // exact mode: flagged-row scratch for a piece of resident rows
         resFlag_.flagged = devAlloc<int>(piece, "resident rows");
         resFlag_.thr = devAlloc<float>(piece, "resident rows");

@@ -166,12 +166,19 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   if (fit >= n) p.residentRows = n;
   else p.residentRows = fit / p.chunkRows * p.chunkRows;  // whole chunks: a chunk is resident or streamed
   // Two resident chunks or more: one accumulate over all of them (kernels.h accumulateResident) when its scratch
-  // fits in the budget beside the rows; else chunk by chunk (the same bits either way).
+  // fits in the budget beside the rows; else chunk by chunk (the same bits either way). Their assignment: one launch
+  // over all of them when the exact mode's flagged-row scratch for all fits as well, else pieces of ~2M rows.
   if (p.residentRows > p.chunkRows) {
-    std::size_t acc = residentAccumulateBytes(p.residentRows, p.chunkRows, int(d), int(k));
-    if (acc > 0) acc += std::size_t(residentPieceRows(p.residentRows, p.chunkRows)) * flaggedRowBytes(p.op);
-    if (acc > 0 && std::size_t(p.residentRows) * p.residentRowBytes + acc <= p.residentBudget)
-      p.residentAccBytes = acc;
+    const std::size_t acc = residentAccumulateBytes(p.residentRows, p.chunkRows, int(d), int(k));
+    const std::size_t rowsBytes = std::size_t(p.residentRows) * p.residentRowBytes;
+    for (const std::int64_t piece : {p.residentRows, residentPieceRows(p.residentRows, p.chunkRows)}) {
+      const std::size_t need = acc + std::size_t(piece) * flaggedRowBytes(p.op);
+      if (acc > 0 && rowsBytes + need <= p.residentBudget) {
+        p.residentAccBytes = need;
+        p.residentPiece = piece;
+        break;
+      }
+    }
   }
   if (p.residentRows == 0 || p.residentRows >= n) {
     p.overlapPartials = 0;  // nothing to overlap (fully streamed, or all resident after all)

@@ -29,6 +29,9 @@ struct MemoryPlan {
   std::size_t residentRowBytes = 0;       // device bytes per resident row
   std::size_t residentBudget = 0;         // bytes allowed for resident rows
   std::size_t residentAccBytes = 0;        // > 0: resident rows accumulated in one go, this much scratch (of the budget)
+  // Resident rows assigned per launch when they go in one go (resident_rows.cu processResidentWhole): all of them when
+  // the exact mode's flagged-row scratch for all fits in the budget too, else ~2M (residentPieceRows)
+  std::int64_t residentPiece = 0;
   // Partly resident passes: streamed chunks computed on their own stream while the resident rows are, each into
   // one of `overlapPartials` per-chunk partial buffers (a ring) folded into the totals in chunk order after the
   // resident rows (resident_rows.cu, the overlap queue). 0: streamed chunks wait for the resident rows (the old path).
@@ -50,8 +53,10 @@ std::size_t chunkBytes(std::int64_t chunkRows, std::int64_t d, std::int64_t k, D
 constexpr int kStreamingSlots = 4;
 std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m);
 
-// Resident rows are assigned in pieces of whole chunks, ~2M rows (one launch each instead of one per chunk; the
-// labels of a piece go down while the next is computed); exact mode has flagged-row scratch for one piece.
+// Resident rows are assigned in one launch where the budget allows (MemoryPlan.residentPiece), else in pieces of
+// whole chunks, ~2M rows (one launch each instead of one per chunk); exact mode has flagged-row scratch for one
+// piece. Pieces cost ~0.3 ms a pass at 10M rows (H200, 10M×128×1024, exact and fp16): each is a launch chain with
+// its tails, and the labels' copies they let overlap are covered by the sums after them anyway.
 inline std::int64_t residentPieceRows(std::int64_t residentRows, std::int64_t chunkRows) {
   const std::int64_t whole = std::max<std::int64_t>(1, (std::int64_t{1} << 21) / chunkRows) * chunkRows;
   return std::min(residentRows, whole);

@@ -65,9 +65,10 @@ void CudaBackend::processResidentWhole() {
   const bool wantDist = spec_.distances != nullptr;
   centroidsForCompute();
   stageMark(0);
-  // whole chunks (planner.h); one chunk a piece while streamed chunks overlap: the resident assignment (a persistent
-  // kernel) then yields the SMs to a landed chunk within ~one chunk's compute, so the two slots keep cycling
-  const std::int64_t piece = overlap_ ? std::min(R, C) : residentPieceRows(R, C);
+  // the planner's piece (all rows, or ~2M: planner.h); one chunk a piece while streamed chunks overlap: the resident
+  // assignment (a persistent kernel) then yields the SMs to a landed chunk within ~one chunk's compute, so the two
+  // slots keep cycling
+  const std::int64_t piece = overlap_ ? std::min(R, C) : std::min(R, mp_.residentPiece);
   for (std::int64_t first = 0; first < R; first += piece) {
     if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
     const std::int64_t rows = std::min(piece, R - first);
