@@ -11,7 +11,8 @@
 // Resident rows: the first plan.residentRows rows (whole chunks), prepared once into device arrays and
 // processed in later passes by processResident with the same chunk boundaries as when they were fed, so
 // sums are added in the same order as a fully streamed run: bitwise-identical centroids. With two resident chunks
-// or more (and the planner's scratch) they are assigned in pieces of ~2M rows and accumulated in one go
+// or more (and the planner's scratch) they are assigned in one launch, or in pieces of ~2M rows where the exact
+// mode's flagged-row scratch for all of them does not fit (planner.h MemoryPlan.residentPiece), and accumulated in one go
 // (accumulateResident: the same additions). Their fp64 distances stay on the device, so the farthest rows — asked
 // for only when a cluster came out empty (backend.h) — are found in finishPass, per chunk as they were fed.
 // Rows of f16/bf16 data (l2) are kept as they are (no fp32 copy, kernels.h RowValues): a streamed chunk's values
