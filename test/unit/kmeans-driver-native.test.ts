@@ -91,51 +91,46 @@ describe(`runKmeans (native engine, ${backend})`, () => {
     expect((err as KmeansAbortedError).checkpoint?.iteration).toBeGreaterThanOrEqual(2);
   });
 
+  // Opens f32's engine with every beginPass recorded (its mode and options), runs `body`, closes both.
+  type Recorded = { mode: string; options?: { dataVariance?: boolean } };
+  async function withRecordedPasses<T>(s: KmeansSpec, body: (engine: Engine, source: LocalFileSource, passes: Recorded[]) => Promise<T>): Promise<T> {
+    const source = await LocalFileSource.open(f32);
+    const engine = await Engine.open({ rows: source.rows, dims: source.dims, k: s.k, metric: s.metric, dtype: source.dtype, backend, threads: backend === 'cpu' ? 2 : undefined, chunkRows: 1536 });
+    try {
+      const passes: Recorded[] = [];
+      const beginPass = engine.beginPass.bind(engine);
+      engine.beginPass = (mode, o) => {
+        passes.push({ mode, options: o });
+        return beginPass(mode, o);
+      };
+      return await body(engine, source, passes);
+    } finally {
+      engine.close();
+      await source.close();
+    }
+  }
+
   it('hands the final centroids out before the last assign pass; the result holds the same values as the engine after it', async () => {
     for (const s of [spec({ maxIter: 7 }), spec({ maxIter: 0 })]) {
-      const source = await LocalFileSource.open(f32);
-      const engine = await Engine.open({ rows: source.rows, dims: source.dims, k: s.k, metric: s.metric, dtype: source.dtype, backend, threads: backend === 'cpu' ? 2 : undefined, chunkRows: 1536 });
-      try {
-        const passes: string[] = [];
-        const beginPass = engine.beginPass.bind(engine);
-        engine.beginPass = (mode, o) => {
-          passes.push(mode);
-          return beginPass(mode, o);
-        };
+      await withRecordedPasses(s, async (engine, source, passes) => {
         const handed: { centroids: Float32Array; passesBefore: number }[] = [];
         const result = await runKmeans({ engine, source, spec: s, onFinalCentroids: (c) => handed.push({ centroids: Float32Array.from(c), passesBefore: passes.length }) });
-        expect(passes).toEqual([...Array<string>(s.maxIter).fill('fit'), 'assign']);
+        expect(passes.map((p) => p.mode)).toEqual([...Array<string>(s.maxIter).fill('fit'), 'assign']);
         expect(handed).toHaveLength(1);
         expect(handed[0].passesBefore).toBe(s.maxIter); // every fit pass done, the assign pass not begun
         expect(bytes(handed[0].centroids).equals(bytes(result.centroids))).toBe(true);
         expect(bytes(engine.centroids()).equals(bytes(result.centroids))).toBe(true);
-      } finally {
-        engine.close();
-        await source.close();
-      }
+      });
     }
   });
 
   it('asks the engine for the data variance once a run: the first pass, or none after a resume that carries it', async () => {
     const s = spec({ maxIter: 6 });
-    const run = async (resume?: KmeansCheckpoint) => {
-      const source = await LocalFileSource.open(f32);
-      const engine = await Engine.open({ rows: source.rows, dims: source.dims, k: s.k, metric: s.metric, dtype: source.dtype, backend, threads: backend === 'cpu' ? 2 : undefined, chunkRows: 1536 });
-      try {
-        const asked: boolean[] = [];
-        const beginPass = engine.beginPass.bind(engine);
-        engine.beginPass = (mode, o) => {
-          asked.push(o?.dataVariance ?? true);
-          return beginPass(mode, o);
-        };
-        const cps: KmeansCheckpoint[] = [];
-        const result = await runKmeans({ engine, source, spec: s, resume, onIteration: (_r, cp) => { cps.push(cp); } });
-        return { asked, result, cps };
-      } finally {
-        engine.close();
-        await source.close();
-      }
-    };
+    const run = (resume?: KmeansCheckpoint) => withRecordedPasses(s, async (engine, source, passes) => {
+      const cps: KmeansCheckpoint[] = [];
+      const result = await runKmeans({ engine, source, spec: s, resume, onIteration: (_r, cp) => { cps.push(cp); } });
+      return { asked: passes.map((p) => p.options?.dataVariance ?? true), result, cps };
+    });
     const whole = await run();
     expect(whole.asked).toEqual([true, ...Array<boolean>(6).fill(false)]);  // 6 fit passes, then the final assign
     expect(Number.isFinite(whole.result.dataVariance) && whole.result.dataVariance > 0).toBe(true);
