@@ -148,14 +148,6 @@ void Engine::setCentroids(const float* c, std::size_t count) {
   centroidsOnDevice_ = false;
 }
 
-std::vector<float> Engine::centroids() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (centroids_.empty()) invalid("no centroids yet: call setCentroids or initKmeansPlusPlus first");
-  std::vector<float> out(centroids_.size());
-  copyCentroidsLocked(out.data());
-  return out;
-}
-
 void Engine::copyCentroids(float* dst) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (centroids_.empty()) invalid("no centroids yet: call setCentroids or initKmeansPlusPlus first");
@@ -291,8 +283,7 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
       // reads none of them (nullptr while they have not come to the host: centroidsOnDevice_) and the 4 MB-per-
       // K×D=1M copy is made only if a host update needs it (passCentroids()).
       passCentroidsCopied_ = !(fromUpdate && backend_->updatesOnDevice());
-      if (passCentroidsCopied_) {
-        hostCentroidsLocked();
+      if (passCentroidsCopied_) {  // never while centroidsOnDevice_ (that implies fromUpdate on a device-update backend)
         passCentroids_.resize(centroids_.size());
         pool_->copy(passCentroids_.data(), centroids_.data(), centroids_.size());
         centroidsForPass = passCentroids_.data();

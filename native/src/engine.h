@@ -45,8 +45,7 @@ class Engine {
   std::size_t bufferBytes() const;
 
   void setCentroids(const float* c, std::size_t count);  // [js] not while a pass is running
-  std::vector<float> centroids() const;                  // [js]
-  void copyCentroids(float* dst) const;                  // [js] the same into dst (K×D floats): one copy fewer
+  void copyCentroids(float* dst) const;                  // [js] the K×D centroids into dst
   bool hasCentroids() const;
 
   // [js] The pass state machine. Each returns the generation the submitted work belongs to.

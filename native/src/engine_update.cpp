@@ -140,7 +140,7 @@ void Engine::applyDeviceFit(const PassTotals& t, PassResult& r, bool variance) {
   variance = variance && t.rowsSeen > 0;
   DeviceUpdate u;
   {
-    // under mu_: the backend's copy down of the next centroids may reuse the host buffer that a centroids() call of
+    // under mu_: the backend's copy down of the next centroids may reuse the host buffer that a copyCentroids() call on
     // the caller's thread is reading (Backend::copyUpdatedCentroids)
     std::lock_guard<std::mutex> lock(mu_);
     u = backend_->updateOnDevice(variance);
