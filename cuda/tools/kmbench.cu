@@ -40,7 +40,7 @@ using namespace kmfleet::cuda;
     }                                                                                           \
   } while (0)
 
-__device__ __forceinline__ unsigned long long mix(unsigned long long z) {
+__host__ __device__ __forceinline__ unsigned long long mix(unsigned long long z) {  // splitmix64
   z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -680,9 +680,9 @@ static int runCheck() {
 // the centroids (queued behind the last device update), assign (+ recheck), distances, deterministic sums; counts,
 // inertia and the screen's totals down under one wait; then the update on the device (the backend's updateOnDevice:
 // next centroids and shift, the data-variance terms in the first update only, as the job's driver asks for them once;
-// the centroids come down behind it without a wait, and the next operands are queued). KMBENCH_HOST_UPDATE=1: the update as before the device update (centroids up, sums down,
-// division on the host) for same-run A/B; an iteration that leaves a cluster empty takes that path too (the engine
-// re-seeds on the host). Host-side stages: prep (until the statistics are back: an upload, or the wait for operands
+// the centroids come down behind it without a wait, and the next operands are queued). KMBENCH_HOST_UPDATE=1: the
+// update as before the device update (centroids up, sums down, division on the host) for same-run A/B; an iteration
+// that leaves a cluster empty takes that path too (the engine re-seeds on the host). Host-side stages: prep (until the statistics are back: an upload, or the wait for operands
 // queued after the last update), down (the sums on the host path), div (the update: device kernels and the shift's
 // wait, or the host division).
 struct HostStages { double prep = 0, down = 0, div = 0; };
@@ -921,10 +921,7 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   auto fillChunk = [&](int buf, long long ci) {
     std::vector<float> h(static_cast<size_t>(pl.chunkRows) * d);
     // the chunk's own stream: seeds 12345 + ci straight into the LCG gave neighbouring chunks correlated rows
-    unsigned long long z = 12345 + static_cast<unsigned long long>(ci) * 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
+    unsigned long long z = mix(12345 + static_cast<unsigned long long>(ci));
     for (long long j = 0; j < pl.chunkRows * d; j += 2) {
       z = z * 6364136223846793005ULL + 1442695040888963407ULL;
       const double u1 = ((z >> 11) + 1.0) / 9007199254740993.0;
