@@ -321,6 +321,7 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
     passStartMs_ = nowMs();
     stat_[0] = t1 - t0;
     stat_[1] = passStartMs_ - t1;
+    stat_[2] = t0;
   } catch (...) {
     passError_ = std::make_unique<EngineError>(asEngineError(std::current_exception()));
     abortPass();
@@ -418,8 +419,8 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   if (statsEnabled_)
     std::fprintf(stderr,
                  "[kmfleet engine] pass ms: copy centroids %.3f, backend begin %.3f, rows %.3f, backend finish %.3f, "
-                 "labels diff %.3f, data variance %.3f, update %.3f\n",
-                 stat_[0], stat_[1], tf0 - passStartMs_, tf1 - tf0, tf2 - tf1, tf3 - tf2, tf4 - tf3);
+                 "labels diff %.3f, data variance %.3f, update %.3f; monotonic: begin %.3f, finish task %.3f, end %.3f\n",
+                 stat_[0], stat_[1], tf0 - passStartMs_, tf1 - tf0, tf2 - tf1, tf3 - tf2, tf4 - tf3, stat_[2], tf0, tf4);
   return r;
 }
 

@@ -1,5 +1,8 @@
 #include "engine_runner.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <new>
 
 namespace kmfleet {
@@ -27,6 +30,9 @@ struct EngineRunner::Shared {
   int pending = 0;  // JS thread only
 };
 
+// KMFLEET_ENGINE_STATS: each promise's hop from the engine thread to the JS thread, and its settling, on stderr
+const bool kTraceHops = std::getenv("KMFLEET_ENGINE_STATS") != nullptr;
+
 struct EngineRunner::Task {
   Work work;
   Settle settle;
@@ -34,6 +40,7 @@ struct EngineRunner::Task {
   std::unique_ptr<Napi::Promise::Deferred> deferred;
   Outcome outcome;
   std::shared_ptr<Shared> shared;
+  std::chrono::steady_clock::time_point doneAt;
 };
 
 EngineRunner::EngineRunner(Napi::Env env) : shared_(std::make_shared<Shared>()) {
@@ -105,9 +112,11 @@ void EngineRunner::loop() {
       task->outcome.fail(ErrorCode::Device, std::string("internal error: ") + e.what());
     }
     Task* raw = task.release();
+    raw->doneAt = std::chrono::steady_clock::now();
     const napi_status st = raw->shared->tsfn.BlockingCall(raw, [](Napi::Env env, Napi::Function, Task* t) {
       std::unique_ptr<Task> owned(t);
       if (env == nullptr) return;  // the environment is shutting down
+      const auto jsAt = std::chrono::steady_clock::now();
       Napi::HandleScope scope(env);
       if (--owned->shared->pending == 0) owned->shared->tsfn.Unref(env);
       Napi::Value value = env.Undefined();
@@ -125,6 +134,11 @@ void EngineRunner::loop() {
         owned->deferred->Resolve(value);
       else
         owned->deferred->Reject(makeJsError(env, out.code, out.message, out.row).Value());
+      if (kTraceHops) {
+        using ms = std::chrono::duration<double, std::milli>;
+        std::fprintf(stderr, "[kmfleet runner] task done -> JS callback %.3f ms, settle %.3f ms\n",
+                     ms(jsAt - owned->doneAt).count(), ms(std::chrono::steady_clock::now() - jsAt).count());
+      }
     });
     if (st != napi_ok) delete raw;  // closing: nobody is left to settle it
   }
