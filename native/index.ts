@@ -10,7 +10,7 @@
  *   await engine.initKmeansPlusPlus(sample, sampleRows, seed)  -> greedy k-means++ (2+ln k trials) over the given rows
  *
  *   A pass visits every row once, in row order:
- *     engine.beginPass('fit' | 'assign', { distances, dataVariance })
+ *     engine.beginPass('fit' | 'assign', { distances, dataVariance, firstRow })
  *     for rows not resident (firstRow >= plan.residentRows on passes after the first):
  *        fill engine.buffer(b) with rows [firstRow, firstRow+count), then  await engine.feed(b, firstRow, count)
  *        (feed resolves when buffer b may be refilled; at most plan.buffers feeds may be in flight)
@@ -30,6 +30,7 @@
  *   engine.labels(firstRow, count)    -> Int32Array copy of labels from the last pass
  *   engine.distances(firstRow, count) -> Float32Array (assign pass with distances only): squared L2, or cosine distance 1 − cos
  *   engine.centroids()                -> Float32Array K×D copy
+ *   await engine.readCentroids()      -> the same, read by the engine thread behind the work queued before it
  *   engine.cancel()                   -> the pending/next feed or finishPass rejects with CancelledError at a chunk boundary
  *   engine.close()                    -> frees native memory (idempotent); the engine is unusable afterwards
  *
@@ -49,6 +50,14 @@
  *     was cancelled) every pass must start at row 0.
  *   - beginPass while a pass is open (cancelled, failed or abandoned) replaces it. After an error other than an
  *     out-of-sequence feed, later feeds and finishPass of that pass reject with the same error.
+ *   - beginPass `firstRow`: where this pass's feeds will start. At plan.residentRows (the engine holding them) the
+ *     engine processes its resident rows right away instead of at the first feed or finishPass, so the device works
+ *     while the caller does what comes before those (e.g. readCentroids); at 0, the caller streams every row. Left out,
+ *     the first feed tells, as above.
+ *   - readCentroids() is queued on the engine thread like a feed: called between beginPass and finishPass it
+ *     resolves with the centroids that pass started from (the fit update comes in finishPass's work), copied while
+ *     the pass's device work runs. Once finishPass was called it rejects (InvalidArgumentError) until that settles.
+ *     The job's driver reads each iteration's centroids (its checkpoint) this way, beside the next pass.
  *   - close(): pending Promises reject with CancelledError; Buffers from buffer(i) are detached (length 0).
  *   - Rows loaded ahead of the first pass (engine.loadsRows, engine.loadRows(rows, firstRow, rowCount)): a worker hands
  *     the engine rows as its download delivers them, in any order, and the engine keeps those of [0, plan.residentRows)
@@ -162,6 +171,15 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+export interface BeginPassOptions {
+  /** distances of the rows to their centroids (assign passes only) */
+  distances?: boolean;
+  /** compute the data's per-feature variance (default true; PassResult.dataVariance NaN when false) */
+  dataVariance?: boolean;
+  /** where this pass's feeds start: plan.residentRows (the engine processes its resident rows at once) or 0 */
+  firstRow?: number;
+}
+
 interface NativePassResult extends Omit<PassResult, 'mode'> { mode: PassMode }
 
 interface NativeEngine {
@@ -169,10 +187,11 @@ interface NativeEngine {
   buffer(index: number): Buffer;
   setCentroids(centroids: Float32Array): void;
   centroids(): Float32Array;
+  readCentroids(): Promise<Float32Array>;
   initKmeansPlusPlus(sample: Uint8Array | Float32Array, sampleRows: number, seed: number): Promise<void>;
   readonly loadsRows: boolean;
   loadRows(rows: Uint8Array, firstRow: number, rowCount: number): Promise<number>;
-  beginPass(mode: PassMode, options?: { distances?: boolean; dataVariance?: boolean }): void;
+  beginPass(mode: PassMode, options?: BeginPassOptions): void;
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void>;
   finishPass(): Promise<NativePassResult>;
   labels(firstRow?: number, count?: number): Int32Array;
@@ -277,6 +296,11 @@ export class Engine {
     return sync(() => this.native.centroids());
   }
 
+  /** The centroids, read on the engine thread behind the work queued before (see the notes above). */
+  readCentroids(): Promise<Float32Array> {
+    return later(() => this.native.readCentroids());
+  }
+
   initKmeansPlusPlus(sample: Buffer | Float32Array, sampleRows: number, seed: number): Promise<void> {
     return later(() => this.native.initKmeansPlusPlus(sample, sampleRows, seed));
   }
@@ -298,7 +322,7 @@ export class Engine {
     }
   }
 
-  beginPass(mode: PassMode, options?: { distances?: boolean; dataVariance?: boolean }): void {
+  beginPass(mode: PassMode, options?: BeginPassOptions): void {
     sync(() => this.native.beginPass(mode, options));
   }
 

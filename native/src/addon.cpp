@@ -49,6 +49,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
                         InstanceMethod<&NativeEngine::Buffer>("buffer"),
                         InstanceMethod<&NativeEngine::SetCentroids>("setCentroids"),
                         InstanceMethod<&NativeEngine::Centroids>("centroids"),
+                        InstanceMethod<&NativeEngine::ReadCentroids>("readCentroids"),
                         InstanceMethod<&NativeEngine::InitKmeansPlusPlus>("initKmeansPlusPlus"),
                         InstanceAccessor<&NativeEngine::LoadsRows>("loadsRows"),
                         InstanceMethod<&NativeEngine::LoadRows>("loadRows"),
@@ -136,34 +137,78 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     return env.Undefined();
   }
 
+  // Not Float32Array::New: V8 hands out fresh zero-filled memory for it, and at K×D = 1M the page faults and the
+  // zeroing (~1 ms on the GPU machine's host) cost more than the copy. The job's driver reads the centroids after
+  // every iteration (its checkpoint): malloc reuses the memory of arrays already collected, and the copy writes
+  // every value, so nothing needs zeroing.
+  static std::size_t centroidValues(const EngineConfig& c) {
+    return static_cast<std::size_t>(c.k) * static_cast<std::size_t>(c.dims);
+  }
+
+  static float* centroidStorage(const EngineConfig& c) {
+    const std::size_t n = centroidValues(c);
+    float* data = static_cast<float*>(std::malloc(std::max<std::size_t>(n, 1) * sizeof(float)));
+    if (data == nullptr) throw EngineError(ErrorCode::OutOfMemory, "no host memory for the centroids (" + std::to_string(n * 4) + " bytes)");
+    return data;
+  }
+
+  // centroidStorage's memory as a Float32Array that frees it when collected
+  static Napi::Float32Array adoptCentroids(Napi::Env env, float* data, std::size_t n) {
+    const std::int64_t bytes = static_cast<std::int64_t>(n * sizeof(float));
+    Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(env, data, n * sizeof(float), [](Napi::Env fenv, void* p, std::int64_t* size) {
+      std::free(p);
+      Napi::MemoryManagement::AdjustExternalMemory(fenv, -*size);
+      delete size;
+    }, new std::int64_t(bytes));
+    Napi::MemoryManagement::AdjustExternalMemory(env, bytes);  // so that the collector knows what these arrays hold
+    return Napi::Float32Array::New(env, n, buffer, 0);
+  }
+
   Napi::Value Centroids(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     try {
       Engine& e = engine(env);
-      const EngineConfig& c = e.config();
-      const std::size_t n = static_cast<std::size_t>(c.k) * static_cast<std::size_t>(c.dims);
-      // Not Float32Array::New: V8 hands out fresh zero-filled memory for it, and at K×D = 1M the page faults and the
-      // zeroing (~1 ms on the GPU machine's host) cost more than the copy. The job's driver reads the centroids after
-      // every iteration (its checkpoint): malloc reuses the memory of arrays already collected, and the copy writes
-      // every value, so nothing needs zeroing.
-      float* data = static_cast<float*>(std::malloc(std::max<std::size_t>(n, 1) * sizeof(float)));
-      if (data == nullptr) throw EngineError(ErrorCode::OutOfMemory, "no host memory for the centroids (" + std::to_string(n * 4) + " bytes)");
+      float* data = centroidStorage(e.config());
       try {
         e.copyCentroids(data);  // one copy, from the engine or the backend's last device update; throws if none
       } catch (...) {
         std::free(data);
         throw;
       }
-      const std::int64_t bytes = static_cast<std::int64_t>(n * sizeof(float));
-      Napi::ArrayBuffer buffer = Napi::ArrayBuffer::New(env, data, n * sizeof(float), [](Napi::Env fenv, void* p, std::int64_t* size) {
-        std::free(p);
-        Napi::MemoryManagement::AdjustExternalMemory(fenv, -*size);
-        delete size;
-      }, new std::int64_t(bytes));
-      Napi::MemoryManagement::AdjustExternalMemory(env, bytes);  // so that the collector knows what these arrays hold
-      return Napi::Float32Array::New(env, n, buffer, 0);
+      return adoptCentroids(env, data, centroidValues(e.config()));
     } catch (const EngineError& err) {
       throwJs(env, err);
+    }
+  }
+
+  // The centroids as the engine thread finds them behind the work queued before: called between beginPass and
+  // finishPass, the pass's own centroids (its update comes in finishPass's task), copied while its device work runs.
+  Napi::Value ReadCentroids(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      Engine& e = engine(env);
+      e.admitReadCentroids();
+      // the copy's memory, freed here unless handed to JS (also when the environment shuts down unsettled)
+      struct Storage {
+        float* data = nullptr;
+        ~Storage() { std::free(data); }
+      };
+      auto storage = std::make_shared<Storage>();
+      storage->data = centroidStorage(e.config());
+      Engine* ep = &e;
+      const std::size_t n = centroidValues(e.config());
+      return runner_->submit(
+          env, [ep, storage](Outcome&) { ep->copyCentroids(storage->data); },
+          [storage, n](Napi::Env env, const Outcome& out) -> Napi::Value {
+            if (!out.ok) return env.Undefined();
+            Napi::Float32Array a = adoptCentroids(env, storage->data, n);
+            storage->data = nullptr;
+            return a;
+          });
+    } catch (const Napi::Error& err) {
+      return rejected(env, err);
+    } catch (const EngineError& err) {
+      return rejected(env, makeJsError(env, err.code(), err.what(), err.row()));
     }
   }
 
@@ -262,18 +307,28 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     if (mode != "fit" && mode != "assign")
       throwJs(env, ErrorCode::InvalidArgument, "beginPass mode must be 'fit' or 'assign', got '" + mode + "'");
     bool distances = false, variance = true;
+    std::int64_t firstRow = -1;
     if (info[1].IsObject()) {
       Napi::Value d = info[1].As<Napi::Object>().Get("distances");
       distances = d.IsBoolean() && d.As<Napi::Boolean>().Value();
       Napi::Value v = info[1].As<Napi::Object>().Get("dataVariance");
       if (v.IsBoolean()) variance = v.As<Napi::Boolean>().Value();
+      Napi::Value f = info[1].As<Napi::Object>().Get("firstRow");
+      if (!f.IsUndefined()) {
+        const double r = f.IsNumber() ? f.As<Napi::Number>().DoubleValue() : -1;
+        if (!(r >= 0 && r <= static_cast<double>(e.config().rows) && r == std::floor(r)))
+          throwJs(env, ErrorCode::InvalidArgument,
+                  "beginPass firstRow must be an integer in [0, " + std::to_string(e.config().rows) + "]");
+        firstRow = static_cast<std::int64_t>(r);
+      }
     }
     const PassMode pm = mode == "fit" ? PassMode::Fit : PassMode::Assign;
     try {
       const std::uint64_t gen = e.admitBegin(pm, distances);
       Engine* ep = &e;
-      runner_->submit(env, [ep, gen, pm, distances, variance](Outcome&) { ep->runBegin(gen, pm, distances, variance); },
-                      nullptr, false);
+      runner_->submit(env, [ep, gen, pm, distances, variance, firstRow](Outcome&) {
+        ep->runBegin(gen, pm, distances, variance, firstRow);
+      }, nullptr, false);
     } catch (const EngineError& err) {
       throwJs(env, err);
     }

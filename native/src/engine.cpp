@@ -167,6 +167,13 @@ void Engine::hostCentroidsLocked() {
   centroidsOnDevice_ = false;
 }
 
+void Engine::admitReadCentroids() const {
+  if (!hasCentroids()) invalid("no centroids yet: call setCentroids or initKmeansPlusPlus first");
+  if (passOpen_ && finishing_)
+    invalid("readCentroids while finishPass is pending: read before finishPass (the pass's own centroids) or after it "
+            "settles (the updated ones)");
+}
+
 bool Engine::hasCentroids() const {
   std::lock_guard<std::mutex> lock(mu_);
   return !centroids_.empty();
@@ -262,7 +269,7 @@ void Engine::abortPass() {
   residentPending_ = false;
 }
 
-void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance) {
+void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance, std::int64_t firstRow) {
   abortPass();  // a pass left open is abandoned
   passGen_ = gen;
   passError_.reset();
@@ -319,6 +326,8 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
     cursor_ = 0;
     residentPending_ = backend_->residentHeld() > 0;
     passStartMs_ = nowMs();
+    if (residentPending_ && firstRow == 0) residentPending_ = false;  // every row streamed: the resident copy not needed
+    if (residentPending_ && firstRow == backend_->residentHeld()) processResidentIfNeeded();
     stat_[0] = t1 - t0;
     stat_[1] = passStartMs_ - t1;
     stat_[2] = t0;

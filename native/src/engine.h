@@ -45,8 +45,11 @@ class Engine {
   std::size_t bufferBytes() const;
 
   void setCentroids(const float* c, std::size_t count);  // [js] not while a pass is running
-  void copyCentroids(float* dst) const;                  // [js] the K×D centroids into dst
+  void copyCentroids(float* dst) const;                  // [js or engine] the K×D centroids into dst
   bool hasCentroids() const;
+  // [js] A read queued on the engine thread (readCentroids): refused once finishPass was called and has not settled,
+  // when the queued read would land after the pass's update; before finishPass it reads the pass's own centroids.
+  void admitReadCentroids() const;
 
   // [js] The pass state machine. Each returns the generation the submitted work belongs to.
   std::uint64_t admitBegin(PassMode mode, bool distances);
@@ -69,7 +72,10 @@ class Engine {
   // dataVariance: compute the data's per-feature variance (PassResult.dataVariance) when the pass sees every row; it
   // does not change between passes, so a caller that has it asks once (on the device it is most of the update's
   // kernels at K×D = 1M; on the host a K×D walk of the sums)
-  void runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance = true);
+  // firstRow: where the caller's feeds start (-1: not said, the first feed tells). At the resident rows' end, they are
+  // processed right away, so the device computes while the engine thread takes the tasks queued behind; at row 0 the
+  // caller streams every row.
+  void runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance = true, std::int64_t firstRow = -1);
   void runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount);
   PassResult runFinish(std::uint64_t gen);
   void runInit(std::uint64_t gen, const void* sample, DType dtype, std::int64_t sampleRows, std::uint64_t seed);

@@ -84,14 +84,21 @@ describe('the fit update on the device', () => {
           device.setCentroids(init);
         }
         const r: PassResult[] = [];
-        // pass 7: a read while the device's pass is open gives the centroids that pass started from
-        const before = p === 7 ? host.centroids() : undefined;
+        // pass 7: a read while the device's pass is open gives the centroids that pass started from; so does pass 4's
+        // read queued on the engine right behind the pass's begin (readCentroids, as the job's driver reads them)
+        const before = p === 7 || p === 4 ? host.centroids() : undefined;
+        let queuedRead: Promise<Float32Array> | undefined;
         for (const e of [host, device]) {
-          // pass 6 without the data variance (the driver asks once a run): the update without its terms
-          const pending = runPass<PassResult>(e, data, c.n, 'fit', { skipBelow: p === 0 ? 0 : e.plan.residentRows, dataVariance: p !== 6 });
-          if (before && e === device) expect(bits(device.centroids()), 'read while pass 7 is open').toEqual(bits(before));
+          // pass 6 without the data variance (the driver asks once a run): the update without its terms. Odd passes
+          // tell beginPass where the feeds start (firstRow): the device starts on its resident rows right away
+          const pending = runPass<PassResult>(e, data, c.n, 'fit', {
+            skipBelow: p === 0 ? 0 : e.plan.residentRows, dataVariance: p !== 6, sayFirstRow: p % 2 === 1,
+            onBegin: p === 4 && e === device ? () => { queuedRead = device.readCentroids(); } : undefined,
+          });
+          if (p === 7 && e === device) expect(bits(device.centroids()), 'read while pass 7 is open').toEqual(bits(before!));
           r.push(await pending);
         }
+        if (p === 4) expect(bits(await queuedRead!), 'readCentroids queued behind pass 4\'s begin').toEqual(bits(before!));
         expectSamePass(r[0], r[1], `pass ${p}`);
         expect(Number.isNaN(r[1].dataVariance), `pass ${p}: data variance asked`).toBe(p === 6);
         // passes 1 and 2 go unread: their centroids stay on the device until pass 3's are read

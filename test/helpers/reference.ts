@@ -288,7 +288,7 @@ export function lloyd(
 export interface PassEngine {
   readonly plan: { chunkRows: number; buffers: number; residentRows: number; rowBytes: number };
   buffer(i: number): Buffer;
-  beginPass(mode: 'fit' | 'assign', options?: { distances?: boolean; dataVariance?: boolean }): void;
+  beginPass(mode: 'fit' | 'assign', options?: { distances?: boolean; dataVariance?: boolean; firstRow?: number }): void;
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void>;
   finishPass(): Promise<unknown>;
 }
@@ -299,11 +299,18 @@ export interface PassEngine {
  */
 export async function runPass<R>(
   engine: PassEngine, data: Uint8Array, rows: number, mode: 'fit' | 'assign',
-  opts: { distances?: boolean; chunk?: number; skipBelow?: number; dataVariance?: boolean } = {},
+  opts: {
+    distances?: boolean; chunk?: number; skipBelow?: number; dataVariance?: boolean; sayFirstRow?: boolean;
+    /** called right after beginPass, before any feed (as the pass runner's onBegin) */
+    onBegin?: () => void;
+  } = {},
 ): Promise<R> {
   const { chunkRows, buffers, rowBytes } = engine.plan;
   const chunk = Math.min(opts.chunk ?? chunkRows, chunkRows);
-  engine.beginPass(mode, { distances: opts.distances ?? false, dataVariance: opts.dataVariance ?? true });
+  // sayFirstRow: beginPass is told where the feeds start (firstRow), as the job's pass runner does
+  const firstRow = opts.sayFirstRow ? opts.skipBelow ?? 0 : undefined;
+  engine.beginPass(mode, { distances: opts.distances ?? false, dataVariance: opts.dataVariance ?? true, firstRow });
+  opts.onBegin?.();
   const inFlight: (Promise<void> | undefined)[] = new Array(buffers);
   let b = 0;
   for (let first = opts.skipBelow ?? 0; first < rows; first += chunk) {
