@@ -28,6 +28,8 @@ import {
   type KmeansSpec,
 } from '../../worker/kmeans/index.js';
 
+interface EngineShape { chunkRows?: number; buffers?: number; residentRows?: number; backend?: 'cpu' | 'cuda' }
+
 class ContractEngine implements KmeansEngine {
   readonly plan: EnginePlan;
   readonly options: KmeansEngine['options'];
@@ -44,13 +46,16 @@ class ContractEngine implements KmeansEngine {
   private busy = new Set<number>();
   private violation: string | undefined;
   private cancelled = false;
+  private finishing = false; // finishPass called, its promise not yet settled
   passes = 0;
+  begun = 0; // passes begun
   lastSample: Float64Array | undefined;
 
-  constructor(rows: number, dims: number, k: number, opts: { chunkRows?: number; buffers?: number; residentRows?: number } = {}) {
+  constructor(rows: number, dims: number, k: number, opts: EngineShape = {}) {
     this.options = { rows, dims, k, metric: 'l2', dtype: 'f32' };
     const chunkRows = opts.chunkRows ?? 256;
-    this.plan = { backend: 'cpu', device: 'contract engine (ts)', precision: 'fp32', chunkRows, buffers: opts.buffers ?? 3, residentRows: opts.residentRows ?? 0, rowBytes: dims * 4 };
+    // backend 'cuda': the driver treats the engine as working beside the JS thread (it starts passes ahead)
+    this.plan = { backend: opts.backend ?? 'cpu', device: 'contract engine (ts)', precision: 'fp32', chunkRows, buffers: opts.buffers ?? 3, residentRows: opts.residentRows ?? 0, rowBytes: dims * 4 };
     this.bufs = Array.from({ length: this.plan.buffers }, () => Buffer.alloc(chunkRows * dims * 4));
     this.c = new Float64Array(k * dims);
     this.labelsNow = new Int32Array(rows);
@@ -63,6 +68,14 @@ class ContractEngine implements KmeansEngine {
     this.c = Float64Array.from(c, (v) => Math.fround(v));
   }
   centroids() { return Float32Array.from(this.c); }
+  // queued behind the calls before it, as the native engine's work: the centroids as of this call (the fake's passes
+  // compute in finishPass), refused while a finishPass is pending
+  async readCentroids() {
+    if (this.finishing) throw new Error('contract violation: readCentroids while finishPass is pending');
+    return this.centroids();
+  }
+  /** a pass is open (begun, finishPass not yet called) */
+  get passOpen() { return this.mode !== undefined; }
   async initKmeansPlusPlus(sample: Buffer | Float32Array, n: number, seed: number) {
     const { dims: d, k } = this.options;
     const x = sample instanceof Float32Array ? sample : new Float32Array(sample.buffer, sample.byteOffset, n * d);
@@ -86,6 +99,7 @@ class ContractEngine implements KmeansEngine {
   }
   beginPass(mode: PassMode) {
     if (this.mode) throw new Error('beginPass inside a pass');
+    this.begun++;
     this.mode = mode;
     this.cancelled = false;
     this.violation = undefined;
@@ -116,6 +130,8 @@ class ContractEngine implements KmeansEngine {
     }, Math.random() * 2));
   }
   async finishPass(): Promise<PassResult> {
+    this.finishing = true;
+    queueMicrotask(() => { this.finishing = false; }); // before the caller's continuation
     const mode = this.mode!;
     this.mode = undefined;
     if (this.cancelled) throw new CancelledError();
@@ -179,7 +195,7 @@ beforeAll(async () => {
 const spec = (over: Partial<KmeansSpec> = {}): KmeansSpec => ({ k: K, metric: 'l2', init: 'kmeans++', maxIter: 100, tol: 0, tolReassign: 0, seed: 1, ...over });
 const strip = (h: { ms: number }[]) => h.map(({ ms, ...rest }) => rest);
 
-async function fit(s: KmeansSpec, opts: { chunkRows?: number; buffers?: number; residentRows?: number; resume?: KmeansCheckpoint; onCp?: (cp: KmeansCheckpoint) => void } = {}) {
+async function fit(s: KmeansSpec, opts: EngineShape & { resume?: KmeansCheckpoint; onCp?: (cp: KmeansCheckpoint) => void } = {}) {
   const source = await LocalFileSource.open(blobs);
   const engine = new ContractEngine(N, D, s.k, opts);
   try {
@@ -245,6 +261,48 @@ describe('runKmeans (contract engine)', () => {
     }
     const wrong = decodeCheckpoint(cps[0]);
     await expect(fit(spec({ k: K + 1, init: 'random' }), { resume: wrong })).rejects.toThrow(/checkpoint does not match this run: k/);
+  });
+
+  it('on a device engine, the next pass starts before the bookkeeping: the same run, C(t) in checkpoint t', async () => {
+    const s = spec({ init: 'random', seed: 7 });
+    const cpuCps: KmeansCheckpoint[] = [];
+    const cpu = await fit(s, { residentRows: N, onCp: (cp) => cpuCps.push(cp) });
+    const source = await LocalFileSource.open(blobs);
+    try {
+      const engine = new ContractEngine(N, D, K, { backend: 'cuda', residentRows: N });
+      const cps: KmeansCheckpoint[] = [];
+      const begunAt: number[] = [];
+      const result = await runKmeans({
+        engine, source, spec: s,
+        onIteration: async (_r, cp) => {
+          cps.push(cp);
+          begunAt.push(engine.begun);
+          await new Promise((res) => setTimeout(res, 2)); // bookkeeping that outlasts the pass beside it
+        },
+      });
+      expect(strip(result.history)).toEqual(strip(cpu.result.history));
+      expect(Buffer.from(result.centroids.buffer).equals(Buffer.from(cpu.result.centroids.buffer))).toBe(true);
+      expect(Array.from(engine.labels())).toEqual(Array.from(cpu.labels));
+      expect(cps.length).toBe(cpuCps.length);
+      cps.forEach((cp, i) => {
+        expect(cp.iteration).toBe(i + 1);
+        expect(Buffer.from(cp.centroids.buffer).equals(Buffer.from(cpuCps[i].centroids.buffer))).toBe(true);
+        expect(Buffer.from(cp.previousCentroids.buffer).equals(Buffer.from(cpuCps[i].previousCentroids.buffer))).toBe(true);
+      });
+      // iteration t's bookkeeping ran with pass t+1 begun, except after the last iteration
+      expect(begunAt).toEqual(cps.map((cp) => (cp.iteration < result.iterations ? cp.iteration + 1 : cp.iteration)));
+
+      // a failing onIteration stops the pass begun beside it and fails the run with its own error
+      const failing = new ContractEngine(N, D, K, { backend: 'cuda', residentRows: N });
+      await expect(runKmeans({
+        engine: failing, source, spec: s,
+        onIteration: (r) => { if (r.iteration === 2) throw new Error('checkpoint store down'); },
+      })).rejects.toThrow('checkpoint store down');
+      expect(failing.begun).toBe(3);
+      expect(failing.passOpen).toBe(false);
+    } finally {
+      await source.close();
+    }
   });
 
   it('random, kmeans++ and given init are deterministic by seed', async () => {
@@ -334,11 +392,21 @@ describe('runKmeans (contract engine)', () => {
 
   it('abort stops at a chunk boundary with the last checkpoint; a source error fails the pass', async () => {
     const source = await LocalFileSource.open(blobs);
-    const ac = new AbortController();
-    const run = runKmeans({ engine: new ContractEngine(N, D, K, { chunkRows: 64 }), source, spec: spec({ init: 'random' }), signal: ac.signal, onIteration: (r) => { if (r.iteration === 2) setTimeout(() => ac.abort(), 5); } });
-    const err = await run.catch((e) => e);
-    expect(err).toBeInstanceOf(KmeansAbortedError);
-    expect((err as KmeansAbortedError).checkpoint?.iteration).toBe(2);
+    for (const backend of ['cpu', 'cuda'] as const) {
+      const ac = new AbortController();
+      const run = runKmeans({ engine: new ContractEngine(N, D, K, { chunkRows: 64, backend }), source, spec: spec({ init: 'random' }), signal: ac.signal, onIteration: (r) => { if (r.iteration === 2) setTimeout(() => ac.abort(), 5); } });
+      const err = await run.catch((e) => e);
+      expect(err).toBeInstanceOf(KmeansAbortedError);
+      expect((err as KmeansAbortedError).checkpoint?.iteration).toBe(2);
+      // aborted while onIteration still runs (the next pass already started on a device engine): the newest checkpoint
+      const slow = new AbortController();
+      const late = await runKmeans({
+        engine: new ContractEngine(N, D, K, { chunkRows: 64, backend }), source, spec: spec({ init: 'random' }), signal: slow.signal,
+        onIteration: async (r) => { if (r.iteration === 2) { slow.abort(); await new Promise((res) => setTimeout(res, 20)); } },
+      }).catch((e) => e);
+      expect(late).toBeInstanceOf(KmeansAbortedError);
+      expect((late as KmeansAbortedError).checkpoint?.iteration).toBe(2);
+    }
 
     let reads = 0;
     const flaky: RowSource = {

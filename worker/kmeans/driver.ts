@@ -72,7 +72,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
   let preload = o.preload;
   // variance: whether the engine computes the data's variance in this pass (sklearn's tol scale). It does not change
   // between passes, so it is asked until a pass (or the checkpoint resumed from) has given it: once per run.
-  const pass = async (mode: 'fit' | 'assign', variance: boolean, distances = false): Promise<PassResult> => {
+  const pass = async (mode: 'fit' | 'assign', variance: boolean, distances = false, onBegin?: () => void): Promise<PassResult> => {
     checkAbort();
     let firstRow: number | undefined;
     if (preload) {
@@ -81,11 +81,26 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       checkAbort();
     }
     try {
-      return await runPass(engine, source, mode, { distances, dataVariance: variance, readTime, firstRow });
+      return await runPass(engine, source, mode, { distances, dataVariance: variance, readTime, firstRow, onBegin });
     } catch (err) {
       if (err instanceof CancelledError && o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
       throw err;
     }
+  };
+  // A fit pass started ahead: a failure waits until the caller awaits it. `read`: the centroids it starts from, read by
+  // the engine right behind its begin (engine.readCentroids), when asked for.
+  const startFit = (variance: boolean, readCentroids: boolean) => {
+    let read: Promise<Float32Array> | undefined;
+    const started = performance.now();
+    const running = pass('fit', variance, false, readCentroids ? () => { read = engine.readCentroids(); } : undefined);
+    running.catch(() => {});
+    read?.catch(() => {});
+    return { running, read, started };
+  };
+  // Ends a pass started ahead when its iteration will not be used (the run is failing); never throws.
+  const drop = async (p: Promise<unknown>) => {
+    engine.cancel();
+    await p.catch(() => {});
   };
 
   try {
@@ -124,10 +139,22 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     }
 
     const tIter = performance.now();
+    // Iteration t+1's pass starts as soon as iteration t's stopping rule says there is one: C(t) (its checkpoint) is
+    // read by the engine behind that pass's begin, and onIteration (progress, checkpoint) runs beside the pass, so the
+    // device does not wait for either. The reports, checkpoints and results are those of one pass after the other.
+    let next: ReturnType<typeof startFit> | undefined;
     while (stop === null) {
       const iteration = history.length + 1;
-      const ti = performance.now();
-      const r = await pass('fit', !Number.isFinite(dataVariance));
+      const current = next ?? startFit(!Number.isFinite(dataVariance), false);
+      next = undefined;
+      let r: PassResult;
+      try {
+        r = await current.running;
+      } catch (err) {
+        // aborted while the previous iteration's bookkeeping ran: hand out the newest checkpoint
+        if (err instanceof KmeansAbortedError) throw new KmeansAbortedError(lastCheckpoint, err.reason);
+        throw err;
+      }
       if (Number.isFinite(r.dataVariance)) dataVariance = r.dataVariance;
       const report: IterationReport = {
         iteration,
@@ -135,21 +162,44 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
         reassigned: r.reassigned,
         reassignedFraction: r.reassigned / source.rows,
         shift: r.shift,
-        ms: performance.now() - ti,
+        ms: performance.now() - current.started,
         emptyReseeded: r.emptyReseeded,
       };
       history.push(report);
       emptyReseeded += r.emptyReseeded;
-      const centroids = engine.centroids();
+      stop = stopReason(report, spec, dataVariance);
+      let centroids: Float32Array;
+      if (stop === null) {
+        next = startFit(!Number.isFinite(dataVariance), true);
+        const ahead = next;
+        if (!ahead.read) {
+          await ahead.running; // it did not begin: it throws (aborted)
+          throw new Error('k-means driver: a pass began without reading its centroids');
+        }
+        try {
+          centroids = await ahead.read;
+        } catch (err) {
+          await drop(ahead.running);
+          throw err;
+        }
+      } else {
+        centroids = engine.centroids();
+      }
       const checkpoint: KmeansCheckpoint = {
         version: 1, iteration, k: spec.k, dims: source.dims, rows: source.rows, metric: spec.metric, initMethod,
         centroids, previousCentroids: previous, history: history.map((h) => ({ ...h })), dataVariance,
       };
       previous = centroids;
       lastCheckpoint = checkpoint;
-      stop = stopReason(report, spec, dataVariance);
       log?.debug?.({ ...report, stop }, 'iteration');
-      if (o.onIteration) await o.onIteration(report, checkpoint);
+      if (o.onIteration) {
+        try {
+          await o.onIteration(report, checkpoint);
+        } catch (err) {
+          if (next) await drop(next.running);
+          throw err;
+        }
+      }
     }
     timings.iterateMs = performance.now() - tIter;
 

@@ -25,6 +25,11 @@ export interface PassOptions {
    * (it processes those itself). Later passes start at plan.residentRows whatever this says.
    */
   firstRow?: number;
+  /**
+   * Called right after beginPass, before any feed: work queued on the engine here (engine.readCentroids) runs ahead of
+   * the pass's feeds and finish, while the device processes the resident rows.
+   */
+  onBegin?: () => void;
 }
 
 export async function runPass(engine: KmeansEngine, source: RowSource, mode: PassMode, options: PassOptions = {}): Promise<PassResult> {
@@ -34,7 +39,9 @@ export async function runPass(engine: KmeansEngine, source: RowSource, mode: Pas
   }
   const start = primed.has(engine) ? Math.min(residentRows, source.rows) : Math.min(options.firstRow ?? 0, residentRows, source.rows);
   const nBuffers = Math.max(1, buffers);
-  engine.beginPass(mode, { distances: options.distances ?? false, dataVariance: options.dataVariance ?? true });
+  // firstRow: the engine starts on the rows it holds right away (all of them, on a pass after the first)
+  engine.beginPass(mode, { distances: options.distances ?? false, dataVariance: options.dataVariance ?? true, firstRow: start });
+  options.onBegin?.();
 
   // per buffer, the latest chunk that used it; these promises never reject (the first error is kept in `error`)
   const inFlight: Promise<void>[] = Array.from({ length: nBuffers }, () => Promise.resolve());

@@ -4,7 +4,7 @@ import type { Engine, Metric } from '../../native/index.js';
 /** What the driver needs of the native engine (native/index.ts's Engine satisfies it). */
 export type KmeansEngine = Pick<
   Engine,
-  'plan' | 'options' | 'buffer' | 'setCentroids' | 'centroids' | 'initKmeansPlusPlus' | 'beginPass' | 'feed' | 'finishPass' | 'labels' | 'cancel'
+  'plan' | 'options' | 'buffer' | 'setCentroids' | 'centroids' | 'readCentroids' | 'initKmeansPlusPlus' | 'beginPass' | 'feed' | 'finishPass' | 'labels' | 'cancel'
 >;
 
 export type InitMethod = 'kmeans++' | 'random' | 'given';
