@@ -7,10 +7,13 @@
  *   npm run build:ts && node bench/gpu/engine_pass.mjs [N D K dtype precision ...]   (on the GPU machine)
  *
  * Data: random half/float values (seeded xorshift, made chunk by chunk in the engine's buffers during the first pass),
- * all rows resident on the GPU after it (the default planner); iterations 5-14 are timed, the median (as kmbench bench: the first uploads the rows, and exact fp32's first
- * passes cost more while its screen policy settles, so they are left out). After each iteration the centroids
- * are read, as the job's driver does for its checkpoint, timed apart (centroids_read_ms: the device update's centroids
- * come to the host only when read). Prints RESULT_ENGINE lines.
+ * all rows resident on the GPU after it (the default planner). Iterations 5-14 are timed, the median (as kmbench
+ * bench: the first uploads the rows, and exact fp32's first passes cost more while its screen policy settles).
+ * Each iteration is the job driver's: beginPass told where the feeds start, the previous iteration's centroids (its
+ * checkpoint) read by the engine behind the begin while the pass computes, then finishPass. ms_per_iter is that whole
+ * iteration, the read included; pass_ms ends at finishPass; centroids_read_ms is what the read added after it (~0
+ * beside the pass; ENGINE_PASS_READ=after: the read after the pass, as before stop 17, for A/B). Prints RESULT_ENGINE
+ * lines.
  */
 import { Engine } from '../../dist/native/index.js';
 
@@ -88,6 +91,15 @@ async function feedAll(engine, rows, skipBelow, stream) {
   await Promise.all(inFlight.filter(Boolean));
 }
 
+// ENGINE_PASS_SPIN=1 (a diagnosis, not how a job waits): the event loop kept busy (setImmediate) until the promise
+// settles, so the JS thread never sleeps during the pass: the hop back from the engine thread without a wake-up.
+async function spinning(promise) {
+  let settled = false;
+  promise.then(() => { settled = true; }, () => { settled = true; });
+  while (!settled) await new Promise(setImmediate);
+  return promise;
+}
+
 for (const [ns, ds, ks, dtype, precision] of shapes) {
   const n = Number(ns), d = Number(ds), k = Number(ks);
   const engine = await Engine.open({ rows: n, dims: d, k, dtype, precision, backend: 'cuda', metric: 'l2' });
@@ -107,33 +119,44 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       }
     } else init.set(new Float32Array(first.buffer, 0, k * d));
     engine.setCentroids(init);
-    const times = [], finishes = [], engineMs = [], reads = [];
+    // As the job's driver (worker/kmeans/driver.ts) on a device engine: beginPass says where the feeds start, and the
+    // previous iteration's centroids (its checkpoint) are read by the engine right behind the begin while the pass
+    // computes. ENGINE_PASS_READ=after: the order before stop 17 (the read after the pass, timed apart), for A/B.
+    const readAfter = process.env.ENGINE_PASS_READ === 'after';
+    const times = [], passes = [], finishes = [], engineMs = [], reads = [];
     const warmUps = 4;
     for (let it = 0; it < warmUps + 10; it++) {
       const t0 = process.hrtime.bigint();
-      // as the job's driver: the data variance asked until it has it (ENGINE_PASS_VARIANCE=every: on every pass, A/B)
-      engine.beginPass('fit', { dataVariance: it === 0 || process.env.ENGINE_PASS_VARIANCE === 'every' });
+      // the data variance asked until it has it (ENGINE_PASS_VARIANCE=every: on every pass, A/B)
+      const dataVariance = it === 0 || process.env.ENGINE_PASS_VARIANCE === 'every';
+      engine.beginPass('fit', readAfter ? { dataVariance } : { dataVariance, firstRow: it === 0 ? 0 : n });
+      const read = readAfter ? undefined : engine.readCentroids();
       await feedAll(engine, n, it === 0 ? 0 : n, it === 0 ? new RowStream(dtype, 12345) : null);
       const t1 = process.hrtime.bigint();
-      const r = await engine.finishPass();
+      const r = process.env.ENGINE_PASS_SPIN ? await spinning(engine.finishPass()) : await engine.finishPass();
       const t2 = process.hrtime.bigint();
-      // the job's driver reads the centroids after every iteration (its checkpoint): timed on its own
-      if (engine.centroids().length !== k * d) throw new Error('centroids: wrong length');
+      const c = readAfter ? engine.centroids() : await read;
+      if (c.length !== k * d) throw new Error('centroids: wrong length');
       const t3 = process.hrtime.bigint();
+      // ENGINE_PASS_TRACE=1 (with KMFLEET_ENGINE_STATS=1): this side's times on the engine's monotonic clock, so the
+      // engine's "begin" and "end" show the hops to and from the engine thread
+      if (process.env.ENGINE_PASS_TRACE) {
+        const ms = (t) => (Number(t) / 1e6).toFixed(3);
+        console.error(`[engine_pass] iteration ${it} monotonic: beginPass ${ms(t0)}, fed ${ms(t1)}, resolved ${ms(t2)}, read ${ms(t3)}`);
+      }
       if (it >= warmUps) {
-        times.push(Number(t2 - t0) / 1e6);
+        times.push(Number(t3 - t0) / 1e6);
+        passes.push(Number(t2 - t0) / 1e6);
         finishes.push(Number(t2 - t1) / 1e6);
         engineMs.push(r.ms);
         reads.push(Number(t3 - t2) / 1e6);
       }
     }
     const median = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
-    times.sort((a, b) => a - b);
-    const med = times[times.length >> 1];
     console.log(`RESULT_ENGINE n=${n} d=${d} k=${k} in=${dtype} precision=${engine.plan.precision} ` +
-      `resident=${engine.plan.residentRows} ms_per_iter=${med.toFixed(3)} min_ms=${times[0].toFixed(3)} ` +
-      `finish_ms=${median(finishes).toFixed(3)} engine_pass_ms=${median(engineMs).toFixed(3)} ` +
-      `centroids_read_ms=${median(reads).toFixed(3)} ` +
+      `resident=${engine.plan.residentRows} ms_per_iter=${median(times).toFixed(3)} min_ms=${Math.min(...times).toFixed(3)} ` +
+      `pass_ms=${median(passes).toFixed(3)} finish_ms=${median(finishes).toFixed(3)} engine_pass_ms=${median(engineMs).toFixed(3)} ` +
+      `centroids_read=${readAfter ? 'after' : 'beside'} centroids_read_ms=${median(reads).toFixed(3)} ` +
       `device="${engine.plan.device}"`);
   } finally {
     engine.close();
