@@ -32,7 +32,10 @@ enum class InType : int { F32 = 0, F16 = 1, BF16 = 2 };
 constexpr int kBlockRows = 128;      // rows per assignment block
 constexpr int kBlockCentroids = 128; // centroids per shared-memory tile
 constexpr int kDimChunk = 64;        // reduction-dimension chunk (the padding unit of D)
-constexpr int kSegmentRows = 256;    // rows per fixed-order segment of the centroid sums
+#ifndef KMFLEET_SEGMENT_ROWS
+#define KMFLEET_SEGMENT_ROWS 256  // -D A/B builds only: the segment cut orders the sums' additions (their bits)
+#endif
+constexpr int kSegmentRows = KMFLEET_SEGMENT_ROWS;  // rows per fixed-order segment of the centroid sums
 
 inline std::int64_t padDims(std::int64_t d) { return (d + kDimChunk - 1) / kDimChunk * kDimChunk; }
 inline std::int64_t padCentroids(std::int64_t k) { return (k + kBlockCentroids - 1) / kBlockCentroids * kBlockCentroids; }
