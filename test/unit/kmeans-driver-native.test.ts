@@ -14,7 +14,8 @@ import { decodeCheckpoint, encodeCheckpoint, KmeansAbortedError, runKmeans, type
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-drvn-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const N = 20_000, D = 16, K = 12;
-// the GPU machine runs this file with KMFLEET_TEST_BACKEND=cuda (the driver must behave the same on every backend)
+// test/gpu/kmeans-driver-cuda.test.ts runs this file with KMFLEET_TEST_BACKEND=cuda on the GPU machine (the driver
+// must behave the same on every backend; on a device engine it starts each next pass before the bookkeeping)
 const backend = process.env.KMFLEET_TEST_BACKEND === 'cuda' ? 'cuda' : 'cpu';
 let f32: string, f16: string;
 beforeAll(async () => {
