@@ -291,6 +291,11 @@ describe('runKmeans (contract engine)', () => {
       });
       // iteration t's bookkeeping ran with pass t+1 begun, except after the last iteration
       expect(begunAt).toEqual(cps.map((cp) => (cp.iteration < result.iterations ? cp.iteration + 1 : cp.iteration)));
+      // on the CPU backend, one after the other: pass t+1 begins after iteration t's bookkeeping
+      const cpuEngine = new ContractEngine(N, D, K, { residentRows: N });
+      const cpuBegunAt: number[] = [];
+      await runKmeans({ engine: cpuEngine, source, spec: s, onIteration: () => { cpuBegunAt.push(cpuEngine.begun); } });
+      expect(cpuBegunAt).toEqual(cps.map((cp) => cp.iteration));
 
       // a failing onIteration stops the pass begun beside it and fails the run with its own error
       const failing = new ContractEngine(N, D, K, { backend: 'cuda', residentRows: N });
