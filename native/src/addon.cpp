@@ -137,14 +137,14 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     return env.Undefined();
   }
 
-  // Not Float32Array::New: V8 hands out fresh zero-filled memory for it, and at K×D = 1M the page faults and the
-  // zeroing (~1 ms on the GPU machine's host) cost more than the copy. The job's driver reads the centroids after
-  // every iteration (its checkpoint): malloc reuses the memory of arrays already collected, and the copy writes
-  // every value, so nothing needs zeroing.
   static std::size_t centroidValues(const EngineConfig& c) {
     return static_cast<std::size_t>(c.k) * static_cast<std::size_t>(c.dims);
   }
 
+  // Memory for a copy of the centroids, handed to JS by adoptCentroids. Not Float32Array::New: V8 hands out fresh
+  // zero-filled memory for it, and at K×D = 1M the page faults and the zeroing (~1 ms on the GPU machine's host) cost
+  // more than the copy. The job's driver reads the centroids after every iteration (its checkpoint): malloc reuses
+  // the memory of arrays already collected, and the copy writes every value, so nothing needs zeroing.
   static float* centroidStorage(const EngineConfig& c) {
     const std::size_t n = centroidValues(c);
     float* data = static_cast<float*>(std::malloc(std::max<std::size_t>(n, 1) * sizeof(float)));
