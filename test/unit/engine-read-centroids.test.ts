@@ -52,6 +52,18 @@ describe('readCentroids', () => {
     await finishing;
     expect(bits(await e.readCentroids())).toEqual(bits(e.centroids()));
   });
+
+  it('settles when the engine closes with the read still queued', async () => {
+    const e = await open(n, d, k);
+    e.setCentroids(init);
+    const reads = [e.readCentroids(), e.readCentroids()];
+    e.close();
+    for (const r of await Promise.allSettled(reads)) {
+      if (r.status === 'fulfilled') expect(bits(r.value)).toEqual(bits(init));
+      else expect(r.reason).toBeInstanceOf(Error);
+    }
+    await expect(e.readCentroids()).rejects.toThrow(/the engine is closed/);
+  });
 });
 
 describe('beginPass firstRow', () => {
