@@ -54,6 +54,9 @@
  *     engine processes its resident rows right away instead of at the first feed or finishPass, so the device works
  *     while the caller does what comes before those (e.g. readCentroids); at 0, the caller streams every row. Left out,
  *     the first feed tells, as above.
+ *   - beginPass `chain` (fit passes): the caller's stopping rule; when it says another iteration follows the engine
+ *     begins that pass itself and PassResult.chained says so. A matching beginPass('fit', { dataVariance: false,
+ *     firstRow }) takes it over (no new begin); anything else abandons it. Results are those of passes begun by JS.
  *   - readCentroids() is queued on the engine thread like a feed: called between beginPass and finishPass it
  *     resolves with the centroids that pass started from (the fit update comes in finishPass's work), copied while
  *     the pass's device work runs. Once finishPass was called it rejects (InvalidArgumentError) until that settles.
@@ -133,6 +136,23 @@ export interface PassResult {
    * every cluster non-empty; the same bits as 'host'), else 'host'. Assign passes: 'none'.
    */
   update: 'host' | 'device' | 'none';
+  /**
+   * The engine began the next fit pass itself (beginPass `chain` said another iteration follows): the next
+   * beginPass('fit', { dataVariance: false, firstRow }) with this pass's resident rows as firstRow takes it over.
+   */
+  chained: boolean;
+  /** this pass is one the engine began itself (the previous result's `chained`), taken over by the caller */
+  begunByEngine: boolean;
+}
+
+/** The caller's stopping rule for chained fit passes (see BeginPassOptions.chain and worker/kmeans/stopping.ts). */
+export interface PassChain {
+  tol: number;
+  tolReassign: number;
+  /** the data's variance for `tol`; NaN: this pass's own (it must compute it) */
+  variance: number;
+  /** fit passes the caller may still run after this one (maxIter − this pass's iteration) */
+  passesLeft: number;
 }
 
 export interface GpuInfo {
@@ -178,6 +198,14 @@ export interface BeginPassOptions {
   dataVariance?: boolean;
   /** where this pass's feeds start: plan.residentRows (the engine processes its resident rows at once) or 0 */
   firstRow?: number;
+  /**
+   * Fit passes: the caller's stopping rule. When this pass saw every row and the rule says another iteration follows
+   * (reassigned/rows > tolReassign, shift > tol × variance, passesLeft > 0), the engine begins that fit pass at once —
+   * feeds from its resident rows' end, no data variance, the same rule with one pass fewer — and the result says
+   * `chained`. The caller's next matching beginPass takes it over; any other call (another beginPass, setCentroids,
+   * a load, init, cancel) abandons it. The device then need not wait for the round trip through JS between passes.
+   */
+  chain?: PassChain;
 }
 
 interface NativePassResult extends Omit<PassResult, 'mode'> { mode: PassMode }

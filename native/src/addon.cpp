@@ -308,6 +308,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
       throwJs(env, ErrorCode::InvalidArgument, "beginPass mode must be 'fit' or 'assign', got '" + mode + "'");
     bool distances = false, variance = true;
     std::int64_t firstRow = -1;
+    PassChain chain;
     if (info[1].IsObject()) {
       Napi::Value d = info[1].As<Napi::Object>().Get("distances");
       distances = d.IsBoolean() && d.As<Napi::Boolean>().Value();
@@ -321,18 +322,49 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
                   "beginPass firstRow must be an integer in [0, " + std::to_string(e.config().rows) + "]");
         firstRow = static_cast<std::int64_t>(r);
       }
+      Napi::Value c = info[1].As<Napi::Object>().Get("chain");
+      if (!c.IsUndefined()) chain = parseChain(env, c);
     }
     const PassMode pm = mode == "fit" ? PassMode::Fit : PassMode::Assign;
     try {
-      const std::uint64_t gen = e.admitBegin(pm, distances);
+      bool adopted = false;
+      const std::uint64_t gen = e.admitBegin(pm, distances, variance, firstRow, adopted);
+      if (adopted) return env.Undefined();  // the engine began this pass itself (PassResult.chained)
       Engine* ep = &e;
-      runner_->submit(env, [ep, gen, pm, distances, variance, firstRow](Outcome&) {
-        ep->runBegin(gen, pm, distances, variance, firstRow);
+      runner_->submit(env, [ep, gen, pm, distances, variance, firstRow, chain](Outcome&) {
+        ep->runBegin(gen, pm, distances, variance, firstRow, chain);
       }, nullptr, false);
     } catch (const EngineError& err) {
       throwJs(env, err);
     }
     return env.Undefined();
+  }
+
+  // beginPass's `chain`: { tol, tolReassign, variance (NaN: this pass's own), passesLeft } (PassChain)
+  static PassChain parseChain(Napi::Env env, Napi::Value v) {
+    const auto bad = [&](const std::string& what) {
+      throwJs(env, ErrorCode::InvalidArgument, "beginPass chain." + what);
+    };
+    if (!v.IsObject()) bad("must be an object { tol, tolReassign, variance, passesLeft }");
+    Napi::Object o = v.As<Napi::Object>();
+    const auto num = [&](const char* key) {
+      Napi::Value x = o.Get(key);
+      if (!x.IsNumber()) bad(std::string(key) + " must be a number");
+      return x.As<Napi::Number>().DoubleValue();
+    };
+    PassChain c;
+    c.enabled = true;
+    c.tol = num("tol");
+    c.tolReassign = num("tolReassign");
+    c.variance = num("variance");
+    const double left = num("passesLeft");
+    if (!(c.tol >= 0) || !std::isfinite(c.tol)) bad("tol must be a finite number >= 0");
+    if (!(c.tolReassign >= 0) || !std::isfinite(c.tolReassign)) bad("tolReassign must be a finite number >= 0");
+    if (!std::isnan(c.variance) && !(c.variance >= 0 && std::isfinite(c.variance)))
+      bad("variance must be NaN (this pass's own) or a finite number >= 0");
+    if (left != std::floor(left) || !std::isfinite(left)) bad("passesLeft must be an integer");
+    c.passesLeft = static_cast<std::int64_t>(left);
+    return c;
   }
 
   Napi::Value Feed(const Napi::CallbackInfo& info) {
@@ -374,7 +406,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
       return runner_->submit(
           env, [ep, gen, result](Outcome&) { *result = ep->runFinish(gen); },
           [holder, result](Napi::Env env, const Outcome& out) -> Napi::Value {
-            if (holder->engine) holder->engine->finishSettled(out.ok);
+            if (holder->engine) holder->engine->finishSettled(out.ok, out.ok ? result.get() : nullptr);
             if (!out.ok) return env.Undefined();
             Napi::Object o = Napi::Object::New(env);
             o.Set("mode", result->mode == PassMode::Fit ? "fit" : "assign");
@@ -388,6 +420,8 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
             o.Set("dataVariance", result->dataVariance);
             o.Set("ms", result->ms);
             o.Set("update", result->mode != PassMode::Fit ? "none" : result->updatedOnDevice ? "device" : "host");
+            o.Set("chained", result->chained);
+            o.Set("begunByEngine", result->begunByEngine);
             return o;
           });
     } catch (const Napi::Error& err) {

@@ -142,6 +142,7 @@ void Engine::setCentroids(const float* c, std::size_t count) {
       for (std::int64_t d = 0; d < D; ++d) ck[d] = static_cast<float>(ck[d] * inv);
     }
   }
+  chained_ = false;  // a pass the engine began itself started from the old centroids: the next beginPass replaces it
   std::lock_guard<std::mutex> lock(mu_);
   centroids_ = std::move(v);
   centroidsFromUpdate_ = false;
@@ -179,9 +180,23 @@ bool Engine::hasCentroids() const {
   return !centroids_.empty();
 }
 
-std::uint64_t Engine::admitBegin(PassMode mode, bool distances) {
+std::uint64_t Engine::admitBegin(PassMode mode, bool distances, bool dataVariance, std::int64_t firstRow,
+                                 bool& adopted) {
+  adopted = false;
   if (!hasCentroids()) invalid("beginPass needs centroids: call setCentroids or initKmeansPlusPlus first");
   if (distances && mode != PassMode::Assign) invalid("distances are only available on assign passes");
+  if (chained_) {  // the engine began the next fit pass itself: take it over if it is this one, else it is replaced
+    chained_ = false;
+    if (mode == PassMode::Fit && !distances && !dataVariance && firstRow == chainedFirstRow_ && !passOpen_) {
+      adopted = true;
+      passOpen_ = true;
+      finishing_ = false;
+      jsMode_ = mode;
+      jsDistances_ = false;
+      distancesReady_ = false;
+      return gen_;
+    }
+  }
   // A pass left open (cancelled, failed or abandoned) is replaced: its queued work runs first and is discarded.
   passOpen_ = true;
   finishing_ = false;
@@ -214,6 +229,7 @@ std::uint64_t Engine::admitFinish() {
 
 std::uint64_t Engine::admitInit() {
   if (passOpen_) invalid("cannot initialise centroids while a pass is running (call finishPass first)");
+  chained_ = false;  // a pass the engine began itself is abandoned (runInit)
   return ++gen_;
 }
 
@@ -222,6 +238,7 @@ std::uint64_t Engine::admitLoad(std::int64_t firstRow, std::int64_t rowCount) {
     invalid("loadRows is not supported by the " + std::string(plan().backend == BackendKind::Cuda ? "cuda" : "cpu") +
             " backend (engine.loadsRows is false): feed the rows in the first pass");
   if (passOpen_) invalid("cannot load rows while a pass is running (call finishPass first)");
+  chained_ = false;  // a pass the engine began itself is abandoned (runLoad)
   if (rowCount < 1) invalid("rowCount must be >= 1, got " + str(rowCount));
   if (firstRow < 0 || firstRow + rowCount > cfg_.rows)
     invalid("rows [" + str(firstRow) + ", " + str(firstRow + rowCount) + ") are out of range: the dataset has " +
@@ -233,6 +250,7 @@ std::int64_t Engine::runLoad(std::uint64_t gen, const void* rows, std::int64_t f
   // checked once, before anything is retained: a load is short (a block of a download), and one that rejects must
   // have retained nothing, so that the caller's count of rows held stays exact
   if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+  if (passRunning_ && passChained_) abortPass();  // begun by the engine itself, not taken over (admitLoad)
   if (passRunning_) invalid("cannot load rows while a pass is running");
   backend_->loadRows(rows, firstRow, rowCount);
   return backend_->residentHeld();
@@ -242,15 +260,18 @@ void Engine::feedSettled(int buffer) {
   if (buffer >= 0 && buffer < static_cast<int>(inFlight_.size())) inFlight_[static_cast<std::size_t>(buffer)] = false;
 }
 
-void Engine::finishSettled(bool ok) {
+void Engine::finishSettled(bool ok, const PassResult* result) {
   distancesReady_ = ok && jsMode_ == PassMode::Assign && jsDistances_;
   passOpen_ = false;
   finishing_ = false;
+  chained_ = ok && result && result->chained;
+  chainedFirstRow_ = chained_ ? result->chainedFirstRow : -1;
 }
 
 void Engine::cancel() {
   cancelGen_.store(gen_);
   cancelFlag_.store(true);
+  chained_ = false;  // a pass the engine began itself is cancelled with the rest: the next beginPass starts afresh
 }
 
 void Engine::checkGen(std::uint64_t gen) {
@@ -269,9 +290,12 @@ void Engine::abortPass() {
   residentPending_ = false;
 }
 
-void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance, std::int64_t firstRow) {
+void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance, std::int64_t firstRow,
+                      const PassChain& chain) {
   abortPass();  // a pass left open is abandoned
   passGen_ = gen;
+  passChained_ = false;
+  chain_ = mode == PassMode::Fit ? chain : PassChain();
   passError_.reset();
   if (gen <= cancelGen_.load()) {
     passError_ = std::make_unique<EngineError>(ErrorCode::Cancelled, "cancelled");
@@ -430,10 +454,33 @@ PassResult Engine::runFinish(std::uint64_t gen) {
                  "[kmfleet engine] pass ms: copy centroids %.3f, backend begin %.3f, rows %.3f, backend finish %.3f, "
                  "labels diff %.3f, data variance %.3f, update %.3f; monotonic: begin %.3f, finish task %.3f, end %.3f\n",
                  stat_[0], stat_[1], tf0 - passStartMs_, tf1 - tf0, tf2 - tf1, tf3 - tf2, tf4 - tf3, stat_[2], tf0, tf4);
+  r.begunByEngine = passChained_;
+  chainNext(gen, r, seen == N);  // after the stats: the next pass's begin overwrites them
   return r;
 }
 
+void Engine::chainNext(std::uint64_t gen, PassResult& r, bool sawEveryRow) {
+  const PassChain c = chain_;
+  chain_ = PassChain();
+  if (!c.enabled || mode_ != PassMode::Fit || !sawEveryRow || gen <= cancelGen_.load()) return;
+  const double variance = std::isnan(c.variance) ? r.dataVariance : c.variance;
+  // the caller's rule (stopping.ts), in its order and arithmetic: it stops when any of these holds
+  if (static_cast<double>(r.reassigned) / static_cast<double>(cfg_.rows) <= c.tolReassign) return;
+  if (r.shift <= c.tol * variance) return;
+  if (c.passesLeft <= 0) return;
+  PassChain next = c;
+  next.variance = variance;
+  next.passesLeft = c.passesLeft - 1;
+  const std::int64_t firstRow = backend_->residentHeld();
+  runBegin(gen, PassMode::Fit, false, false, firstRow, next);
+  if (passError_ || !passRunning_) return;  // it failed to begin: the caller begins the next pass as usual
+  passChained_ = true;
+  r.chained = true;
+  r.chainedFirstRow = firstRow;
+}
+
 void Engine::runInit(std::uint64_t gen, const void* sample, DType dtype, std::int64_t sampleRows, std::uint64_t seed) {
+  if (passRunning_ && passChained_) abortPass();  // begun by the engine itself, not taken over (admitInit)
   if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
   cancelFlag_.store(false);
   const std::int64_t D = cfg_.dims, K = cfg_.k;

@@ -30,6 +30,22 @@ struct PassResult {
   double dataVariance = 0;  // NaN when the pass did not see every row
   double ms = 0;
   bool updatedOnDevice = false;  // fit passes: the backend's updateOnDevice computed the update
+  // the engine began the next fit pass itself (PassChain said another iteration follows), its feeds starting at
+  // chainedFirstRow: the caller's next compatible beginPass takes it over
+  bool chained = false;
+  std::int64_t chainedFirstRow = -1;
+  bool begunByEngine = false;  // this pass was begun by the engine (a chained one) and taken over by the caller
+};
+
+// The caller's stopping rule for a chain of fit passes (worker/kmeans/stopping.ts): after a fit pass that saw every row,
+// another follows unless reassigned/rows <= tolReassign, shift <= tol × variance, or passesLeft <= 0. When one follows,
+// the engine begins it at once (fit, feeds from the resident rows' end, no data variance), chained with the same rule
+// and one pass fewer, so the device need not wait for the caller's round trip between passes.
+struct PassChain {
+  bool enabled = false;
+  double tol = 0, tolReassign = 0;
+  double variance = 0;        // NaN: this pass's own data variance (it must compute it then)
+  std::int64_t passesLeft = 0;
 };
 
 class Engine {
@@ -52,12 +68,14 @@ class Engine {
   void admitReadCentroids() const;
 
   // [js] The pass state machine. Each returns the generation the submitted work belongs to.
-  std::uint64_t admitBegin(PassMode mode, bool distances);
+  // adopted: the engine already began this pass itself (PassResult.chained) and no runBegin is to be submitted; it
+  // is adopted when it is what was asked (a fit pass, no distances, no data variance, feeds from its firstRow)
+  std::uint64_t admitBegin(PassMode mode, bool distances, bool dataVariance, std::int64_t firstRow, bool& adopted);
   std::uint64_t admitFeed(int buffer, std::int64_t firstRow, std::int64_t rowCount);
   std::uint64_t admitFinish();
   std::uint64_t admitInit();
   void feedSettled(int buffer);  // [js] the feed's promise settled: the buffer may be fed again
-  void finishSettled(bool ok);   // [js] the finishPass promise settled
+  void finishSettled(bool ok, const PassResult* result);  // [js] the finishPass promise settled (result if ok)
   void cancel();                 // [js] work of the current generation stops at the next chunk boundary
 
   // Rows loaded ahead of a pass (backend.h loadRows): kept as resident rows, no labels, nothing accumulated. Not while a
@@ -75,7 +93,8 @@ class Engine {
   // firstRow: where the caller's feeds start (-1: not said, the first feed tells). At the resident rows' end, they are
   // processed right away, so the device computes while the engine thread takes the tasks queued behind; at row 0 the
   // caller streams every row.
-  void runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance = true, std::int64_t firstRow = -1);
+  void runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance = true, std::int64_t firstRow = -1,
+                const PassChain& chain = PassChain());
   void runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount);
   PassResult runFinish(std::uint64_t gen);
   void runInit(std::uint64_t gen, const void* sample, DType dtype, std::int64_t sampleRows, std::uint64_t seed);
@@ -87,6 +106,8 @@ class Engine {
   void checkGen(std::uint64_t gen);
   void abortPass();
   void processResidentIfNeeded();
+  // [engine] End of a fit pass: begins the next one itself when its chain rule says one follows (PassChain)
+  void chainNext(std::uint64_t gen, PassResult& r, bool sawEveryRow);
   void applyFit(const PassTotals& t, PassResult& r);
   void applyDeviceFit(const PassTotals& t, PassResult& r, bool dataVariance);
   double dataVariance(const PassTotals& t);
@@ -101,6 +122,8 @@ class Engine {
   PassMode jsMode_ = PassMode::Fit;
   std::vector<bool> inFlight_;
   bool jsDistances_ = false, distancesReady_ = false;
+  bool chained_ = false;              // the last fit pass's result said the engine began the next one (gen_ is it)
+  std::int64_t chainedFirstRow_ = -1;
 
   // shared
   std::atomic<std::uint64_t> cancelGen_{0};
@@ -119,6 +142,8 @@ class Engine {
   // engine-thread state
   std::uint64_t passGen_ = 0;
   bool passRunning_ = false;      // a pass of passGen_ is open on the backend
+  bool passChained_ = false;      // ... begun by the engine itself (chain_ of the pass before): abandoned by a load/init
+  PassChain chain_;               // the running pass's chain rule
   bool residentPending_ = false;  // resident rows still to be processed in this pass
   std::unique_ptr<EngineError> passError_;
   PassMode mode_ = PassMode::Fit;

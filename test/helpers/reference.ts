@@ -288,7 +288,10 @@ export function lloyd(
 export interface PassEngine {
   readonly plan: { chunkRows: number; buffers: number; residentRows: number; rowBytes: number };
   buffer(i: number): Buffer;
-  beginPass(mode: 'fit' | 'assign', options?: { distances?: boolean; dataVariance?: boolean; firstRow?: number }): void;
+  beginPass(mode: 'fit' | 'assign', options?: {
+    distances?: boolean; dataVariance?: boolean; firstRow?: number;
+    chain?: { tol: number; tolReassign: number; variance: number; passesLeft: number };
+  }): void;
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void>;
   finishPass(): Promise<unknown>;
 }
@@ -303,13 +306,15 @@ export async function runPass<R>(
     distances?: boolean; chunk?: number; skipBelow?: number; dataVariance?: boolean; sayFirstRow?: boolean;
     /** called right after beginPass, before any feed (as the pass runner's onBegin) */
     onBegin?: () => void;
+    /** beginPass's chain (the stopping rule that lets the engine begin the next fit pass itself) */
+    chain?: { tol: number; tolReassign: number; variance: number; passesLeft: number };
   } = {},
 ): Promise<R> {
   const { chunkRows, buffers, rowBytes } = engine.plan;
   const chunk = Math.min(opts.chunk ?? chunkRows, chunkRows);
   // sayFirstRow: beginPass is told where the feeds start (firstRow), as the job's pass runner does
   const firstRow = opts.sayFirstRow ? opts.skipBelow ?? 0 : undefined;
-  engine.beginPass(mode, { distances: opts.distances ?? false, dataVariance: opts.dataVariance ?? true, firstRow });
+  engine.beginPass(mode, { distances: opts.distances ?? false, dataVariance: opts.dataVariance ?? true, firstRow, chain: opts.chain });
   opts.onBegin?.();
   const inFlight: (Promise<void> | undefined)[] = new Array(buffers);
   let b = 0;
