@@ -178,7 +178,7 @@ class ContractEngine implements KmeansEngine {
       this.c = next;
     }
     this.passes++;
-    return { mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0, update: mode === 'fit' ? 'host' : 'none' };
+    return { mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0, update: mode === 'fit' ? 'host' : 'none', chained: false, begunByEngine: false };
   }
   labels(first = 0, count = this.options.rows - first) { return this.labelsNow.slice(first, first + count); }
   cancel() { this.cancelled = true; }

@@ -8,7 +8,7 @@
  * L(t) inside the engine, so iteration t+1 counts `reassigned` against the same labels as an uninterrupted run:
  * resumed runs are bitwise identical.
  */
-import { CancelledError, type PassResult } from '../../native/index.js';
+import { CancelledError, type PassChain, type PassResult } from '../../native/index.js';
 import type { RowSource } from '../dataset/row-source.js';
 import { checkCheckpoint } from './checkpoint.js';
 import { KmeansAbortedError, KmeansSpecError } from './errors.js';
@@ -72,7 +72,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
   let preload = o.preload;
   // variance: whether the engine computes the data's variance in this pass (sklearn's tol scale). It does not change
   // between passes, so it is asked until a pass (or the checkpoint resumed from) has given it: once per run.
-  const pass = async (mode: 'fit' | 'assign', variance: boolean, distances = false, onBegin?: () => void): Promise<PassResult> => {
+  const pass = async (mode: 'fit' | 'assign', variance: boolean, distances = false, onBegin?: () => void, chain?: PassChain): Promise<PassResult> => {
     checkAbort();
     let firstRow: number | undefined;
     if (preload) {
@@ -81,18 +81,23 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       checkAbort();
     }
     try {
-      return await runPass(engine, source, mode, { distances, dataVariance: variance, readTime, firstRow, onBegin });
+      return await runPass(engine, source, mode, { distances, dataVariance: variance, readTime, firstRow, onBegin, chain });
     } catch (err) {
       if (err instanceof CancelledError && o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
       throw err;
     }
   };
+  // On a device engine the passes overlap the driver's own work (below), and each fit pass carries the stopping rule,
+  // so that the engine begins the next one itself when the rule says it follows: the device does not wait for the
+  // round trip through JS between passes (the next beginPass takes that pass over; results are the same).
+  const ahead = engine.plan.backend !== 'cpu';
   // A fit pass started ahead: a failure waits until the caller awaits it. `read`: the centroids it starts from, read by
-  // the engine right behind its begin (engine.readCentroids), when asked for.
-  const startFit = (variance: boolean, readCentroids: boolean) => {
+  // the engine right behind its begin (engine.readCentroids), when asked for. `iteration`: the pass's own.
+  const startFit = (variance: number, iteration: number, readCentroids: boolean) => {
     let read: Promise<Float32Array> | undefined;
     const started = performance.now();
-    const running = pass('fit', variance, false, readCentroids ? () => { read = engine.readCentroids(); } : undefined);
+    const chain = ahead ? { tol: spec.tol, tolReassign: spec.tolReassign, variance, passesLeft: spec.maxIter - iteration } : undefined;
+    const running = pass('fit', !Number.isFinite(variance), false, readCentroids ? () => { read = engine.readCentroids(); } : undefined, chain);
     running.catch(() => {});
     read?.catch(() => {});
     return { running, read, started };
@@ -145,11 +150,10 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     // pass after the other. On the CPU backend they run one after the other, as before: its pass takes every core (and
     // its resident rows are computed in the begin's task), so the read would wait for the pass and the bookkeeping
     // beside it would only take cores from it.
-    const ahead = engine.plan.backend !== 'cpu';
     let next: ReturnType<typeof startFit> | undefined;
     while (stop === null) {
       const iteration = history.length + 1;
-      const current = next ?? startFit(!Number.isFinite(dataVariance), false);
+      const current = next ?? startFit(dataVariance, iteration, false);
       next = undefined;
       let r: PassResult;
       try {
@@ -174,16 +178,16 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       stop = stopReason(report, spec, dataVariance);
       let centroids: Float32Array;
       if (stop === null && ahead) {
-        next = startFit(!Number.isFinite(dataVariance), true);
-        const ahead = next;
-        if (!ahead.read) {
-          await ahead.running; // it did not begin: it throws (aborted)
+        next = startFit(dataVariance, iteration + 1, true);
+        const following = next;
+        if (!following.read) {
+          await following.running; // it did not begin: it throws (aborted)
           throw new Error('k-means driver: a pass began without reading its centroids');
         }
         try {
-          centroids = await ahead.read;
+          centroids = await following.read;
         } catch (err) {
-          await drop(ahead.running);
+          await drop(following.running);
           throw err;
         }
       } else {

@@ -7,7 +7,7 @@
  * Rows below plan.residentRows are fed only on the engine's first pass; afterwards the engine holds them itself. The
  * first pass starts at options.firstRow when rows were loaded into the engine ahead of it (resident-preload.ts).
  */
-import type { PassMode, PassResult } from '../../native/index.js';
+import type { PassChain, PassMode, PassResult } from '../../native/index.js';
 import type { RowSource } from '../dataset/row-source.js';
 import type { KmeansEngine } from './types.js';
 
@@ -30,6 +30,8 @@ export interface PassOptions {
    * the pass's feeds and finish, while the device processes the resident rows.
    */
   onBegin?: () => void;
+  /** fit passes: the stopping rule, so that the engine may begin the next pass itself (BeginPassOptions.chain) */
+  chain?: PassChain;
 }
 
 export async function runPass(engine: KmeansEngine, source: RowSource, mode: PassMode, options: PassOptions = {}): Promise<PassResult> {
@@ -40,7 +42,9 @@ export async function runPass(engine: KmeansEngine, source: RowSource, mode: Pas
   const start = primed.has(engine) ? Math.min(residentRows, source.rows) : Math.min(options.firstRow ?? 0, residentRows, source.rows);
   const nBuffers = Math.max(1, buffers);
   // firstRow: the engine starts on the rows it holds right away (all of them, on a pass after the first)
-  engine.beginPass(mode, { distances: options.distances ?? false, dataVariance: options.dataVariance ?? true, firstRow: start });
+  engine.beginPass(mode, {
+    distances: options.distances ?? false, dataVariance: options.dataVariance ?? true, firstRow: start, chain: options.chain,
+  });
   options.onBegin?.();
 
   // per buffer, the latest chunk that used it; these promises never reject (the first error is kept in `error`)
