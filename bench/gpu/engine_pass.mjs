@@ -124,12 +124,16 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
     // computes. ENGINE_PASS_READ=after: the order before stop 17 (the read after the pass, timed apart), for A/B.
     const readAfter = process.env.ENGINE_PASS_READ === 'after';
     const times = [], passes = [], finishes = [], engineMs = [], reads = [];
+    let begunByEngine = 0;
     const warmUps = 4;
     for (let it = 0; it < warmUps + 10; it++) {
       const t0 = process.hrtime.bigint();
       // the data variance asked until it has it (ENGINE_PASS_VARIANCE=every: on every pass, A/B)
       const dataVariance = it === 0 || process.env.ENGINE_PASS_VARIANCE === 'every';
-      engine.beginPass('fit', readAfter ? { dataVariance } : { dataVariance, firstRow: it === 0 ? 0 : n });
+      // the driver's stopping rule (tol 0: random rows do not converge in 14 iterations), so that the engine begins
+      // each next pass itself; ENGINE_PASS_CHAIN=0: without it (A/B)
+      const chain = process.env.ENGINE_PASS_CHAIN === '0' ? undefined : { tol: 0, tolReassign: 0, variance: NaN, passesLeft: 1000 - it };
+      engine.beginPass('fit', readAfter ? { dataVariance } : { dataVariance, firstRow: it === 0 ? 0 : n, chain });
       const read = readAfter ? undefined : engine.readCentroids();
       await feedAll(engine, n, it === 0 ? 0 : n, it === 0 ? new RowStream(dtype, 12345) : null);
       const t1 = process.hrtime.bigint();
@@ -150,6 +154,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
         finishes.push(Number(t2 - t1) / 1e6);
         engineMs.push(r.ms);
         reads.push(Number(t3 - t2) / 1e6);
+        if (r.begunByEngine) begunByEngine++;
       }
     }
     const median = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
@@ -157,6 +162,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       `resident=${engine.plan.residentRows} ms_per_iter=${median(times).toFixed(3)} min_ms=${Math.min(...times).toFixed(3)} ` +
       `pass_ms=${median(passes).toFixed(3)} finish_ms=${median(finishes).toFixed(3)} engine_pass_ms=${median(engineMs).toFixed(3)} ` +
       `centroids_read=${readAfter ? 'after' : 'beside'} centroids_read_ms=${median(reads).toFixed(3)} ` +
+      `begun_by_engine=${begunByEngine}/${times.length} ` +
       `device="${engine.plan.device}"`);
   } finally {
     engine.close();
