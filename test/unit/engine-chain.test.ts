@@ -16,8 +16,11 @@ const x = blobData(n, d, k, 51, 5, 2.5);
 const data = bytesOf(x);
 const init = pickRows(x, d, [3, 600, 1200, 1800, 2400, 3000, 3600, 4200, 4800, 5400]);
 
-async function open(): Promise<Engine> {
-  const e = await Engine.open({ rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu', chunkRows: 1000, threads: 2 });
+async function open(memoryBudget?: number): Promise<Engine> {
+  const e = await Engine.open({
+    rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu', chunkRows: 1000, threads: 2,
+    ...(memoryBudget === undefined ? {} : { memoryBudget }),
+  });
   engines.push(e);
   e.setCentroids(init);
   return e;
@@ -64,6 +67,19 @@ describe('beginPass chain', () => {
       expect(plain.results.every((r) => !r.chained && !r.begunByEngine)).toBe(true);
       expect(chained.results.at(-1)!.begunByEngine).toBe(false); // the assign pass is the caller's
     }
+  });
+
+  it('takes some rows resident and streams the rest the same way', async () => {
+    const budget = 2_500 * (d * 4 + 8) + 3 * 1000 * d * 4;
+    const rule = { tol: 0, tolReassign: 0, maxIter: 100 };
+    const plain = await lloyd(await open(budget), false, rule);
+    const e = await open(budget);
+    expect(e.plan.residentRows).toBeGreaterThan(0);
+    expect(e.plan.residentRows).toBeLessThan(n);
+    const chained = await lloyd(e, true, rule);
+    expect(chained.results.map(strip)).toEqual(plain.results.map(strip));
+    expect(bits(chained.centroids)).toEqual(bits(plain.centroids));
+    expect(chained.results.slice(1, -1).every((r) => r.begunByEngine)).toBe(true);
   });
 
   it('is abandoned by a pass that is not it, setCentroids, cancel and loadRows', async () => {
