@@ -345,7 +345,8 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     const auto bad = [&](const std::string& what) {
       throwJs(env, ErrorCode::InvalidArgument, "beginPass chain." + what);
     };
-    if (!v.IsObject()) bad("must be an object { tol, tolReassign, variance, passesLeft }");
+    if (!v.IsObject())
+      throwJs(env, ErrorCode::InvalidArgument, "beginPass chain must be an object { tol, tolReassign, variance, passesLeft }");
     Napi::Object o = v.As<Napi::Object>();
     const auto num = [&](const char* key) {
       Napi::Value x = o.Get(key);

@@ -121,6 +121,7 @@ describe('beginPass chain', () => {
     const e = await open();
     const bad = (chain: unknown) => () => e.beginPass('fit', { chain } as Parameters<Engine['beginPass']>[1]);
     expect(bad(5)).toThrow(InvalidArgumentError);
+    expect(bad(5)).toThrow(/^beginPass chain must be an object \{ tol, tolReassign, variance, passesLeft \}$/);
     expect(bad({ tol: 0, tolReassign: 0, variance: NaN })).toThrow(/beginPass chain.passesLeft must be a number/);
     expect(bad({ tol: -1, tolReassign: 0, variance: NaN, passesLeft: 1 })).toThrow(/chain.tol must be a finite number >= 0/);
     expect(bad({ tol: 0, tolReassign: 0, variance: -2, passesLeft: 1 })).toThrow(/chain.variance/);
