@@ -45,6 +45,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -496,6 +497,12 @@ std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident) {
       cudaGetLastError();
       optin = 99 * 1024;
     }
+    // KMFLEET_CUDA_SMEM_LIMIT (bytes) lowers the limit the portable kernel plans for, so that a machine with more
+    // shared memory runs the layouts a smaller one would (sm_86/89: 101376, sm_80: 166912); read once per process.
+    if (const char* v = std::getenv("KMFLEET_CUDA_SMEM_LIMIT")) {
+      const long cap = std::atol(v);
+      if (cap > 0 && cap < optin) optin = static_cast<int>(cap);
+    }
   }
   const int terms = opTerms(op);
   const int bk = bkFor(op == OpKind::F16x3);
@@ -560,6 +567,15 @@ AssignArgs withScreenBound(AssignArgs a, const CentroidOps& c, const RowOps& row
   return a;
 }
 }  // namespace
+
+const char* assignKernelName(int d) {
+#ifdef KMFLEET_HOPPER
+  if (hopperAssignTakes(d)) return "wgmma";
+#else
+  (void)d;
+#endif
+  return "mma.sync";
+}
 
 void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                 std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,

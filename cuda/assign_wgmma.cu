@@ -886,6 +886,10 @@ bool sizeLaunch(HopperArgs& a, int terms, int M, const DeviceFacts& dev, std::si
 
 }  // namespace
 
+bool hopperAssignTakes(int d) {
+  return !disabledByEnvironment() && static_cast<int>(padDims(d)) <= kMaxDp && deviceFacts().hopper;
+}
+
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                       std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                       const ExactBound& bound, const ExactScreen& screen, cudaStream_t s) {

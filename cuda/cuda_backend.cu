@@ -45,7 +45,9 @@ CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool) : cfg_(cfg),
   hostCountsChanges_ = std::getenv("KMFLEET_CUDA_HOST_REASSIGNED") != nullptr;
   if (const char* v = std::getenv("KMFLEET_CUDA_AHEAD")) residentAhead_ = std::max(1, std::atoi(v));
   plan_.backend = BackendKind::Cuda;
-  plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+  // the device and the assignment kernel its rows run on (a portable build, or KMFLEET_ASSIGN_KERNEL=mma, says so)
+  plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+                 assignKernelName(d_) + ")";
   plan_.precision = mp_.precision;
   plan_.chunkRows = mp_.chunkRows;
   plan_.buffers = mp_.buffers;

@@ -109,6 +109,11 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
                 std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                 std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s);
 
+// Which assignment kernel assignRows runs for rows of d dims on the current device, as the engine's plan names it:
+// "wgmma" (the Hopper kernel: this build has it, the device is compute capability 9.0, Dp ≤ 256 and
+// KMFLEET_ASSIGN_KERNEL is not mma) or "mma.sync" (the portable one).
+const char* assignKernelName(int d);
+
 // candidateRows: the same tensor-core products again for the flagged rows only, appending every centroid
 // inside the row's window to cand[slot·kCandidates ..] (count candCount[slot], may exceed kCandidates).
 // maxRows bounds the flagged count (the grid size); the count itself is read on the device.
