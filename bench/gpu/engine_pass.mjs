@@ -12,8 +12,8 @@
  * Each iteration is the job driver's: beginPass told where the feeds start, the previous iteration's centroids (its
  * checkpoint) read by the engine behind the begin while the pass computes, then finishPass. ms_per_iter is that whole
  * iteration, the read included; pass_ms ends at finishPass; centroids_read_ms is what the read added after it (~0
- * beside the pass; ENGINE_PASS_READ=after: the read after the pass, as before stop 17, for A/B). Prints RESULT_ENGINE
- * lines.
+ * beside the pass; ENGINE_PASS_READ=after: the read after the pass, as before stop 17, for A/B); reassigned is the
+ * share of rows whose label changed at the first and the last timed iteration. Prints RESULT_ENGINE lines.
  */
 import { Engine } from '../../dist/native/index.js';
 
@@ -123,7 +123,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
     // previous iteration's centroids (its checkpoint) are read by the engine right behind the begin while the pass
     // computes. ENGINE_PASS_READ=after: the order before stop 17 (the read after the pass, timed apart), for A/B.
     const readAfter = process.env.ENGINE_PASS_READ === 'after';
-    const times = [], passes = [], finishes = [], engineMs = [], reads = [];
+    const times = [], passes = [], finishes = [], engineMs = [], reads = [], reassigned = [];
     let begunByEngine = 0;
     const warmUps = 4;
     for (let it = 0; it < warmUps + 10; it++) {
@@ -155,6 +155,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
         engineMs.push(r.ms);
         reads.push(Number(t3 - t2) / 1e6);
         if (r.begunByEngine) begunByEngine++;
+        reassigned.push(r.reassigned / n);
       }
     }
     const median = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
@@ -163,6 +164,9 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       `pass_ms=${median(passes).toFixed(3)} finish_ms=${median(finishes).toFixed(3)} engine_pass_ms=${median(engineMs).toFixed(3)} ` +
       `centroids_read=${readAfter ? 'after' : 'beside'} centroids_read_ms=${median(reads).toFixed(3)} ` +
       `begun_by_engine=${begunByEngine}/${times.length} ` +
+      // the share of rows whose label changed, at the first and the last timed iteration (what sums kept up to date
+      // by the changed rows only would read: cuda/NOTES.md "Stop 18")
+      `reassigned=${(100 * reassigned[0]).toFixed(2)}%..${(100 * reassigned[reassigned.length - 1]).toFixed(2)}% ` +
       `device="${engine.plan.device}"`);
   } finally {
     engine.close();
