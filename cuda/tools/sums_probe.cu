@@ -8,9 +8,10 @@
 // Three things timed on the same rows (CUDA events, median of 9 runs each):
 //   shipped   accumulateResident (accumulate.cu): fp64 sums + fp64 per-row distances + inertia over every row, as a
 //             resident fit pass runs it today;
-//   fresh     every row's value rounded once onto a 2^-96 fixed-point grid and added exactly into 192-bit per-cluster
-//             accumulators (rows sorted by label, one warp per run of 256 sorted rows, runs merged with 64-bit
-//             atomics and carries): order-independent, so any chunking gives the same bits;
+//   fresh     every row's value truncated once onto a 2^-96 fixed-point grid and added exactly into 192-bit
+//             per-cluster accumulators (rows sorted by label, one warp per run of sorted rows, each lane's values in
+//             32-bit-aligned shared-memory bins folded into the run's sum, runs merged with 64-bit atomics and
+//             carries): order-independent, so any chunking gives the same bits;
 //   delta     the same accumulators brought from the previous labels to the current ones by the changed rows only:
 //             the changed rows listed, (cluster, row, ±) entries sorted by cluster, added the same way.
 // Checks: fresh(prev) + delta == fresh(cur) bit for bit, and fresh(cur) converted to fp64 within 1e-12 of the shipped
@@ -71,35 +72,11 @@ __global__ void fillLabels(int* cur, int* prev, long long n, int k, unsigned cha
   }
 }
 
-// x rounded (toward zero) onto the 2^-96 grid, as a 192-bit two's complement integer (w0 lowest).
-__device__ inline void toFixed(float x, u64& w0, u64& w1, u64& w2) {
-  const std::uint32_t b = __float_as_uint(x);
-  const int ex = (b >> 23) & 0xff;
-  w0 = w1 = w2 = 0;
-  if (ex == 0) return;  // zero, subnormals (< 2^-126: below the grid)
-  std::uint64_t m = (b & 0x7fffffu) | 0x800000u;
-  const int sh = ex - 127 - 23 + 96;  // value = m · 2^(ex−150); on the grid m · 2^sh
-  if (sh < 0) {
-    if (sh <= -24) return;
-    m >>= -sh;
-  } else {
-    const int word = sh >> 6, bit = sh & 63;
-    const u64 lo = m << bit, hi = bit ? m >> (64 - bit) : 0;
-    if (word == 0) { w0 = lo; w1 = hi; }
-    else if (word == 1) { w1 = lo; w2 = hi; }
-    else { w2 = lo; }
-    m = 0;
-  }
-  if (m) w0 = m;
-  if (b >> 31) {  // negate: ~w + 1
-    w0 = ~w0; w1 = ~w1; w2 = ~w2;
-    w0 += 1;
-    const u64 c0 = w0 == 0;
-    w1 += c0;
-    w2 += (c0 && w1 == 0);
-  }
-}
-
+// The grid: a value x = m·2^(ex−150) (24-bit m) is the integer m·2^sh, sh = ex − 54, on a 2^-96 grid, truncated toward
+// zero below it (sh < 0); sums are 192-bit two's complement integers (w0 lowest). Two per-value conversions into the
+// three words were measured first and dropped (H200, 10M×128 fresh pass): with branches on the exponent and sign 4.4 ms,
+// branch-free (each word a select of two shifts, the sign an xor mask and a carry-in) 5.0 ms; the shared-memory bins
+// below 2.4 ms (`…-stop18-sums-probe-bins.log`).
 __device__ inline void add192(u64& a0, u64& a1, u64& a2, u64 b0, u64 b1, u64 b2) {
   asm("add.cc.u64 %0, %0, %3;\n\taddc.cc.u64 %1, %1, %4;\n\taddc.u64 %2, %2, %5;"
       : "+l"(a0), "+l"(a1), "+l"(a2) : "l"(b0), "l"(b1), "l"(b2));
@@ -126,8 +103,32 @@ __global__ void fixedSums(const float* x, int d, const int* cluster, const unsig
   if (e0 >= n) return;
   const long long e1 = min(n, e0 + run);
   u64 s[V][3];
+  // Each value's truncated m·2^sh goes, as a signed 64-bit amount, into the 32-bit-aligned bin of the grid where it
+  // starts (bin j = bits 32j…, the amount < 2^56, so ≤ 256 of them cannot overflow); a flush folds the 6 bins into
+  // the 192-bit sum. A lane owns its bins: [bin][column][thread], consecutive lanes in consecutive words.
+  extern __shared__ long long bins[];
+  auto bin = [&](int j, int v) -> long long& { return bins[(j * V + v) * blockDim.x + threadIdx.x]; };
+  for (int j = 0; j < 6; ++j)
+    for (int v = 0; v < V; ++v) bin(j, v) = 0;
+  auto foldBins = [&](int v) {
+    for (int j = 0; j < 6; ++j) {
+      const long long b = bin(j, v);
+      bin(j, v) = 0;
+      const u64 ext = b < 0 ? ~0ull : 0ull;
+      const u64 t[4] = {static_cast<u64>(b), ext, ext, ext};
+      const int q = j >> 1, r = (j & 1) * 32;
+      u64 w[3];
+      for (int i = 0; i < 3; ++i) {
+        const u64 hi = i - q >= 0 ? t[i - q] << r : 0ull;
+        const u64 lo = r && i - q - 1 >= 0 ? t[i - q - 1] >> (64 - r) : 0ull;
+        w[i] = hi | lo;
+      }
+      add192(s[v][0], s[v][1], s[v][2], w[0], w[1], w[2]);
+    }
+  };
   auto flush = [&](int c) {
     for (int v = 0; v < V; ++v) {
+      foldBins(v);
       const int j = lane * V + v;
       if (j < d && (s[v][0] | s[v][1] | s[v][2])) atomicAdd192(acc + (static_cast<size_t>(c) * d + j) * 3, s[v][0], s[v][1], s[v][2]);
       s[v][0] = s[v][1] = s[v][2] = 0;
@@ -148,9 +149,13 @@ __global__ void fixedSums(const float* x, int d, const int* cluster, const unsig
   };
   auto add = [&](const float* val, bool sub) {
     for (int v = 0; v < V; ++v) {
-      u64 w0, w1, w2;
-      toFixed(sub ? -val[v] : val[v], w0, w1, w2);
-      add192(s[v][0], s[v][1], s[v][2], w0, w1, w2);
+      const std::uint32_t b = __float_as_uint(val[v]);
+      const int ex = (b >> 23) & 0xff;
+      const long long m = ex ? static_cast<long long>((b & 0x7fffffu) | 0x800000u) : 0ll;
+      const int sh = ex - 127 - 23 + 96;
+      const int j = sh >= 0 ? min(sh >> 5, 5) : 0;  // beyond bin 5: past the 192 bits anyway (a product checks the range)
+      const long long a = sh >= 0 ? m << (sh & 31) : m >> min(-sh, 63);
+      bin(j, v) += ((b >> 31) != (sub ? 1u : 0u)) ? -a : a;
     }
   };
   int c = cluster[e0];
@@ -294,10 +299,17 @@ int main(int argc, char** argv) {
   const int deltaRun = std::getenv("PROBE_DELTA_RUN") ? std::atoi(std::getenv("PROBE_DELTA_RUN")) : 32;
   auto launchSums = [&](const int* keys, const unsigned* ent, long long m, int run, u64* acc) {
     const long long warps = (m + run - 1) / run;
-    const unsigned blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
+    constexpr int threads = 128;
+    const unsigned blocks = static_cast<unsigned>((warps * 32 + threads - 1) / threads);
     if (blocks == 0) return;
-    if (V <= 4) fixedSums<4><<<blocks, 256, 0, s>>>(x, d, keys, ent, m, run, acc);
-    else fixedSums<8><<<blocks, 256, 0, s>>>(x, d, keys, ent, m, run, acc);
+    const size_t smem = 6ull * (V <= 4 ? 4 : 8) * threads * sizeof(long long);  // the bins
+    if (V <= 4) {
+      CK(cudaFuncSetAttribute(fixedSums<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      fixedSums<4><<<blocks, threads, smem, s>>>(x, d, keys, ent, m, run, acc);
+    } else {
+      CK(cudaFuncSetAttribute(fixedSums<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      fixedSums<8><<<blocks, threads, smem, s>>>(x, d, keys, ent, m, run, acc);
+    }
   };
   auto fresh = [&](const int* labels, u64* acc) {
     CK(cudaMemsetAsync(acc, 0, accBytes, s));
