@@ -2,7 +2,7 @@
 // updated only by the rows whose label changed? (cuda/NOTES.md "Stop 18": exact, incremental sums.)
 //
 //   sums_probe [N D K changedFraction]        (default 10000000 128 1024 0.03; random normal f32 rows)
-//   PROBE_FRESH_RUN / PROBE_DELTA_RUN: sorted entries per warp (default 256 / 32)
+//   PROBE_FRESH_RUN / PROBE_DELTA_RUN: sorted entries per warp (default 256 / 32, at most 256)
 // Built by scripts/build-cuda-tools into build-sm90/tools/ (scripts/gpu-pack); carry that file alone to the GPU machine.
 //
 // Three things timed on the same rows (CUDA events, median of 9 runs each):
@@ -295,8 +295,12 @@ int main(int argc, char** argv) {
   const int V = (d + 31) / 32;
   // sorted entries per warp: long runs for every row (fewer flushes), short ones for the changed rows (each warp
   // reads its rows one after another, so a long run is ~1 µs a row of latency)
-  const int freshRun = std::getenv("PROBE_FRESH_RUN") ? std::atoi(std::getenv("PROBE_FRESH_RUN")) : 256;
-  const int deltaRun = std::getenv("PROBE_DELTA_RUN") ? std::atoi(std::getenv("PROBE_DELTA_RUN")) : 32;
+  // (at most 256: a bin takes ≤ 256 amounts below 2^55 before a flush folds it)
+  auto runOf = [](const char* name, int dflt) {
+    const char* v = std::getenv(name);
+    return std::clamp(v ? std::atoi(v) : dflt, 1, 256);
+  };
+  const int freshRun = runOf("PROBE_FRESH_RUN", 256), deltaRun = runOf("PROBE_DELTA_RUN", 32);
   auto launchSums = [&](const int* keys, const unsigned* ent, long long m, int run, u64* acc) {
     const long long warps = (m + run - 1) / run;
     constexpr int threads = 128;
