@@ -893,11 +893,9 @@ bool hopperAssignTakes(int d) {
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                       std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                       const ExactBound& bound, const ExactScreen& screen, cudaStream_t s) {
-  if (n <= 0 || n > INT32_MAX / 2 || disabledByEnvironment()) return false;  // row indices (and one block ahead) in int
+  if (n <= 0 || n > INT32_MAX / 2 || !hopperAssignTakes(d)) return false;  // row indices (and one block ahead) in int
   const int dp = static_cast<int>(padDims(d));
-  if (dp > kMaxDp) return false;
   const DeviceFacts dev = deviceFacts();
-  if (!dev.hopper) return false;
   const bool three = op == OpKind::F16x3;
   const int terms = three ? 2 : 1;
   // 128-row blocks where 256 rows of hi + lo would not fit (KMFLEET_WGMMA_ROWS=128: for every exact shape, A/B only)

@@ -33,12 +33,12 @@ struct ExactScreen {
 // KMFLEET_EXACT_SCREEN is not 0). Returns false without launching anything when this path can't take the call: not
 // a compute capability 9.0 device, Dp > 256, or KMFLEET_ASSIGN_KERNEL=mma in the environment (the portable kernel,
 // for A/B runs).
-// Whether assignRowsHopper takes rows of d dims on the current device (its checks before any launch-size one).
-bool hopperAssignTakes(int d);
-
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                       std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                       const ExactBound& bound, const ExactScreen& screen, cudaStream_t s);
+
+// Whether assignRowsHopper takes rows of d dims on the current device (its checks before any launch-size one).
+bool hopperAssignTakes(int d);
 
 }  // namespace cuda
 }  // namespace kmfleet

@@ -682,9 +682,9 @@ static int runCheck() {
 // next centroids and shift, the data-variance terms in the first update only, as the job's driver asks for them once;
 // the centroids come down behind it without a wait, and the next operands are queued). KMBENCH_HOST_UPDATE=1: the
 // update as before the device update (centroids up, sums down, division on the host) for same-run A/B; an iteration
-// that leaves a cluster empty takes that path too (the engine re-seeds on the host). Host-side stages: prep (until the statistics are back: an upload, or the wait for operands
-// queued after the last update), down (the sums on the host path), div (the update: device kernels and the shift's
-// wait, or the host division).
+// that leaves a cluster empty takes that path too (the engine re-seeds on the host). Host-side stages: prep (until
+// the statistics are back: an upload, or the wait for operands queued after the last update), down (the sums on the
+// host path), div (the update: device kernels and the shift's wait, or the host division).
 struct HostStages { double prep = 0, down = 0, div = 0; };
 static double msSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();

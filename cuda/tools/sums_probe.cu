@@ -46,10 +46,6 @@ using u64 = unsigned long long;
 namespace {
 
 constexpr int kMaxV = 8;    // columns per lane: D ≤ 256
-#ifndef PROBE_ROWS
-#define PROBE_ROWS 1
-#endif
-constexpr int kRowsInFlight = PROBE_ROWS;  // rows a warp loads before adding them (4 and 8 measured no faster: H200)
 
 __device__ __host__ inline std::uint32_t hash32(std::uint64_t x) {
   x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
@@ -158,22 +154,9 @@ __global__ void fixedSums(const float* x, int d, const int* cluster, const unsig
       bin(j, v) += ((b >> 31) != (sub ? 1u : 0u)) ? -a : a;
     }
   };
+  // one row at a time: loading 4 or 8 rows a warp before adding them measured no faster (H200; the adds bind it)
   int c = cluster[e0];
-  // kRowsInFlight rows' loads in flight before their adds (the shipped sums kernel's structure); the adds stay in order
-  long long e = e0;
-  for (; e + kRowsInFlight <= e1; e += kRowsInFlight) {
-    float val[kRowsInFlight][V];
-    int ce[kRowsInFlight];
-    bool sub[kRowsInFlight];
-#pragma unroll
-    for (int r = 0; r < kRowsInFlight; ++r) load(e + r, val[r], ce[r], sub[r]);
-#pragma unroll
-    for (int r = 0; r < kRowsInFlight; ++r) {
-      if (ce[r] != c) { flush(c); c = ce[r]; }
-      add(val[r], sub[r]);
-    }
-  }
-  for (; e < e1; ++e) {
+  for (long long e = e0; e < e1; ++e) {
     float val[V];
     int ce;
     bool sub;
