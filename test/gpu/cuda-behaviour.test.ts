@@ -197,6 +197,28 @@ describe('cancel and typed errors', () => {
   });
 });
 
+describe('the plan names the assignment kernel', () => {
+  // plan.device is "<card> (sm_XY, wgmma)" where the Hopper kernel takes the rows (this build has it, compute
+  // capability 9.0, Dp ≤ 256, KMFLEET_ASSIGN_KERNEL not mma), else "(sm_XY, mma.sync)". The relative-keys test
+  // (cuda-exact-screen) skips on that name, so a wrong name must fail here instead of skipping there: scripts/gpu-run
+  // says which kernel its build runs on this device (KMFLEET_TEST_ASSIGN_KERNEL).
+  it('names the kernel this build runs, and the portable one for Dp > 256 or under KMFLEET_ASSIGN_KERNEL=mma', async () => {
+    const e = await open({ rows: 1000, dims: 64, k: 8 });
+    expect(e.plan.device).toMatch(/ \(sm_\d+, (wgmma|mma\.sync)\)$/);
+    const expected = process.env.KMFLEET_TEST_ASSIGN_KERNEL;
+    if (expected) expect(e.plan.device).toContain(`, ${expected})`);
+    const wide = await open({ rows: 1000, dims: 300, k: 8 });
+    expect(wide.plan.device).toMatch(/, mma\.sync\)$/);
+    process.env.KMFLEET_ASSIGN_KERNEL = 'mma';
+    try {
+      const forced = await open({ rows: 1000, dims: 64, k: 8 });
+      expect(forced.plan.device).toMatch(/, mma\.sync\)$/);
+    } finally {
+      delete process.env.KMFLEET_ASSIGN_KERNEL;
+    }
+  });
+});
+
 describe("backend 'auto'", () => {
   // The cost model (native/src/cost_model.h): a small problem stays on the CPU (a CUDA context alone costs more than
   // the whole fit), a large one goes to the GPU. Opening an engine plans without touching any data.
