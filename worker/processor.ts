@@ -52,13 +52,14 @@ import type { DevicePool } from './device-pool.js';
 import type { EngineReleases } from './engine-releases.js';
 import { IterationWrites } from './iteration-writes.js';
 import type { LockLossRegistry } from './lock-loss.js';
+import { openJobEngine, type OpenEngine } from './job-engine.js';
 import { openJob } from './job-open.js';
 import { jobLogger, type Logger } from './logger.js';
 import type { FleetMetrics, JobOutcome } from './metrics/index.js';
 import { OutputWriter, type OutputFile } from './outputs/writer.js';
 import type { S3Handle } from './s3/client.js';
 
-export type OpenEngine = (options: EngineOptions) => Promise<Engine>;
+export type { OpenEngine };
 
 export interface ProcessorDeps {
   config: WorkerConfig;
@@ -208,7 +209,7 @@ async function runJob(
       device = deps.devices.acquire();
       if (device !== undefined) engineOptions.device = device;
     }
-    engine = await openEngine(engineOptions);
+    engine = await openJobEngine(openEngine, engineOptions, resume, log);
     reportDevice(deps.metrics, engine, engineOptions.device ?? 0, log);
     log.info({ plan: engine.plan }, 'engine open');
     // rows still downloading go to the engine's resident memory as they land, not in the first pass

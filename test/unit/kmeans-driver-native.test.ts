@@ -5,10 +5,12 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type EngineOptions } from '../../native/index.js';
 import { LocalFileSource } from '../../worker/dataset/local-file-source.js';
 import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { openJobEngine } from '../../worker/job-engine.js';
 import { decodeCheckpoint, encodeCheckpoint, KmeansAbortedError, runKmeans, type KmeansCheckpoint, type KmeansSpec } from '../../worker/kmeans/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-drvn-'));
@@ -141,5 +143,39 @@ describe(`runKmeans (native engine, ${backend})`, () => {
     expect(resumed.asked).toEqual(Array<boolean>(1 + 3 + 1).fill(false));  // the labels' assign pass, 3 fit passes, the final one
     expect(Object.is(resumed.result.dataVariance, whole.result.dataVariance)).toBe(true);
     expect(bytes(resumed.result.centroids).equals(bytes(whole.result.centroids))).toBe(true);
+  });
+
+  it('a resume on an engine planned anew keeps the checkpoint\'s chunk rows, and so the bits (openJobEngine)', async () => {
+    const s = spec({ maxIter: 8 });
+    const cps: KmeansCheckpoint[] = [];
+    const whole = await fit(f32, s, { engine: { memoryBudget: N * D * 4 }, onCp: (cp) => cps.push(cp) });
+    expect(decodeCheckpoint(encodeCheckpoint(cps[2])).sumsPlan).toEqual({ backend, chunkRows: 1536 });
+    // the pod that resumes has another budget (every row streamed) and no configured chunk: its planner picks its own
+    const source = await LocalFileSource.open(f32);
+    // (on the CPU, backend auto: a job sent to the CPU pins nothing)
+    const options: EngineOptions = { rows: source.rows, dims: source.dims, k: K, metric: 'l2', dtype: source.dtype, backend: backend === 'cuda' ? 'cuda' : 'auto', threads: backend === 'cpu' ? 2 : undefined, memoryBudget: 0 };
+    const planned = await Engine.open(options);
+    const automatic = planned.plan.chunkRows;
+    planned.close();
+    expect(automatic).not.toBe(1536);
+    // the CPU's sums do not depend on chunking, so a CPU checkpoint pins nothing: on the CPU, the one a GPU would write
+    const cp = decodeCheckpoint(encodeCheckpoint(cps[2]));
+    const resume = backend === 'cuda' ? cp : { ...cp, sumsPlan: { backend: 'cuda' as const, chunkRows: 1536 } };
+    const lines: string[] = [];
+    const log = pino({ level: 'info' }, { write: (line: string) => { lines.push(line); } });
+    const engine = await openJobEngine((o) => Engine.open(o), options, resume, log);
+    try {
+      expect(engine.plan.chunkRows).toBe(1536);
+      expect(engine.plan.residentRows).toBe(0);
+      const result = await runKmeans({ engine, source, spec: s, resume });
+      expect(bytes(result.centroids).equals(bytes(whole.result.centroids))).toBe(true);
+      expect(result.inertia).toBe(whole.result.inertia);
+      expect(bytes(engine.labels()).equals(bytes(whole.labels))).toBe(true);
+    } finally {
+      engine.close();
+      await source.close();
+    }
+    const said = lines.map((l) => (JSON.parse(l) as { msg: string }).msg);
+    expect(said).toContain(backend === 'cuda' ? 'resume keeps the checkpoint\'s chunk rows' : 'resumed on another backend: the result may differ from an uninterrupted run in the last bits');
   });
 });

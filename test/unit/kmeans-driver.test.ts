@@ -261,6 +261,10 @@ describe('runKmeans (contract engine)', () => {
     }
     const wrong = decodeCheckpoint(cps[0]);
     await expect(fit(spec({ k: K + 1, init: 'random' }), { resume: wrong })).rejects.toThrow(/checkpoint does not match this run: k/);
+    // the plan the sums were added under (worker/job-engine.ts pins a GPU resume's chunk rows to it)
+    expect(wrong.sumsPlan?.chunkRows).toBeGreaterThan(0);
+    await expect(fit(s, { resume: { ...wrong, sumsPlan: { backend: 'cuda', chunkRows: wrong.rows + 1 } } })).rejects.toThrow(/checkpoint does not match this run: sums plan chunkRows/);
+    await expect(fit(s, { resume: { ...wrong, sumsPlan: { backend: 'tpu' as 'cuda', chunkRows: 10 } } })).rejects.toThrow(/checkpoint does not match this run: sums plan backend tpu/);
   });
 
   it('on a device engine, the next pass starts before the bookkeeping: the same run, C(t) in checkpoint t', async () => {

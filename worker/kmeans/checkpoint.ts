@@ -50,4 +50,9 @@ export function checkCheckpoint(cp: KmeansCheckpoint, rows: number, dims: number
   if (!Number.isSafeInteger(cp.iteration) || cp.iteration < 1 || cp.iteration > maxIter) fail(`iteration ${cp.iteration} (maxIter ${maxIter})`);
   if (cp.history.length !== cp.iteration) fail(`history of ${cp.history.length} entries for iteration ${cp.iteration}`);
   if (cp.centroids.length !== k * dims || cp.previousCentroids.length !== k * dims) fail('centroid array sizes');
+  const plan = cp.sumsPlan;
+  if (plan !== undefined) {
+    if (plan.backend !== 'cpu' && plan.backend !== 'cuda') fail(`sums plan backend ${String(plan.backend)}`);
+    if (!Number.isSafeInteger(plan.chunkRows) || plan.chunkRows < 1 || plan.chunkRows > rows) fail(`sums plan chunkRows ${String(plan.chunkRows)}`);
+  }
 }

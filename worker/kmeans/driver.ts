@@ -196,6 +196,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       const checkpoint: KmeansCheckpoint = {
         version: 1, iteration, k: spec.k, dims: source.dims, rows: source.rows, metric: spec.metric, initMethod,
         centroids, previousCentroids: previous, history: history.map((h) => ({ ...h })), dataVariance,
+        sumsPlan: { backend: engine.plan.backend, chunkRows: engine.plan.chunkRows },
       };
       previous = centroids;
       lastCheckpoint = checkpoint;

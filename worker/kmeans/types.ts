@@ -60,6 +60,18 @@ export interface KmeansCheckpoint {
   history: IterationReport[];
   /** mean per-feature variance of the data, as the engine computed it */
   dataVariance: number;
+  /**
+   * The engine plan the sums were added under (absent in checkpoints of older workers). The CUDA backend's sums, and
+   * so the centroids' last bits, depend on its chunk rows (docs/design-deltas.md E5): a resume opens its engine with
+   * the same chunkRows (worker/job-engine.ts) so the result stays bitwise equal to an uninterrupted run.
+   */
+  sumsPlan?: SumsPlan;
+}
+
+/** What decides the bits of a backend's per-cluster sums, besides the data and the centroids. */
+export interface SumsPlan {
+  backend: 'cpu' | 'cuda';
+  chunkRows: number;
 }
 
 export interface KmeansTimings {
