@@ -2,6 +2,7 @@
 // as the memory plan (planner.cpp) counted them, and released (also after a failed allocation).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 
 #include "cuda_backend.h"
@@ -25,7 +26,7 @@ void CudaBackend::allocate() {
   for (int b = 0; b < mp_.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * rowBytes_, "host buffers"));
   hostCentroids_ = hostAlloc<float>(std::size_t(k_) * d_, "centroids");
   hostStats_ = hostAlloc<CentroidStats>(1, "centroid statistics");
-  hostFlags_ = hostAlloc<unsigned long long>(5, "flags");
+  hostFlags_ = hostAlloc<unsigned long long>(6, "flags");
   for (int i = 0; i < 2; ++i) {
     ring_[i] = hostAlloc<char>(kRingBytes, "download staging");
     check(cudaEventCreateWithFlags(&ringDone_[i], cudaEventDisableTiming), "cudaEventCreate");
@@ -59,6 +60,14 @@ void CudaBackend::allocate() {
   dist_ = devAlloc<double>(chunk, "chunk scratch");
   farScratch_ = devAlloc<char>(farRowsScratchBytes(mp_.chunkRows), "chunk scratch");
   allocAccumulateScratch(acc_, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
+  if (mp_.exactSums) {  // planner.cpp: the statistics in fixedBytes, the scratch per chunk and per resident row
+    allocExactStats(statsRes_, k_, d_);  // throws std::bad_alloc
+    allocExactStats(statsPass_, k_, d_);
+    allocExactScratch(exactC_, std::max(mp_.chunkRows, mp_.residentRows), k_);
+    if (mp_.overlapPartials > 0) allocExactScratch(exactS_, mp_.chunkRows, k_);
+    rangeRow_ = devAlloc<unsigned long long>(1, "flags");
+  }
+  check(cudaEventCreateWithFlags(&chunksDone_, cudaEventDisableTiming), "cudaEventCreate");
   if (mp_.overlapPartials > 0) {  // planned beside the budget (planner.cpp): the chunk stream's own scratch + partials
     allocAccumulateScratch(accS_, mp_.chunkRows, d_, k_);
     flagsS_.flagged = devAlloc<int>(chunk, "overlap scratch");
@@ -194,6 +203,13 @@ void CudaBackend::release() noexcept {
   resChunkDone_.clear();
   freeAccumulateScratch(acc_);
   freeAccumulateScratch(accS_);
+  freeExactStats(statsRes_);
+  freeExactStats(statsPass_);
+  freeExactScratch(exactC_);
+  freeExactScratch(exactS_);
+  if (rangeRow_) cudaFree(rangeRow_);
+  rangeRow_ = nullptr;
+  statsHoldPrev_ = false;
   for (void* p : {static_cast<void*>(flagsS_.flagged), static_cast<void*>(flagsS_.thr),
                   static_cast<void*>(flagsS_.candCount), static_cast<void*>(flagsS_.cand),
                   static_cast<void*>(flaggedCountS_), static_cast<void*>(partSums_), static_cast<void*>(partCounts_),
@@ -208,6 +224,8 @@ void CudaBackend::release() noexcept {
   }
   if (passReady_) cudaEventDestroy(passReady_);
   passReady_ = nullptr;
+  if (chunksDone_) cudaEventDestroy(chunksDone_);
+  chunksDone_ = nullptr;
   for (void* p : {static_cast<void*>(cf_), static_cast<void*>(cfNext_), static_cast<void*>(mu64_),
                   static_cast<void*>(scatter_), static_cast<void*>(shift_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                   static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),

@@ -37,6 +37,8 @@ void CudaBackend::processChunk(int buffer, std::int64_t firstRow, std::int64_t r
   if (valuesInSlot) ops.x16 = slot.raw;
   if (!muReady_) establishMu(slot.raw, rows);
   prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, bad_, bad_ + 1, cs);
+  // every row enters the device here: values the exact statistics cannot hold are an error of the pass (finishPass)
+  if (mp_.exactSums) exactRangeRow(rowValues(ops), rows, d_, firstRow, rangeRow_, cs);
   check(cudaGetLastError(), "prepareRows");
   if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
   computeChunk(ops, firstRow, rows, &slot, cs);
@@ -93,7 +95,14 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   // finishPass in the rare pass that needs them (kernels.h sumsDistances) when accumulate need not write them
   double* dist = slotp ? (far > 0 || !distancesFromSums(d_) ? dist_ : nullptr)
                        : (keepsResidentDistances() ? resDist64_ + firstRow : nullptr);
-  if (part) {
+  // exact sums read no distances: a streamed chunk's only for its farthest candidates, resident rows' on demand
+  // (pass_farthest.cu residentFarthest)
+  if (exactThisPass_) dist = far > 0 ? dist_ : nullptr;
+  if (exactThisPass_) {
+    // no partials: integer statistics take the streams' additions in any order (exact_sums.h); finishPass waits for
+    // the chunk stream (chunksDone_) before the totals
+    exactRows(ops, firstRow, rows, slot.labels, !slotp, dist, s);
+  } else if (part) {
     // Into partial b (a ring: wait until compute_ folded the chunk that used it before), then folded on compute_
     // after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same
     // additions in the same order as from accumulate() into them directly.
@@ -144,6 +153,19 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   slot.rows = rows;
   slot.far = far;
   slot.dist = wantDist;
+}
+
+void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels,
+                            bool resident, double* dist, cudaStream_t s) {
+  const RowValues values = rowValues(ops);
+  ExactScratch& scratch = s == chunkStream_ ? exactS_ : exactC_;
+  const bool sq = !cosine_;  // cosine's inertia needs no Σ‖x‖² (exact_sums.h)
+  if (resident && moveThisPass_)
+    exactMoveRows(values, rows, d_, resPrevLabels_ + firstRow, labels, sq, scratch, statsRes_, s);
+  else
+    exactAddRows(values, rows, d_, labels, sq, scratch, resident ? statsRes_ : statsPass_, s);
+  if (dist) sumsDistances(values, rows, d_, cf_, labels, cosine_, dist, s);
+  check(cudaGetLastError(), "exact sums");
 }
 
 void CudaBackend::enqueueFold(std::size_t b) {

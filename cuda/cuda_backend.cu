@@ -90,6 +90,17 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
   check(cudaMemsetAsync(bad_, 0xff, 2 * sizeof(unsigned long long), compute_), "memset");
   check(cudaMemsetAsync(flaggedTotal_, 0, 2 * sizeof(unsigned long long), compute_), "memset");
+  // Exact sums (exact_sums.h): a fit pass moves the resident rows' statistics by their changed labels when the last
+  // pass left them for resPrevLabels_, else adds them afresh; distances asked for (an assign pass's job) take
+  // accumulate(), which computes them anyway.
+  exactThisPass_ = mp_.exactSums && fit_ && !spec.distances;
+  moveThisPass_ = exactThisPass_ && statsHoldPrev_ && prevLabelsValid_ && residentHeld_ > 0;
+  statsHoldPrev_ = false;  // until a finishPass says again what statsRes_ holds
+  if (exactThisPass_) {
+    zeroExactStats(statsPass_, compute_);
+    if (!moveThisPass_) zeroExactStats(statsRes_, compute_);
+  }
+  if (rangeRow_) check(cudaMemsetAsync(rangeRow_, 0xff, sizeof(unsigned long long), compute_), "memset");
   screenThisPass_ = mp_.op == OpKind::F16x3 && screenPolicy_.screen();
   screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ &&
                             (screenPolicy_.relative() || screenRefEnv("always")) && !screenRefEnv("0");
@@ -107,6 +118,7 @@ PassTotals CudaBackend::finishPass() {
     countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, compute_);
     check(cudaGetLastError(), "countLabelChanges");
   }
+  if (exactThisPass_) finishExactTotals();
   if (residentPending_) copyResidentOutputs();
   // The flags, counts and inertia come down behind the pass's last kernels, covered by one wait on the compute stream
   // (a wait each left the GPU idle for a round trip each). The chunk stream's work — streamed chunks' flags and bad
@@ -121,6 +133,9 @@ PassTotals CudaBackend::finishPass() {
   if (countChanges)
     check(cudaMemcpyAsync(hostFlags_ + 3, changedCount_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
           "D2H");
+  hostFlags_[5] = ~0ULL;
+  if (rangeRow_)
+    check(cudaMemcpyAsync(hostFlags_ + 5, rangeRow_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
   const bool totalsQueued = queueDown({counts_, inertia_});
   check(cudaStreamSynchronize(compute_), "compute");
   check(cudaStreamSynchronize(d2h_), "D2H");
@@ -133,6 +148,11 @@ PassTotals CudaBackend::finishPass() {
   if (bad[1] != ~0ULL)
     throw EngineError(ErrorCode::InvalidArgument,
                       "row " + std::to_string(bad[1]) + " has zero norm (cosine needs non-zero rows)");
+  if (hostFlags_[5] != ~0ULL)
+    throw EngineError(ErrorCode::InvalidArgument,
+                      "row " + std::to_string(hostFlags_[5]) +
+                          " has a value of magnitude 2^64 or more: beyond the CUDA backend's exact sums (backend cpu "
+                          "takes it)");
   PassTotals t;
   takeDown(totalsQueued, 0, counts_, t.counts);
   takeDown(totalsQueued, 1, inertia_, t.inertia);
@@ -184,9 +204,21 @@ PassTotals CudaBackend::finishPass() {
   // (or retained them) gave the engine labels the device does not hold: nothing to compare with next time.
   if (residentRan_) std::swap(resLabels_, resPrevLabels_);
   prevLabelsValid_ = residentRan_;
+  statsHoldPrev_ = exactThisPass_ && residentRan_;  // statsRes_ now holds the resident rows under resPrevLabels_
   residentRan_ = false;
   if (residentHeld_ == 0 && retainedThisPass_ == mp_.residentRows) residentHeld_ = mp_.residentRows;
   return t;
+}
+
+// The pass's totals from the exact statistics, on the compute stream after everything the pass queued: the resident
+// rows' (statsRes_, kept for the next pass) added into the streamed chunks' (statsPass_), then the fp64 sums, counts
+// and inertia the rest of the pass reads (exact_sums.h exactFinish: the same bits for any chunking and residency).
+void CudaBackend::finishExactTotals() {
+  check(cudaEventRecord(chunksDone_, chunkStream_), "cudaEventRecord");
+  check(cudaStreamWaitEvent(compute_, chunksDone_, 0), "cudaStreamWaitEvent");
+  addExactStats(statsPass_, statsRes_, compute_);
+  exactFinish(statsPass_, cf_, cosine_, sums_, counts_, inertia_, compute_);
+  check(cudaGetLastError(), "exact sums");
 }
 
 void CudaBackend::abortPass() noexcept {
@@ -206,6 +238,7 @@ void CudaBackend::abortPass() noexcept {
   far_.clear();
   stagesUsed_ = 0;
   retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
+  exactThisPass_ = moveThisPass_ = false;  // statsHoldPrev_ stays false (beginPass): the next fit pass adds afresh
 }
 
 // KMFLEET_CUDA_STATS: CUDA events around each chunk's stages (assign + recheck, sums + distances, farthest),

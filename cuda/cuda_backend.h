@@ -48,6 +48,7 @@
 
 #include "backend.h"
 #include "exact_screen_policy.h"
+#include "exact_sums.h"
 #include "kernels.h"
 #include "operands.h"
 #include "planner.h"
@@ -218,7 +219,8 @@ class CudaBackend final : public Backend {
   static constexpr std::size_t kRingBytes = std::size_t(1) << 20;  // pieces of the centroid upload and downloads
   char* ring_[2] = {nullptr, nullptr};
   cudaEvent_t ringDone_[2] = {nullptr, nullptr};
-  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total, changed resident rows, screened total
+  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total, changed resident rows, screened total,
+                                             // row out of the exact sums' range
   CentroidStats* hostStats_ = nullptr;       // pinned: scale and maxNorm of the pass's centroids
   CentroidStatsDevice* cstats_ = nullptr;
   cudaEvent_t statsReady_ = nullptr;
@@ -251,6 +253,26 @@ class CudaBackend final : public Backend {
   unsigned long long* bad_ = nullptr;
   unsigned long long* flaggedTotal_ = nullptr;
   unsigned* flaggedCount_ = nullptr;
+
+  // Exact sums (exact_sums.h; MemoryPlan.exactSums, a function of the shape): a fit pass adds its rows into exact
+  // integer statistics instead of accumulate()'s fp64 sums, so the pass's sums, counts and inertia are the same bits
+  // for any chunking and residency. The resident rows' statistics persist: a fit pass that follows one which left
+  // them for the resident rows' previous labels (statsHoldPrev_) moves only the rows whose label changed.
+  bool exactThisPass_ = false;   // this pass: a fit pass of an exact-sums plan that does not ask for distances
+  bool moveThisPass_ = false;    // this pass moves the resident rows' changed labels (else adds them afresh)
+  bool statsHoldPrev_ = false;   // statsRes_ = the resident rows under resPrevLabels_
+  ExactStats statsRes_;          // the resident rows
+  ExactStats statsPass_;         // this pass's streamed chunks, then (finishPass) the pass's total
+  ExactScratch exactC_;          // compute_'s: resident rows (all of them at once) and its streamed chunks
+  ExactScratch exactS_;          // chunkStream_'s streamed chunks (overlap)
+  unsigned long long* rangeRow_ = nullptr;  // first row with a value the statistics cannot hold (exactRangeRow)
+  cudaEvent_t chunksDone_ = nullptr;        // the chunk stream's work of the pass, before finishExactTotals
+  // chunk_stream.cu: rows [firstRow, firstRow + rows) with their labels into the statistics — resident rows into
+  // statsRes_ (moved from resPrevLabels_, or added), streamed ones into statsPass_ — and, when dist is not null, their
+  // fp64 distances (sumsDistances: the bits accumulate() gives them) for the farthest rows
+  void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, bool resident,
+                 double* dist, cudaStream_t s);
+  void finishExactTotals();  // cuda_backend.cu: statsPass_ += statsRes_, then sums_, counts_, inertia_
 
   RowOps streamOps_;
   int* flagged_ = nullptr;

@@ -70,9 +70,9 @@ void CudaBackend::residentFarthest() {
   const std::int64_t R = residentHeld_, C = mp_.chunkRows, chunks = (R + C - 1) / C;
   ensureResidentFar(farCandidates(f, C));  // candidates per chunk
   stageMark(0);
-  // the pass did not keep them (chunk_stream.cu, resident_rows.cu): the same bits again, from this pass's labels
-  // and centroids
-  if (!keepsResidentDistances()) sumsDistances(rowValues(resident_), R, d_, cf_, resLabels_, cosine_, resDist64_, compute_);
+  // the pass did not keep them (chunk_stream.cu, resident_rows.cu; an exact-sums pass never does): the same bits
+  // again, from this pass's labels and centroids
+  if (!keepsResidentDistances() || exactThisPass_) sumsDistances(rowValues(resident_), R, d_, cf_, resLabels_, cosine_, resDist64_, compute_);
   stageMark(1);
   stageMark(2);
   for (std::int64_t ci = 0; ci < chunks; ++ci)

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "exact_sums.h"
 #include "far_rows.h"
 
 namespace kmfleet {
@@ -114,12 +115,17 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
     p.chunkRows = std::min(p.chunkRows, n);
   }
 
-  p.fixedBytes = fixedBytes(d, k, p.op);
+  p.exactSums = exactSumsFits(n, int(d), int(k)) && !std::getenv("KMFLEET_CUDA_CHUNKED_SUMS");
+  // exact sums: the resident rows' statistics and the pass's, and the range flag
+  const auto exactScratch = [&](std::int64_t rows) -> std::size_t {
+    return p.exactSums ? exactScratchBytes(rows, int(k)) : 0;
+  };
+  p.fixedBytes = fixedBytes(d, k, p.op) + (p.exactSums ? 2 * exactStatsBytes(int(k), int(d)) + 8 : 0);
   const std::size_t headroom = std::max<std::size_t>(256 * kMiB, freeMemory / 20);
   const std::size_t usable = freeMemory > headroom ? freeMemory - headroom : 0;
   // Shrink an automatic chunk until the streaming part fits (a given chunkRows is kept and checked).
   for (;;) {
-    p.streamBytes = chunkBytes(p.chunkRows, d, k, cfg.dtype, p.op, cfg.metric);
+    p.streamBytes = chunkBytes(p.chunkRows, d, k, cfg.dtype, p.op, cfg.metric) + exactScratch(p.chunkRows);
     if (p.fixedBytes + p.streamBytes <= usable || cfg.chunkRows > 0 || p.chunkRows <= 1024) break;
     p.chunkRows = std::max<std::int64_t>(1024, p.chunkRows / 2);
   }
@@ -130,7 +136,8 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
                           std::to_string(p.chunkRows) + " rows, but the device has " + mib(freeMemory) +
                           " free (" + mib(headroom) + " kept as headroom)");
 
-  p.residentRowBytes = residentRowBytes(d, p.op, cfg.dtype, cfg.metric);
+  // + exact sums: the compute stream's scratch grows to all resident rows at once (two sort entries a row)
+  p.residentRowBytes = residentRowBytes(d, p.op, cfg.dtype, cfg.metric) + (p.exactSums ? 16 : 0);
   std::size_t left = usable - p.fixedBytes - p.streamBytes;
   // the bytes resident rows may take out of what is left: the configured budget, at most what is left
   const auto budgetOf = [&](std::size_t l) {
@@ -157,7 +164,8 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   if (!allFit(left)) {
     const std::size_t per = overlapPartialBytes(d, k);
     overlapScratch = accumulateScratchBytes(p.chunkRows, int(d), int(k)) +
-                     std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256;  // flagged rows (cuda_backend.h flagsS_)
+                     std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256 +  // flagged rows (cuda_backend.h flagsS_)
+                     exactScratch(p.chunkRows);                                          // the chunk stream's (exactS_)
     std::int64_t parts = std::min<std::int64_t>((n + p.chunkRows - 1) / p.chunkRows, kMaxOverlapPartials);
     parts = std::min<std::int64_t>(parts, std::int64_t(usable / 8 / per));
     if (parts >= 1 && overlapScratch + std::size_t(parts) * per <= left) {

@@ -37,6 +37,10 @@ struct MemoryPlan {
   // resident rows (resident_rows.cu, the overlap queue). 0: streamed chunks wait for the resident rows (the old path).
   std::int64_t overlapPartials = 0;
   std::size_t overlapBytes = 0;            // the partials + the chunk stream's own scratch (beside the budget)
+  // Fit passes keep exact integer statistics (exact_sums.h): the resident rows' across passes (moved by the rows
+  // whose label changed) and each pass's streamed chunks'. A function of the shape only (exactSumsFits), so a
+  // resumed run sums the same way; KMFLEET_CUDA_CHUNKED_SUMS=1 (A/B only) keeps accumulate()'s fp64 sums.
+  bool exactSums = false;
 };
 
 // The operand format for a precision (FP32 → exact split fp16; TF32 → per-row-scaled fp16, whose 11-bit

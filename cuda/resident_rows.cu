@@ -86,10 +86,14 @@ void CudaBackend::processResidentWhole() {
 // distances down when the pass wants them.
 void CudaBackend::accumulateResidentRows(bool wantDist) {
   stageMark(1);
-  // D ≤ 256: the rows' fp64 distances are not kept (residentFarthest computes them if a cluster comes out empty)
-  accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_, keepsResidentDistances() ? resDist64_ : nullptr,
-                     wantDist ? resDist_ : nullptr, fit_, racc_, sums_, counts_, inertia_, compute_);
-  check(cudaGetLastError(), "accumulateResident");
+  if (exactThisPass_) {  // the statistics moved by the changed rows (or added afresh): exact_sums.h
+    exactRows(resident_, 0, residentHeld_, resLabels_, true, nullptr, compute_);
+  } else {  // D ≤ 256: the rows' fp64 distances are not kept (residentFarthest computes them if a cluster comes out empty)
+    accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_,
+                       keepsResidentDistances() ? resDist64_ : nullptr, wantDist ? resDist_ : nullptr, fit_, racc_, sums_,
+                       counts_, inertia_, compute_);
+    check(cudaGetLastError(), "accumulateResident");
+  }
   stageMark(2);
   stageMark(3);
   if (wantDist) downloadResident(0, (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows, true);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Packs what bench/pipeline/run.mjs needs on the GPU machine (CUDA, no Node, npm or network) into .device/pipeline/:
 # the compiled dist/ and the node_modules closure of the worker, the SDK and s3rver. The addon and Node + Redis come
-# from scripts/gpu-pack's .device/ (kmfleet_native.node, runtime.tar.xz). Then, with the device tool
-# (carry [".device/pipeline", ".device/runtime.tar.xz", ".device/kmfleet_native.node"]):
+# from scripts/gpu-pack's .device/ (kmfleet_native.node.xz, runtime.tar.xz). Then, with the device tool
+# (carry [".device/pipeline", ".device/runtime.tar.xz", ".device/kmfleet_native.node.xz"]):
 #   mkdir -p /tmp/rt && tar -xJf .device/runtime.tar.xz -C /tmp/rt && export PATH=/tmp/rt/bin:$PATH
+#   xz -d .device/kmfleet_native.node.xz
 #   tar -xJf .device/pipeline/pack.tar.xz && KMFLEET_ADDON=$PWD/.device/kmfleet_native.node node bench/pipeline/run.mjs --backend cuda
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,4 +15,4 @@ node scripts/module-closure.cjs bullmq ioredis @aws-sdk/client-s3 s3rver pino zo
 find dist -type f -name '*.js' >>"$out/files.list"
 echo package.json >>"$out/files.list"
 tar -cf - -T "$out/files.list" | xz -T2 -6 >"$out/pack.tar.xz"
-du -ch "$out/pack.tar.xz" .device/runtime.tar.xz .device/kmfleet_native.node
+du -ch "$out/pack.tar.xz" .device/runtime.tar.xz .device/kmfleet_native.node.xz

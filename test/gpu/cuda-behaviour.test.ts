@@ -106,6 +106,53 @@ describe('bitwise reproducibility', () => {
     const b = await centroidsWith(undefined);
     expect(sameBits(a.c, b.c)).toBe(true);
   });
+
+  // exact sums (cuda/exact_sums.h): the fit passes' statistics are exact integers, so neither the chunk size nor the
+  // resident split changes a bit of the centroids or the inertia (before them, the chunk size did: design-deltas E5)
+  it('any chunk size, resident or streamed, gives the same centroids and inertia', async () => {
+    const runs: { c: Float32Array; inertia: number[]; chunk: number; resident: number }[] = [];
+    for (const [chunkRows, memoryBudget] of [[4096, undefined], [1000, undefined], [n, undefined], [777, 0], [8192, 3 * 8192 * 200]] as const) {
+      const e = await open({ rows: n, dims: d, k, chunkRows, ...(memoryBudget === undefined ? {} : { memoryBudget }) });
+      e.setCentroids(init);
+      const r = await fit(e, bytesOf(x), n, 5);
+      runs.push({ c: e.centroids(), inertia: r.map((p) => p.inertia), chunk: e.plan.chunkRows, resident: e.plan.residentRows });
+    }
+    expect(runs.map((r) => r.chunk)).toEqual([4096, 1000, n, 777, 8192]);
+    expect(runs.slice(0, 4).map((r) => r.resident)).toEqual([n, n, n, 0]);
+    expect(runs[4].resident).toBeGreaterThan(0);  // partly resident: whole chunks, the rest streamed on every pass
+    expect(runs[4].resident).toBeLessThan(n);
+    for (const r of runs.slice(1)) {
+      expect(sameBits(r.c, runs[0].c), `centroids, chunk ${r.chunk}`).toBe(true);
+      expect(r.inertia, `inertia, chunk ${r.chunk}`).toEqual(runs[0].inertia);
+    }
+  });
+});
+
+describe('exact statistics', () => {
+  it('inertia is exactly 0 where every row sits on its centroid (duplicates, K = distinct rows)', async () => {
+    const k = 37, d = 24, n = 20_011;
+    const distinct = blobData(k, d, 5, 91, 1e3);  // far from the origin: an fp64 Σ‖x‖² − ‖Σx‖²/n would not cancel to 0
+    const x = new Float32Array(n * d);
+    for (let i = 0; i < n; i++) x.set(distinct.subarray((i % k) * d, (i % k + 1) * d), i * d);
+    for (const chunkRows of [4096, 999]) {
+      const e = await open({ rows: n, dims: d, k, chunkRows });
+      e.setCentroids(distinct);
+      const r = await fit(e, bytesOf(x), n, 3);
+      expect(r.map((p) => p.inertia)).toEqual([0, 0, 0]);
+      expect(sameBits(e.centroids(), distinct)).toBe(true);
+    }
+  });
+
+  it('a value of magnitude 2^64 or more is an invalid argument that names its row', async () => {
+    const n = 5000, d = 8;
+    const x = normalData(n, d, 65);
+    x[4021 * d + 2] = -3e19;
+    const e = await open({ rows: n, dims: d, k: 4, chunkRows: 1024 });
+    e.setCentroids(pickRows(x, d, [0, 1, 2, 3]));
+    const err = await runPass<PassResult>(e, bytesOf(x), n, 'fit').catch((er: unknown) => er);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect(String((err as Error).message)).toMatch(/^row 4021 has a value of magnitude 2\^64 or more/);
+  });
 });
 
 // f16 data (l2) stays 16-bit on the device: sums, distances, the exact recheck and the re-seeding rows read the
