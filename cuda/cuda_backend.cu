@@ -94,7 +94,9 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   // pass left them for resPrevLabels_, else adds them afresh; distances asked for (an assign pass's job) take
   // accumulate(), which computes them anyway.
   exactThisPass_ = mp_.exactSums && fit_ && !spec.distances;
-  moveThisPass_ = exactThisPass_ && statsHoldPrev_ && prevLabelsValid_ && residentHeld_ > 0;
+  constexpr double kMoveShare = 0.3;  // above it, the resident rows are added afresh (lastChangedShare_)
+  moveThisPass_ = exactThisPass_ && statsHoldPrev_ && prevLabelsValid_ && residentHeld_ > 0 &&
+                  lastChangedShare_ <= kMoveShare;
   statsHoldPrev_ = false;  // until a finishPass says again what statsRes_ holds
   if (exactThisPass_) {
     zeroExactStats(statsPass_, compute_);
@@ -183,6 +185,7 @@ PassTotals CudaBackend::finishPass() {
     t.changedRows = residentHeld_;
     t.changed = static_cast<std::int64_t>(hostFlags_[3]);
   }
+  lastChangedShare_ = countChanges && residentHeld_ > 0 ? double(t.changed) / double(residentHeld_) : 0;
   if (stats_) {
     float ms[3] = {0, 0, 0};
     for (std::size_t i = 0; i < stagesUsed_; ++i)

@@ -10,10 +10,12 @@
 // of the wide M.
 //
 // One call, on one stream, no host synchronization:
-//   1. counting sort of the entries by cluster: histogram (warp-aggregated atomics: one per distinct label in a warp),
-//      in-place exclusive scan over K + 1 counters (the last one ends as the number of entries, which only the device
-//      knows for a move), scatter (again one atomic per distinct label in a warp). The order inside a cluster is
-//      arbitrary: integer sums commute, so it cannot change a bit.
+//   1. the entries sorted by cluster. A fresh add: cub's radix sort of (label, row) (n is known on the host; for all
+//      the rows of a pass it beat the counting sort's contended atomics, 5.4 against 6.9 ms at 10M×128×1024 on the
+//      H200). A move: a counting sort, as only the device knows how many rows changed — histogram (warp-aggregated
+//      atomics: one per distinct label in a warp), in-place exclusive scan over K + 1 counters (the last one ends as
+//      the number of entries), scatter (again one atomic per distinct label in a warp). The order inside a cluster
+//      is arbitrary: integer sums commute, so it cannot change a bit.
 //   2. runSumsKernel, a fixed grid (SMs × resident blocks; the entry count is on the device): each warp takes
 //      (run of sorted entries, tile of ≤ 256 columns) items. A lane owns V ≤ 8 adjacent columns of the tile and
 //      adds each entry's values as signed 64-bit amounts into its own shared-memory bins; at a cluster change and at
@@ -23,9 +25,11 @@
 //   3. exactFinish (once a pass): one warp per cluster turns the integers into fp64 sums (correctly rounded) and an
 //      exact inertia (384-bit integers, rounded once).
 // cuda/tools/exact_sums_check.cu checks all of it bit for bit against host big-integer references.
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <new>
 
@@ -228,13 +232,12 @@ __device__ __forceinline__ GridValue onGrid(float x) {
 __device__ __forceinline__ bool outOfRange(float x) { return ((__float_as_uint(x) >> 23) & 0xff) >= 191; }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Counting sort by cluster.
+// Counting sort of a move's entries by cluster (a fresh add sorts its rows with cub's radix sort instead: exactAddRows).
 
-// f(has, key, entry) once for each of a warp's entry slots (every lane calls it: warp-uniform, so f may use full-warp
-// intrinsics): one slot per row for a fresh add; for a move two (+ at cur, − at prev) for a row whose label changed.
-// Labels outside [0, K) — which the contract rules out — are skipped, the same in both passes, so the sort stays
-// consistent and never writes out of bounds.
-template <bool MOVE, typename F>
+// f(has, key, entry) twice for each of a warp's rows (every lane calls it: warp-uniform, so f may use full-warp
+// intrinsics): + at cur and − at prev for a row whose label changed. Labels outside [0, K) — which the contract rules
+// out — are skipped, the same in both passes, so the sort stays consistent and never writes out of bounds.
+template <typename F>
 __device__ __forceinline__ void forEachEntry(const int* cur, const int* prev, long long n, int k, F&& f) {
   const int lane = threadIdx.x & 31;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
@@ -244,22 +247,17 @@ __device__ __forceinline__ void forEachEntry(const int* cur, const int* prev, lo
     const bool in = r < n;
     const int to = in ? cur[r] : 0;
     const bool toOk = static_cast<unsigned>(to) < static_cast<unsigned>(k);
-    if constexpr (MOVE) {
-      const int from = in ? prev[r] : 0;
-      const bool changed = in && from != to;
-      f(changed && toOk, to, static_cast<unsigned>(r));
-      f(changed && static_cast<unsigned>(from) < static_cast<unsigned>(k), from, static_cast<unsigned>(r) | kSubtract);
-    } else {
-      f(in && toOk, to, static_cast<unsigned>(r));
-    }
+    const int from = in ? prev[r] : 0;
+    const bool changed = in && from != to;
+    f(changed && toOk, to, static_cast<unsigned>(r));
+    f(changed && static_cast<unsigned>(from) < static_cast<unsigned>(k), from, static_cast<unsigned>(r) | kSubtract);
   }
 }
 
 // Lanes with the same key share one atomic (K = 1 with 10M rows would otherwise be 10M atomics on one counter).
-template <bool MOVE>
 __global__ void countEntriesKernel(const int* cur, const int* prev, long long n, int k, unsigned* counts) {
   const int lane = threadIdx.x & 31;
-  forEachEntry<MOVE>(cur, prev, n, k, [&](bool has, int key, unsigned) {
+  forEachEntry(cur, prev, n, k, [&](bool has, int key, unsigned) {
     const unsigned mask = __ballot_sync(kFull, has);
     if (has) {
       const unsigned group = __match_any_sync(mask, key);
@@ -270,12 +268,11 @@ __global__ void countEntriesKernel(const int* cur, const int* prev, long long n,
 
 // cursor: the exclusive scan of the counts. The group's leader reserves the group's slots; each lane takes the slot of
 // its rank within the group. cursor[K] (never incremented) is the number of entries.
-template <bool MOVE>
 __global__ void scatterEntriesKernel(const int* cur, const int* prev, long long n, int k, unsigned* cursor, int* keys,
                                      unsigned* entries, unsigned* total) {
   const int lane = threadIdx.x & 31;
   if (blockIdx.x == 0 && threadIdx.x == 0) *total = cursor[k];
-  forEachEntry<MOVE>(cur, prev, n, k, [&](bool has, int key, unsigned entry) {
+  forEachEntry(cur, prev, n, k, [&](bool has, int key, unsigned entry) {
     const unsigned mask = __ballot_sync(kFull, has);
     if (has) {
       const unsigned group = __match_any_sync(mask, key);
@@ -474,17 +471,15 @@ unsigned sortBlocks(std::int64_t n) {
       std::max<std::int64_t>(1, std::min<std::int64_t>((n + kSortThreads - 1) / kSortThreads, multiprocessors() * 8)));
 }
 
-// The counting sort of one call's entries into a.keys / a.entries, their number into *a.total.
-template <bool MOVE>
-void sortEntries(const int* cur, const int* prev, std::int64_t n, ExactScratch& a, cudaStream_t st) {
+// The counting sort of a move's entries into a.keys / a.entries, their number (known only here) into *a.total.
+void sortMoveEntries(const int* cur, const int* prev, std::int64_t n, ExactScratch& a, cudaStream_t st) {
   const int k = a.k;
   cudaMemsetAsync(a.clusterStart, 0, (static_cast<std::size_t>(k) + 1) * sizeof(unsigned), st);
   const unsigned blocks = sortBlocks(n);
-  countEntriesKernel<MOVE><<<blocks, kSortThreads, 0, st>>>(cur, prev, n, k, a.clusterStart);
+  countEntriesKernel<<<blocks, kSortThreads, 0, st>>>(cur, prev, n, k, a.clusterStart);
   std::size_t bytes = a.scanTempBytes;
   cub::DeviceScan::ExclusiveSum(a.scanTemp, bytes, a.clusterStart, a.clusterStart, k + 1, st);  // in place
-  scatterEntriesKernel<MOVE><<<blocks, kSortThreads, 0, st>>>(cur, prev, n, k, a.clusterStart, a.keys, a.entries,
-                                                              a.total);
+  scatterEntriesKernel<<<blocks, kSortThreads, 0, st>>>(cur, prev, n, k, a.clusterStart, a.keys, a.entries, a.total);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -626,11 +621,29 @@ T* carve(char*& p, std::size_t n) {
 
 std::size_t up256(std::size_t x) { return (x + 255) / 256 * 256; }
 
-std::size_t scanTempBytes(int k) {
-  std::size_t bytes = 0;
-  cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<unsigned*>(nullptr), static_cast<unsigned*>(nullptr),
-                                k + 1);
-  return bytes;
+int keyBits(int k) {  // bits of the largest label
+  int bits = 1;
+  while (bits < 31 && (1 << bits) < k) ++bits;
+  return bits;
+}
+
+// cub's temporary storage: the counting sort's scan over K + 1 counters, and the radix sort of a fresh add's
+// (label, row) pairs (maxRows of them). One buffer serves both (they run one after the other on the call's stream).
+std::size_t tempBytes(std::int64_t maxRows, int k) {
+  std::size_t scan = 0, sort = 0;
+  cub::DeviceScan::ExclusiveSum(nullptr, scan, static_cast<unsigned*>(nullptr), static_cast<unsigned*>(nullptr), k + 1);
+  const int rows = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(maxRows, 1), INT32_MAX));
+  cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const int*>(nullptr), static_cast<int*>(nullptr),
+                                  static_cast<const unsigned*>(nullptr), static_cast<unsigned*>(nullptr), rows, 0,
+                                  keyBits(k));
+  return std::max(scan, sort);
+}
+
+__global__ void iotaKernel(unsigned* v, long long n, unsigned* total) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    v[i] = static_cast<unsigned>(i);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *total = static_cast<unsigned>(n);
 }
 
 std::size_t scratchLayoutBytes(std::int64_t maxRows, int k, std::size_t temp) {
@@ -684,11 +697,11 @@ void addExactStats(const ExactStats& dst, const ExactStats& src, cudaStream_t st
 }
 
 std::size_t exactScratchBytes(std::int64_t maxRows, int k) {
-  return scratchLayoutBytes(maxRows, k, scanTempBytes(k));
+  return scratchLayoutBytes(maxRows, k, tempBytes(maxRows, k));
 }
 
 void allocExactScratch(ExactScratch& a, std::int64_t maxRows, int k) {
-  const std::size_t temp = scanTempBytes(k);
+  const std::size_t temp = tempBytes(maxRows, k);
   void* base = nullptr;
   if (cudaMalloc(&base, scratchLayoutBytes(maxRows, k, temp)) != cudaSuccess) {
     cudaGetLastError();
@@ -711,17 +724,28 @@ void freeExactScratch(ExactScratch& a) {
   a = ExactScratch{};
 }
 
+// A fresh add knows its entry count (n) on the host, so cub's radix sort orders them (see the header comment). The
+// pairs go from (labels, iota in entries' upper half) into (keys, entries' lower half).
+static void radixSortRows(const int* labels, std::int64_t n, ExactScratch& a, cudaStream_t st) {
+  unsigned* rowsIn = a.entries + n;  // the upper half: entries hold 2·maxRows
+  const unsigned blocks = sortBlocks(n);
+  iotaKernel<<<blocks, kSortThreads, 0, st>>>(rowsIn, n, a.total);
+  std::size_t bytes = a.scanTempBytes;
+  cub::DeviceRadixSort::SortPairs(a.scanTemp, bytes, labels, a.keys, rowsIn, a.entries, static_cast<int>(n), 0,
+                                  keyBits(a.k), st);
+}
+
 void exactAddRows(RowValues x, std::int64_t n, int d, const std::int32_t* labels, bool wantSq, ExactScratch& a,
                   const ExactStats& s, cudaStream_t st) {
   if (n <= 0) return;
-  sortEntries<false>(labels, nullptr, n, a, st);
+  radixSortRows(labels, n, a, st);
   runSums(x, d, n, wantSq, a, s, st);
 }
 
 void exactMoveRows(RowValues x, std::int64_t n, int d, const std::int32_t* prev, const std::int32_t* cur, bool wantSq,
                    ExactScratch& a, const ExactStats& s, cudaStream_t st) {
   if (n <= 0) return;
-  sortEntries<true>(cur, prev, n, a, st);
+  sortMoveEntries(cur, prev, n, a, st);
   runSums(x, d, 2 * n, wantSq, a, s, st);
 }
 

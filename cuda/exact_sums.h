@@ -23,12 +23,14 @@
 // The fp64 results are therefore independent of chunking too.
 //
 // Work per call, on one stream, no host synchronization (counts stay on the device):
-//   exactAddRows    rows [0, n) with their labels: a counting sort by label (warp-aggregated atomics; the order
-//                   inside a cluster does not matter), then one warp per run of sorted rows adds each lane's values
+//   exactAddRows    rows [0, n) with their labels: sorted by label (cub's radix sort), then one warp per run of
+//                   sorted rows adds each lane's values
 //                   into shared-memory bins folded into the run's sums (cuda/tools/sums_probe.cu, measured there),
 //                   runs merged with 64-bit atomics and carries.
 //   exactMoveRows   statistics that hold the rows under `prev` become those under `cur`: only rows with
-//                   prev[r] ≠ cur[r] are read, each added at cur[r] and subtracted at prev[r].
+//                   prev[r] ≠ cur[r] are read, each added at cur[r] and subtracted at prev[r] (a counting sort with
+//                   warp-aggregated atomics: the number of changed rows stays on the device; the order inside a
+//                   cluster does not matter).
 #pragma once
 
 #include <cuda_runtime.h>
