@@ -25,7 +25,7 @@
 // Work per call, on one stream, no host synchronization (counts stay on the device):
 //   exactAddRows    rows [0, n) with their labels: sorted by label (cub's radix sort), then one warp per run of
 //                   sorted rows adds each lane's values
-//                   into shared-memory bins folded into the run's sums (cuda/tools/sums_probe.cu, measured there),
+//                   into shared-memory bins folded into the run's sums (stop 18's probe, cuda/NOTES.md),
 //                   runs merged with 64-bit atomics and carries.
 //   exactMoveRows   statistics that hold the rows under `prev` become those under `cur`: only rows with
 //                   prev[r] ≠ cur[r] are read, each added at cur[r] and subtracted at prev[r] (a counting sort with
