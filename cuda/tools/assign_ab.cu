@@ -21,17 +21,10 @@
 
 #include "assign_wgmma.h"
 #include "kernels.h"
+#include "cuda_check.h"
 
 using namespace kmfleet::cuda;
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 namespace {
 

@@ -42,19 +42,12 @@
 
 #include "exact_sums.h"
 #include "kernels.h"
+#include "cuda_check.h"
 
 using namespace kmfleet::cuda;
 using u64 = unsigned long long;
 using u128 = unsigned __int128;
 
-#define CK(x)                                                                                     \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(2);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 namespace {
 

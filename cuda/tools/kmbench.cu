@@ -28,17 +28,10 @@
 #include "../planner.h"
 #include "cuda_bridge.h"
 #include "thread_pool.h"
+#include "cuda_check.h"
 
 using namespace kmfleet::cuda;
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(2);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 __host__ __device__ __forceinline__ unsigned long long mix(unsigned long long z) {  // splitmix64
   z += 0x9e3779b97f4a7c15ULL;
