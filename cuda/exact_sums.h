@@ -90,6 +90,9 @@ void exactMoveRows(RowValues x, std::int64_t n, int d, const std::int32_t* prev,
 void exactRangeRow(RowValues x, std::int64_t n, int d, std::int64_t firstRow, unsigned long long* row, cudaStream_t st);
 
 // sums (K × D fp64), counts (K), inertia (K fp64) from s and the pass's centroids cf (K × D fp32) — see the header.
+// The exact inertia needs |c| < 2^64 too: a non-empty cluster whose centroid has a value beyond (only a given initial
+// centroid can: means of in-range rows cannot) gets a NaN inertia; its sums and count are still right.
+// s must come from allocExactStats (one allocation, sum first: zeroExactStats clears it whole).
 void exactFinish(const ExactStats& s, const float* cf, bool cosine, double* sumsOut, long long* countsOut,
                  double* inertiaOut, cudaStream_t st);
 
