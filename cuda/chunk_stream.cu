@@ -95,13 +95,11 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   // finishPass in the rare pass that needs them (kernels.h sumsDistances) when accumulate need not write them
   double* dist = slotp ? (far > 0 || !distancesFromSums(d_) ? dist_ : nullptr)
                        : (keepsResidentDistances() ? resDist64_ + firstRow : nullptr);
-  // exact sums read no distances: a streamed chunk's only for its farthest candidates, resident rows' on demand
-  // (pass_farthest.cu residentFarthest)
-  if (exactThisPass_) dist = far > 0 ? dist_ : nullptr;
   if (exactThisPass_) {
     // no partials: integer statistics take the streams' additions in any order (exact_sums.h); finishPass waits for
-    // the chunk stream (chunksDone_) before the totals
-    exactRows(ops, firstRow, rows, slot.labels, !slotp, dist, s);
+    // the chunk stream (chunksDone_) before the totals. The sums read no distances: a streamed chunk's only for its
+    // farthest candidates, resident rows' on demand (pass_farthest.cu residentFarthest).
+    exactRows(ops, firstRow, rows, slot.labels, !slotp, far > 0 ? dist_ : nullptr, s);
   } else if (part) {
     // Into partial b (a ring: wait until compute_ folded the chunk that used it before), then folded on compute_
     // after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same

@@ -1,11 +1,12 @@
 /**
  * Opening a job's engine so that a resumed job ends with the same bits as an uninterrupted one.
  *
- * The CUDA backend adds each chunk's rows into the per-cluster sums as one segment, so the centroids' last bits depend
- * on the chunk rows (docs/design-deltas.md E5) — and the planner's automatic chunk depends on the device's free memory
- * and on how many rows stay resident, which can differ on the pod that resumes. A checkpoint therefore records the
- * plan its sums were added under (KmeansCheckpoint.sumsPlan) and a resume opens the engine with the same chunk rows.
- * The CPU backend's sums do not depend on chunking, so a CPU checkpoint pins nothing.
+ * On the CUDA backend some results' last bits still depend on the chunk rows (docs/design-deltas.md E5, D20): an assign
+ * pass's inertia and distances (the final pass's are the job's result), and the fit passes of shapes too large for the
+ * exact statistics. The planner's automatic chunk depends on the device's free memory and on how many rows stay
+ * resident, which can differ on the pod that resumes. A checkpoint therefore records the plan its sums were added
+ * under (KmeansCheckpoint.sumsPlan) and a resume opens the engine with the same chunk rows. The CPU backend's results
+ * do not depend on chunking, so a CPU checkpoint pins nothing.
  */
 import { OutOfMemoryError, type Engine, type EngineOptions } from '../native/index.js';
 import type { KmeansCheckpoint } from './kmeans/types.js';
@@ -15,8 +16,7 @@ export type OpenEngine = (options: EngineOptions) => Promise<Engine>;
 
 export async function openJobEngine(open: OpenEngine, options: EngineOptions, resume: KmeansCheckpoint | undefined, log: Logger): Promise<Engine> {
   const recorded = resume?.sumsPlan;
-  const pins = recorded?.backend === 'cuda' && options.backend !== 'cpu';
-  if (!recorded || !pins) return open(options);
+  if (recorded?.backend !== 'cuda' || options.backend === 'cpu') return open(options);
   if (options.chunkRows !== undefined) {
     // KMFLEET_CHUNK_ROWS is the operator's word; say what it costs
     if (options.chunkRows !== recorded.chunkRows)

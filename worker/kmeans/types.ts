@@ -61,9 +61,9 @@ export interface KmeansCheckpoint {
   /** mean per-feature variance of the data, as the engine computed it */
   dataVariance: number;
   /**
-   * The engine plan the sums were added under (absent in checkpoints of older workers). The CUDA backend's sums, and
-   * so the centroids' last bits, depend on its chunk rows (docs/design-deltas.md E5): a resume opens its engine with
-   * the same chunkRows (worker/job-engine.ts) so the result stays bitwise equal to an uninterrupted run.
+   * The engine plan the sums were added under (absent in checkpoints of older workers). Some CUDA results' last bits
+   * depend on its chunk rows (docs/design-deltas.md E5): a resume opens its engine with the same chunkRows
+   * (worker/job-engine.ts) so the result stays bitwise equal to an uninterrupted run.
    */
   sumsPlan?: SumsPlan;
 }
