@@ -53,6 +53,7 @@
 #include "kernels.h"
 #ifdef KMFLEET_HOPPER
 #include "assign_wgmma.h"
+#include "device_facts.h"
 #endif
 
 namespace kmfleet {
@@ -464,46 +465,25 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
 
 template <bool BF16, int MODE, bool CAND = false, bool GATHER = false>
 void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s, dim3 grid = dim3(0)) {
-  static std::size_t configured = 48 * 1024;  // per instantiation: raise the dynamic limit once per size
-  if (smemBytes > configured) {
-    cudaFuncSetAttribute(assignKernel<BF16, MODE, CAND, GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smemBytes));
-    configured = smemBytes;
-  }
+  allowDynamicSmem(reinterpret_cast<const void*>(assignKernel<BF16, MODE, CAND, GATHER>), smemBytes);
   if (grid.x == 0) grid = dim3(static_cast<unsigned>((a.n + BM - 1) / BM));
   assignKernel<BF16, MODE, CAND, GATHER><<<grid, THREADS, smemBytes, s>>>(a);
 }
 
-int multiprocessors() {
-  static int sms = 0;
-  if (sms == 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-      sms = 108;
-    }
-  }
-  return sms;
-}
+int multiprocessors() { return currentDeviceFacts().sms; }
 
 }  // namespace
 
 std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident) {
-  static int optin = -1;  // per-block opt-in limit: 227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86/89
-  if (optin < 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
-      cudaGetLastError();
-      optin = 99 * 1024;
-    }
-    // KMFLEET_CUDA_SMEM_LIMIT (bytes) lowers the limit the portable kernel plans for, so that a machine with more
-    // shared memory runs the layouts a smaller one would (sm_86/89: 101376, sm_80: 166912); read once per process.
-    if (const char* v = std::getenv("KMFLEET_CUDA_SMEM_LIMIT")) {
-      const long cap = std::atol(v);
-      if (cap > 0 && cap < optin) optin = static_cast<int>(cap);
-    }
-  }
+  // per-block opt-in limit of this device: 227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86/89.
+  // KMFLEET_CUDA_SMEM_LIMIT (bytes) lowers the limit the portable kernel plans for, so that a machine with more
+  // shared memory runs the layouts a smaller one would (sm_86/89: 101376, sm_80: 166912); read once per process.
+  static const long cap = [] {
+    const char* v = std::getenv("KMFLEET_CUDA_SMEM_LIMIT");
+    return v ? std::atol(v) : 0L;
+  }();
+  int optin = currentDeviceFacts().smemOptin;
+  if (cap > 0 && cap < optin) optin = static_cast<int>(cap);
   const int terms = opTerms(op);
   const int bk = bkFor(op == OpKind::F16x3);
   const std::size_t tileBytes = static_cast<std::size_t>(BM) * bk * 2;

@@ -39,6 +39,7 @@
 #include <string>
 
 #include "assign_wgmma.h"
+#include "device_facts.h"
 #include "exact_screen_policy.h"
 
 namespace kmfleet {
@@ -819,37 +820,6 @@ bool makeMap(CUtensorMap* map, const void* base, std::int64_t outer, int dp, int
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-struct DeviceFacts {
-  bool hopper = false;
-  int sms = 0;
-  int smemOptin = 0;
-};
-DeviceFacts deviceFacts() {
-  // per device ordinal; the backend pins one device per engine, several engines may use different ones
-  static std::mutex mu;
-  static DeviceFacts facts[64];
-  static bool known[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
-    cudaGetLastError();
-    return {};
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  if (!known[dev]) {
-    int major = 0, minor = 0;
-    DeviceFacts f;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&f.smemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess)
-      f.hopper = major == 9 && minor == 0;  // sm_90a machine code runs on compute capability 9.0 only
-    cudaGetLastError();
-    facts[dev] = f;
-    known[dev] = true;
-  }
-  return facts[dev];
-}
-
 bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B tools flip it inside one process
   const char* v = std::getenv("KMFLEET_ASSIGN_KERNEL");
   return v != nullptr && std::strcmp(v, "mma") == 0;
@@ -858,12 +828,7 @@ bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B to
 
 template <bool BF16, int MODE, int M, bool GATHER>
 void launchHopper(const CUtensorMap (&maps)[4], const HopperArgs& a, std::size_t smem, int grid, cudaStream_t s) {
-  static std::size_t configured = 0;  // per instantiation: raise the dynamic limit once per size
-  if (smem > configured) {
-    cudaFuncSetAttribute(assignHopperKernel<BF16, MODE, M, GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
-    configured = smem;
-  }
+  allowDynamicSmem(reinterpret_cast<const void*>(assignHopperKernel<BF16, MODE, M, GATHER>), smem);
   assignHopperKernel<BF16, MODE, M, GATHER><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
 }
 
@@ -887,7 +852,7 @@ bool sizeLaunch(HopperArgs& a, int terms, int M, const DeviceFacts& dev, std::si
 }  // namespace
 
 bool hopperAssignTakes(int d) {
-  return !disabledByEnvironment() && static_cast<int>(padDims(d)) <= kMaxDp && deviceFacts().hopper;
+  return !disabledByEnvironment() && static_cast<int>(padDims(d)) <= kMaxDp && currentDeviceFacts().hopper;
 }
 
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
@@ -895,7 +860,7 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
                       const ExactBound& bound, const ExactScreen& screen, cudaStream_t s) {
   if (n <= 0 || n > INT32_MAX / 2 || !hopperAssignTakes(d)) return false;  // row indices (and one block ahead) in int
   const int dp = static_cast<int>(padDims(d));
-  const DeviceFacts dev = deviceFacts();
+  const DeviceFacts dev = currentDeviceFacts();
   const bool three = op == OpKind::F16x3;
   const int terms = three ? 2 : 1;
   // 128-row blocks where 256 rows of hi + lo would not fit (KMFLEET_WGMMA_ROWS=128: for every exact shape, A/B only)

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <new>
 
+#include "device_facts.h"
 #include "exact_sums.h"
 #include "row_values.cuh"
 
@@ -416,21 +417,20 @@ __global__ void __launch_bounds__(kSumThreads)
   }
 }
 
+int multiprocessors() { return currentDeviceFacts().sms; }
+
 template <InType IN, int V, bool SQ>
 void launchRunSums(RowValues x, int d, int tiles, bool vec, std::int64_t maxEntries, const ExactScratch& a,
                    const ExactStats& s, cudaStream_t st) {
   auto kernel = runSumsKernel<IN, V, SQ>;
   const std::size_t smem = static_cast<std::size_t>(kSumBins * V + (SQ ? kSqBins : 0)) * kSumThreads * sizeof(long long);
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  int dev = 0, sms = 1, perSm = 1;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kSumThreads, smem);
+  allowDynamicSmem(reinterpret_cast<const void*>(kernel), smem);  // before the occupancy query, which honours it
+  const int perSm = residentBlocksPerSm(reinterpret_cast<const void*>(kernel), kSumThreads, smem);
   // Persistent: every resident block, no more (the entry count is on the device); fewer when even the most entries
   // this call can have would not give each warp an item.
   const std::int64_t maxItems = (maxEntries + kMinRun - 1) / kMinRun * tiles;
   const std::int64_t blocks =
-      std::min<std::int64_t>(static_cast<std::int64_t>(sms) * std::max(perSm, 1), (maxItems + 3) / 4);
+      std::min<std::int64_t>(static_cast<std::int64_t>(multiprocessors()) * perSm, (maxItems + 3) / 4);
   if (blocks <= 0) return;
   kernel<<<static_cast<unsigned>(blocks), kSumThreads, smem, st>>>(x.p, d, tiles, vec, a.keys, a.entries, a.total,
                                                                    s.sum, s.sq, s.count);
@@ -457,13 +457,6 @@ void runSums(RowValues x, int d, std::int64_t maxEntries, bool wantSq, const Exa
       default: go(std::integral_constant<int, 8>{}); break;
     }
   });
-}
-
-int multiprocessors() {
-  int dev = 0, sms = 1;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  return std::max(sms, 1);
 }
 
 unsigned sortBlocks(std::int64_t n) {
