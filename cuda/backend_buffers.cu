@@ -48,7 +48,7 @@ void CudaBackend::allocate() {
   sums_ = devAlloc<double>(std::size_t(k_) * d_, "sums");
   counts_ = devAlloc<long long>(k_, "counts");
   inertia_ = devAlloc<double>(k_, "inertia");
-  bad_ = devAlloc<unsigned long long>(2, "flags");
+  rowFlags_ = devAlloc<unsigned long long>(3, "flags");
   flaggedTotal_ = devAlloc<unsigned long long>(2, "flags");  // rows flagged, rows the screen passed on
   flaggedCount_ = devAlloc<unsigned>(2, "flags");  // flagged rows, screened rows (assignPiece)
   // streamed rows' scratch (one: only the compute stream uses it)
@@ -65,7 +65,6 @@ void CudaBackend::allocate() {
     allocExactStats(statsPass_, k_, d_);
     allocExactScratch(exactC_, std::max(mp_.chunkRows, mp_.residentRows), k_);
     if (mp_.overlapPartials > 0) allocExactScratch(exactS_, mp_.chunkRows, k_);
-    rangeRow_ = devAlloc<unsigned long long>(1, "flags");
   }
   check(cudaEventCreateWithFlags(&chunksDone_, cudaEventDisableTiming), "cudaEventCreate");
   if (mp_.overlapPartials > 0) {  // planned beside the budget (planner.cpp): the chunk stream's own scratch + partials
@@ -124,6 +123,11 @@ void CudaBackend::allocate() {
 }
 
 // streamed: the scratch of streamed chunks (no values when the 16-bit rows are read in their slot).
+// Where prepareRows reports bad rows: the range of the exact statistics only on the path that sums exactly.
+RowFlags CudaBackend::rowFlags() const {
+  return RowFlags{rowFlags_, rowFlags_ + 1, mp_.exactSums ? rowFlags_ + 2 : nullptr};
+}
+
 RowOps CudaBackend::allocOps(std::size_t rows, const char* what, bool streamed) {
   RowOps o;
   o.x16Type = inType(cfg_.dtype);
@@ -207,8 +211,6 @@ void CudaBackend::release() noexcept {
   freeExactStats(statsPass_);
   freeExactScratch(exactC_);
   freeExactScratch(exactS_);
-  if (rangeRow_) cudaFree(rangeRow_);
-  rangeRow_ = nullptr;
   statsHoldPrev_ = false;
   for (void* p : {static_cast<void*>(flagsS_.flagged), static_cast<void*>(flagsS_.thr),
                   static_cast<void*>(flagsS_.candCount), static_cast<void*>(flagsS_.cand),
@@ -229,7 +231,7 @@ void CudaBackend::release() noexcept {
   for (void* p : {static_cast<void*>(cf_), static_cast<void*>(cfNext_), static_cast<void*>(mu64_),
                   static_cast<void*>(scatter_), static_cast<void*>(shift_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                   static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),
-                  static_cast<void*>(counts_), static_cast<void*>(inertia_), static_cast<void*>(bad_),
+                  static_cast<void*>(counts_), static_cast<void*>(inertia_), static_cast<void*>(rowFlags_),
                   static_cast<void*>(flaggedTotal_), static_cast<void*>(flaggedCount_), static_cast<void*>(flagged_), static_cast<void*>(flaggedThr_), static_cast<void*>(candCount_),
                   static_cast<void*>(cand_),
                   static_cast<void*>(dist_), static_cast<void*>(farScratch_)})

@@ -36,9 +36,7 @@ void CudaBackend::processChunk(int buffer, std::int64_t firstRow, std::int64_t r
   const bool valuesInSlot = rows16_ && !retain;  // the 16-bit rows are read where they landed
   if (valuesInSlot) ops.x16 = slot.raw;
   if (!muReady_) establishMu(slot.raw, rows);
-  prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, bad_, bad_ + 1, cs);
-  // every row enters the device here: values the exact statistics cannot hold are an error of the pass (finishPass)
-  if (mp_.exactSums) exactRangeRow(rowValues(ops), rows, d_, firstRow, rangeRow_, cs);
+  prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, rowFlags(), cs);
   check(cudaGetLastError(), "prepareRows");
   if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
   computeChunk(ops, firstRow, rows, &slot, cs);

@@ -88,7 +88,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   check(cudaMemsetAsync(sums_, 0, sizeof(double) * std::size_t(k_) * d_, compute_), "memset");
   check(cudaMemsetAsync(counts_, 0, sizeof(long long) * k_, compute_), "memset");
   check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
-  check(cudaMemsetAsync(bad_, 0xff, 2 * sizeof(unsigned long long), compute_), "memset");
+  check(cudaMemsetAsync(rowFlags_, 0xff, 3 * sizeof(unsigned long long), compute_), "memset");
   check(cudaMemsetAsync(flaggedTotal_, 0, 2 * sizeof(unsigned long long), compute_), "memset");
   // Exact sums (exact_sums.h): a fit pass moves the resident rows' statistics by their changed labels when the last
   // pass left them for resPrevLabels_, else adds them afresh; distances asked for (an assign pass's job) take
@@ -102,7 +102,6 @@ void CudaBackend::beginPass(const PassSpec& spec) {
     zeroExactStats(statsPass_, compute_);
     if (!moveThisPass_) zeroExactStats(statsRes_, compute_);
   }
-  if (rangeRow_) check(cudaMemsetAsync(rangeRow_, 0xff, sizeof(unsigned long long), compute_), "memset");
   screenThisPass_ = mp_.op == OpKind::F16x3 && screenPolicy_.screen();
   screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ &&
                             (screenPolicy_.relative() || screenRefEnv("always")) && !screenRefEnv("0");
@@ -127,32 +126,27 @@ PassTotals CudaBackend::finishPass() {
   // rows — is done once the host has seen it finish; everything else, the streamed chunks' folds included, is on the
   // compute stream.
   check(cudaStreamSynchronize(chunkStream_), "compute");
-  check(cudaMemcpyAsync(hostFlags_, bad_, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
-  check(cudaMemcpyAsync(hostFlags_ + 2, flaggedTotal_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
-        "D2H");
-  check(cudaMemcpyAsync(hostFlags_ + 4, flaggedTotal_ + 1, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
+  check(cudaMemcpyAsync(hostFlags_, rowFlags_, 3 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
+  check(cudaMemcpyAsync(hostFlags_ + 3, flaggedTotal_, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
         "D2H");
   if (countChanges)
-    check(cudaMemcpyAsync(hostFlags_ + 3, changedCount_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
+    check(cudaMemcpyAsync(hostFlags_ + 5, changedCount_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_),
           "D2H");
-  hostFlags_[5] = ~0ULL;
-  if (rangeRow_)
-    check(cudaMemcpyAsync(hostFlags_ + 5, rangeRow_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, compute_), "D2H");
   const bool totalsQueued = queueDown({counts_, inertia_});
   check(cudaStreamSynchronize(compute_), "compute");
   check(cudaStreamSynchronize(d2h_), "D2H");
   for (Slot& s : slots_) drain(s);
   residentPending_ = false;
-  const unsigned long long bad[2] = {hostFlags_[0], hostFlags_[1]};
+  const unsigned long long bad[3] = {hostFlags_[0], hostFlags_[1], hostFlags_[2]};
   if (bad[0] != ~0ULL)
     throw EngineError(ErrorCode::NonFiniteInput, "non-finite value in row " + std::to_string(bad[0]),
                       static_cast<std::int64_t>(bad[0]));
   if (bad[1] != ~0ULL)
     throw EngineError(ErrorCode::InvalidArgument,
                       "row " + std::to_string(bad[1]) + " has zero norm (cosine needs non-zero rows)");
-  if (hostFlags_[5] != ~0ULL)
+  if (bad[2] != ~0ULL)
     throw EngineError(ErrorCode::InvalidArgument,
-                      "row " + std::to_string(hostFlags_[5]) +
+                      "row " + std::to_string(bad[2]) +
                           " has a value of magnitude 2^64 or more: beyond the CUDA backend's exact sums (backend cpu "
                           "takes it)");
   PassTotals t;
@@ -163,7 +157,7 @@ PassTotals CudaBackend::finishPass() {
   sumsKept_ = fit_ && spec_.keepSums && !anyEmpty;
   t.sumsKept = sumsKept_;
   if (fit_ && !sumsKept_) download(sums_, std::size_t(k_) * d_, t.sums);
-  const unsigned long long flagged = hostFlags_[2];
+  const unsigned long long flagged = hostFlags_[3];
   if (mp_.op == OpKind::F16x3)
     screenPolicy_.record(rowsSeen_, static_cast<std::int64_t>(hostFlags_[4]), screenRelativeThisPass_);
   screenRefsWritten_ = screenRefsWritten_ || (screenThisPass_ && resident_.screenRef);
@@ -183,7 +177,7 @@ PassTotals CudaBackend::finishPass() {
   t.rowsSeen = rowsSeen_;
   if (countChanges) {
     t.changedRows = residentHeld_;
-    t.changed = static_cast<std::int64_t>(hostFlags_[3]);
+    t.changed = static_cast<std::int64_t>(hostFlags_[5]);
   }
   lastChangedShare_ = countChanges && residentHeld_ > 0 ? double(t.changed) / double(residentHeld_) : 0;
   if (stats_) {

@@ -219,8 +219,8 @@ class CudaBackend final : public Backend {
   static constexpr std::size_t kRingBytes = std::size_t(1) << 20;  // pieces of the centroid upload and downloads
   char* ring_[2] = {nullptr, nullptr};
   cudaEvent_t ringDone_[2] = {nullptr, nullptr};
-  unsigned long long* hostFlags_ = nullptr;  // pinned: bad row, zero row, flagged total, changed resident rows, screened total,
-                                             // row out of the exact sums' range
+  unsigned long long* hostFlags_ = nullptr;  // pinned: rowFlags_'s three, flagged total, changed resident rows,
+                                             // screened total
   CentroidStats* hostStats_ = nullptr;       // pinned: scale and maxNorm of the pass's centroids
   CentroidStatsDevice* cstats_ = nullptr;
   cudaEvent_t statsReady_ = nullptr;
@@ -250,7 +250,8 @@ class CudaBackend final : public Backend {
   double* sums_ = nullptr;
   long long* counts_ = nullptr;
   double* inertia_ = nullptr;
-  unsigned long long* bad_ = nullptr;
+  unsigned long long* rowFlags_ = nullptr;  // prepareRows' RowFlags: non-finite, zero-norm, beyond the exact range
+  RowFlags rowFlags() const;
   unsigned long long* flaggedTotal_ = nullptr;
   unsigned* flaggedCount_ = nullptr;
 
@@ -269,7 +270,6 @@ class CudaBackend final : public Backend {
   ExactStats statsPass_;         // this pass's streamed chunks, then (finishPass) the pass's total
   ExactScratch exactC_;          // compute_'s: resident rows (all of them at once) and its streamed chunks
   ExactScratch exactS_;          // chunkStream_'s streamed chunks (overlap)
-  unsigned long long* rangeRow_ = nullptr;  // first row with a value the statistics cannot hold (exactRangeRow)
   cudaEvent_t chunksDone_ = nullptr;        // the chunk stream's work of the pass, before finishExactTotals
   // chunk_stream.cu: rows [firstRow, firstRow + rows) with their labels into the statistics — resident rows into
   // statsRes_ (moved from resPrevLabels_, or added), streamed ones into statsPass_ — and, when dist is not null, their

@@ -56,8 +56,8 @@ constexpr int kSumBins = 5;
 // In range 2s + 24 ≤ 296, so bins 0…18 (top bit < 18·16 + 39 = 327 < 384). A lane adds 2 amounts a column, at most
 // 8 columns an entry, 256 entries a run: |bin| < 4096 · 2^39 = 2^51.
 constexpr int kSqBins = 19;
-// Out-of-range values (|x| ≥ 2^64, inf, nan: the caller rejects them with exactRangeRow) are clamped into the last
-// bin: wrong statistics, but never a write outside the lane's bins.
+// Out-of-range values (|x| ≥ 2^64, inf, nan: prepareRows' RowFlags::beyondExact rejects them) are clamped into the
+// last bin: wrong statistics, but never a write outside the lane's bins.
 
 constexpr int kTileColumns = 256;  // columns of a warp's item: 32 lanes × V ≤ 8
 constexpr int kSumThreads = 128;   // runSumsKernel block: 4 warps, bins (5·V + 19)·8 B a thread (≤ 59 KB at V = 8)
@@ -504,22 +504,6 @@ __global__ void addStatsKernel(u64* dsum, const u64* ssum, u64* dsq, const u64* 
   }
 }
 
-// Each thread remembers its first out-of-range value (its indices only grow), then one atomicMin per warp.
-template <InType IN>
-__global__ void rangeRowKernel(const void* x, long long values, int d, long long firstRow, u64* row) {
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  u64 first = ~0ull;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < values; i += stride)
-    if (outOfRange(loadValue<IN>(x, i))) {
-      first = static_cast<u64>(firstRow + i / d);
-      break;
-    }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) first = min(first, __shfl_down_sync(kFull, first, off));
-  if ((threadIdx.x & 31) == 0 && first != ~0ull && first < *reinterpret_cast<volatile u64*>(row))
-    atomicMin(row, first);
-}
-
 // One warp per cluster. Lane-strided columns: the sums converted, and (from the centroid c̃_j = ±mc·2^sc, 2^-96 grid,
 // and S_j = sum[c][j]) the cluster's inertia terms on the 2^-192 grid, exact:
 //   l2      acc = −2·Σ_j c̃_j·S_j,   cc = Σ_j mc²·2^(2sc)        E = sq + acc + count·cc
@@ -740,18 +724,6 @@ void exactMoveRows(RowValues x, std::int64_t n, int d, const std::int32_t* prev,
   if (n <= 0) return;
   sortMoveEntries(cur, prev, n, a, st);
   runSums(x, d, 2 * n, wantSq, a, s, st);
-}
-
-void exactRangeRow(RowValues x, std::int64_t n, int d, std::int64_t firstRow, unsigned long long* row,
-                   cudaStream_t st) {
-  if (n <= 0) return;
-  const long long values = n * d;
-  const unsigned blocks =
-      static_cast<unsigned>(std::min<long long>((values + 255) / 256, multiprocessors() * 16ll));
-  withValueType(x.type, [&](auto inTag) {
-    constexpr InType IN = decltype(inTag)::value;
-    rangeRowKernel<IN><<<blocks, 256, 0, st>>>(x.p, values, d, firstRow, row);
-  });
 }
 
 void exactFinish(const ExactStats& s, const float* cf, bool cosine, double* sumsOut, long long* countsOut,

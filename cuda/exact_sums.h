@@ -10,9 +10,9 @@
 // Integer additions are exact and commute, so the statistics are the same bits whatever the order, chunking,
 // residency or history of the additions: S(t) = S(t−1) + Σ(rows in) − Σ(rows out) equals a fresh sum bit for bit.
 //
-// Range: |x| < 2^64 and at most 2^31 − 1 rows (then |Σ| < 2^95 and Σ‖x̃‖² < 2^171 fit their words). prepareRows does
-// not check this; exactSumsFits() says whether a shape may take this path and the caller checks the values
-// (exactRangeRow).
+// Range: |x| < 2^64 and at most 2^31 − 1 rows (then |Σ| < 2^95 and Σ‖x̃‖² < 2^171 fit their words). exactSumsFits()
+// says whether a shape may take this path; the values are checked as they enter the device (prepareRows'
+// RowFlags::beyondExact, kernels.h).
 //
 // From the statistics and the pass's centroids c (fp32, truncated onto the same grid: c̃), exactFinish gives
 //   sums[c][j]  = Σ x̃_j as the fp64 nearest to it (round to nearest even, from the exact integer)
@@ -84,10 +84,6 @@ void exactAddRows(RowValues x, std::int64_t n, int d, const std::int32_t* labels
 // s holds rows [0, n) under `prev`; afterwards under `cur`. n ≤ 2^31 − 1 and a.maxRows ≥ n (every row may change).
 void exactMoveRows(RowValues x, std::int64_t n, int d, const std::int32_t* prev, const std::int32_t* cur, bool wantSq,
                    ExactScratch& a, const ExactStats& s, cudaStream_t st);
-
-// The first row (global: firstRow + i) of [0, n) with a value of magnitude ≥ 2^64, atomicMin into *row (device,
-// initialized by the caller to ~0ull): values the statistics cannot hold.
-void exactRangeRow(RowValues x, std::int64_t n, int d, std::int64_t firstRow, unsigned long long* row, cudaStream_t st);
 
 // sums (K × D fp64), counts (K), inertia (K fp64) from s and the pass's centroids cf (K × D fp32) — see the header.
 // The exact inertia needs |c| < 2^64 too: a non-empty cluster whose centroid has a value beyond (only a given initial

@@ -90,13 +90,20 @@ inline RowValues rowValues(const RowOps& o) {
 // Whether the backend keeps 16-bit input rows as they are (no fp32 copy): f16/bf16 data and l2.
 inline bool keepsRows16(InType in, bool cosine) { return in != InType::F32 && !cosine; }
 
+// Where prepareRows reports the rows a pass cannot take: device int64s, each the atomicMin of a global row index
+// (all ones: none). A null pointer is not checked.
+struct RowFlags {
+  unsigned long long* nonFinite = nullptr;    // a value is inf or nan
+  unsigned long long* zeroNorm = nullptr;     // cosine: every value is 0
+  unsigned long long* beyondExact = nullptr;  // a value, as later kernels see it, of magnitude ≥ 2^64: more than the
+                                              // exact statistics hold (exact_sums.h)
+};
+
 // prepareRows: raw → RowOps. Writes xf when not null; else copies raw into x16 unless x16 == raw (a streamed
 // chunk's slot). Non-finite rows are written as zeros (xf, x16 — also when x16 == raw).
-// badRow (int64, device) receives atomicMin(first non-finite global row),
-// zeroRow atomicMin(first zero-norm global row) when cosine.
 // mu: the fixed shift of the operands (D floats, device) or null.
 void prepareRows(const void* raw, InType in, std::int64_t n, int d, OpKind op, bool cosine, std::int64_t firstRow,
-                 const float* mu, const RowOps& rows, unsigned long long* badRow, unsigned long long* zeroRow, cudaStream_t s);
+                 const float* mu, const RowOps& rows, const RowFlags& flags, cudaStream_t s);
 
 constexpr int kCandidates = 16;  // candidate window capacity per flagged row (more → recheck over all K)
 

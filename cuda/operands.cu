@@ -64,7 +64,7 @@ __device__ __forceinline__ float warpMax(float v) {
 // One warp per row.
 template <InType IN>
 __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int op, int cosine, long long firstRow,
-                              const float* mu, RowOps rows, unsigned long long* badRow, unsigned long long* zeroRow) {
+                              const float* mu, RowOps rows, RowFlags flags) {
   const long long r = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= n) return;
@@ -80,11 +80,11 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
   ss = warpSum(ss);
   float inv = 1.f;
   if (!finite) {
-    if (lane == 0) atomicMin(badRow, static_cast<unsigned long long>(firstRow + r));
+    if (lane == 0 && flags.nonFinite) atomicMin(flags.nonFinite, static_cast<unsigned long long>(firstRow + r));
     inv = 0.f;  // the pass fails anyway; keep the arithmetic finite
   } else if (cosine) {
     if (ss == 0) {
-      if (lane == 0) atomicMin(zeroRow, static_cast<unsigned long long>(firstRow + r));
+      if (lane == 0 && flags.zeroNorm) atomicMin(flags.zeroNorm, static_cast<unsigned long long>(firstRow + r));
       inv = 0.f;
     } else {
       inv = static_cast<float>(1.0 / sqrt(ss));
@@ -95,9 +95,11 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
   unsigned short* x16 = static_cast<unsigned short*>(rows.x16);
   const unsigned short* raw16 = static_cast<const unsigned short*>(raw);
   float mx = 0.f;
+  bool beyond = false;
   for (int j = lane; j < d; j += 32) {
     float v = finite ? loadIn<IN>(raw, base + j) : 0.f;
     if (cosine) v *= inv;
+    if constexpr (IN != InType::F16) beyond |= !(fabsf(v) < 0x1p64f);  // fp16 stops at 65504
     if (rows.xf) {
       rows.xf[base + j] = v;
     } else if constexpr (IN != InType::F32) {
@@ -107,6 +109,8 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
     mx = fmaxf(mx, fabsf(v - (mu ? mu[j] : 0.f)));
   }
   mx = warpMax(mx);
+  if (flags.beyondExact && __any_sync(0xffffffffu, beyond) && lane == 0)
+    atomicMin(flags.beyondExact, static_cast<unsigned long long>(firstRow + r));
   const float sx = scaleFor(mx);
   double sn = 0, sl = 0;
   unsigned short* hi = static_cast<unsigned short*>(rows.ahi);
@@ -233,22 +237,22 @@ __global__ void centroidStatsFinish(CentroidStatsDevice* st) {
 }  // namespace
 
 void prepareRows(const void* raw, InType in, std::int64_t n, int d, OpKind op, bool cosine, std::int64_t firstRow,
-                 const float* mu, const RowOps& rows, unsigned long long* badRow, unsigned long long* zeroRow, cudaStream_t s) {
+                 const float* mu, const RowOps& rows, const RowFlags& flags, cudaStream_t s) {
   if (n <= 0) return;
   const int dp = static_cast<int>(padDims(d));
   const unsigned blocks = static_cast<unsigned>((n * 32 + 255) / 256);
   switch (in) {
     case InType::F32:
       prepareKernel<InType::F32><<<blocks, 256, 0, s>>>(raw, n, d, dp, static_cast<int>(op), cosine, firstRow, mu,
-                                                        rows, badRow, zeroRow);
+                                                        rows, flags);
       break;
     case InType::F16:
       prepareKernel<InType::F16><<<blocks, 256, 0, s>>>(raw, n, d, dp, static_cast<int>(op), cosine, firstRow, mu,
-                                                        rows, badRow, zeroRow);
+                                                        rows, flags);
       break;
     case InType::BF16:
       prepareKernel<InType::BF16><<<blocks, 256, 0, s>>>(raw, n, d, dp, static_cast<int>(op), cosine, firstRow,
-                                                         mu, rows, badRow, zeroRow);
+                                                         mu, rows, flags);
       break;
   }
 }

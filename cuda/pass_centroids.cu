@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "centroid_update.h"
@@ -18,6 +19,17 @@ namespace cuda_backend {
 void CudaBackend::uploadCentroids(const float* c) {
   if (c == nullptr)  // PassSpec.centroidsFromUpdate without them on the host, but this backend no longer holds them
     throw EngineError(ErrorCode::Device, "the pass's centroids are neither on the device nor on the host");
+  // A fit pass's exact inertia holds centroids of magnitude < 2^64, the rows' own range (exact_sums.h), so the
+  // centroids the engine computes always fit; a given one beyond it is named here rather than left to a NaN inertia.
+  if (mp_.exactSums && fit_) {
+    const std::size_t values = std::size_t(k_) * d_;
+    for (std::size_t i = 0; i < values; ++i)
+      if (std::fabs(c[i]) >= 0x1p64f)
+        throw EngineError(ErrorCode::InvalidArgument,
+                          "centroid " + std::to_string(i / d_) +
+                              " has a value of magnitude 2^64 or more: beyond the CUDA backend's exact sums (backend "
+                              "cpu takes it)");
+  }
   // the staging and cf_ may still be in the last update's copy down (updateOnDevice)
   check(cudaEventSynchronize(centroidsDown_), "centroids down");
   cfFromUpdate_ = false;
@@ -35,7 +47,7 @@ void CudaBackend::uploadCentroids(const float* c) {
 void CudaBackend::establishMu(void* raw, std::int64_t rows) {
   RowOps ops = streamOps_;
   if (rows16_) ops.x16 = raw;
-  prepareRows(raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, 0, nullptr, ops, bad_, bad_ + 1, compute_);
+  prepareRows(raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, 0, nullptr, ops, rowFlags(), compute_);
   rowMean(rowValues(ops), rows, d_, mu_, compute_);
   hostMu_.resize(d_);
   check(cudaMemcpyAsync(hostMu_.data(), mu_, sizeof(float) * d_, cudaMemcpyDeviceToHost, compute_), "D2H");

@@ -22,7 +22,6 @@
 //   move f    stats of `prev` (fraction f of the rows relabelled) then exactMoveRows(prev → cur): the fresh words;
 //             then exactMoveRows(cur → prev): the words of prev again (whole, or in chunks over two streams)
 //   union     addExactStats(rows [0, h), rows [h, n)): the fresh words
-//   range     exactRangeRow: the first row with a value ≥ 2^64 (or inf, nan), none when all are in range
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -211,8 +210,6 @@ float bitsFloat(std::uint32_t b) {
   std::memcpy(&v, &b, 4);
   return v;
 }
-
-const char* typeName(InType t) { return t == InType::F32 ? "f32" : t == InType::F16 ? "f16" : "bf16"; }
 
 // values (as the host's floats) → the raw input bytes of type t; the values are replaced by what t holds
 std::vector<unsigned char> encodeRows(std::vector<float>& v, InType t) {
@@ -737,62 +734,6 @@ void finishEdges() {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// exactRangeRow
-
-void rangeCase(const std::string& name, InType t, long long n, int d, long long firstRow,
-               const std::vector<std::pair<long long, std::uint32_t>>& plants, unsigned long long want,
-               std::mt19937_64& g) {
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<float> v(static_cast<size_t>(n) * d);
-  for (auto& e : v) e = normal(g) * 1e3f;
-  // in-range edge values sprinkled in: the largest float below 2^64, and its negative
-  if (t != InType::F16)
-    for (int i = 0; i < 50; ++i) v[g() % v.size()] = (i & 1 ? -1 : 1) * bitsFloat(0x5f7fffffu);
-  std::vector<unsigned char> raw = encodeRows(v, t);
-  for (const auto& [i, bits] : plants) {  // raw bits of the input type at value index i
-    if (t == InType::F32) std::memcpy(raw.data() + 4 * i, &bits, 4);
-    else {
-      const std::uint16_t b = static_cast<std::uint16_t>(bits);
-      std::memcpy(raw.data() + 2 * i, &b, 2);
-    }
-  }
-  void* x;
-  unsigned long long* row;
-  CK(cudaMalloc(&x, raw.size()));
-  CK(cudaMalloc(&row, 8));
-  CK(cudaMemcpy(x, raw.data(), raw.size(), cudaMemcpyHostToDevice));
-  CK(cudaMemset(row, 0xff, 8));
-  exactRangeRow(RowValues{x, t}, n, d, firstRow, row, 0);
-  CK(cudaGetLastError());
-  unsigned long long got = 0;
-  CK(cudaMemcpy(&got, row, 8, cudaMemcpyDeviceToHost));
-  std::string p;
-  if (got != want) p = "row " + std::to_string(static_cast<long long>(got)) + ", want " + std::to_string(static_cast<long long>(want));
-  report(std::string("range/") + typeName(t) + "_" + name, p);
-  CK(cudaFree(x));
-  CK(cudaFree(row));
-}
-
-void rangeChecks(std::mt19937_64& g) {
-  const unsigned long long none = ~0ull;
-  const int d = 37;
-  const long long n = 1000;
-  auto at = [&](long long r, int j) { return r * d + j; };
-  rangeCase("none", InType::F32, n, d, 0, {}, none, g);
-  rangeCase("2^64_inf_-2^64", InType::F32, n, d, 12345,
-            {{at(517, 5), 0x5f800000u}, {at(800, 0), 0x7f800000u}, {at(900, 36), 0xdf800000u}}, 12345 + 517, g);
-  rangeCase("-2^64_row0_col0", InType::F32, n, d, 7, {{at(0, 0), 0xdf800000u}}, 7, g);
-  rangeCase("last_value", InType::F32, n, d, 0, {{at(n - 1, d - 1), 0x7f7fffffu}}, n - 1, g);
-  rangeCase("nan", InType::F32, n, d, 0, {{at(700, 3), 0x7fc00000u}, {at(701, 3), 0x60000000u}}, 700, g);
-  rangeCase("none", InType::F16, n, d, 0, {{at(3, 3), 0x7bffu}}, none, g);  // 65504: in range
-  rangeCase("inf", InType::F16, n, d, 100, {{at(42, 9), 0xfc00u}, {at(43, 0), 0x7c00u}}, 142, g);
-  rangeCase("none", InType::BF16, n, d, 0, {{at(5, 5), 0x5f7fu}}, none, g);  // just below 2^64
-  rangeCase("2^64", InType::BF16, n, d, 0, {{at(99, 1), 0x5f80u}, {at(300, 1), 0xdf80u}}, 99, g);
-  // a big case: many warps, the hit far from the start
-  rangeCase("big", InType::F32, 200003, 129, 0, {{200001LL * 129 + 128, 0x5f800000u}}, 200001, g);
-}
-
-// ---------------------------------------------------------------------------------------------------------------
 // bench
 
 __device__ std::uint32_t hash32(std::uint64_t x) {
@@ -958,8 +899,6 @@ int main(int argc, char** argv) {
     runCase(cases[i], seed + 1000003ull * i);
   }
   finishEdges();
-  std::mt19937_64 g(seed ^ 0x9e3779b97f4a7c15ull);
-  rangeChecks(g);
   // exactSumsFits at its edges
   {
     std::string p;

@@ -215,12 +215,12 @@ struct Problem {
       toBf16<<<static_cast<unsigned>((n * d + 255) / 256), 256>>>(tmp, static_cast<__nv_bfloat16*>(raw), n * d);
     CK(cudaMemset(bad, 0xff, 16));
     // μ from the first rows (as the backend does with its first chunk): needs xf, so prepare twice
-    prepareRows(raw, in, n, d, op, cosine, 0, nullptr, rows, bad, bad + 1, 0);
+    prepareRows(raw, in, n, d, op, cosine, 0, nullptr, rows, RowFlags{bad, bad + 1, nullptr}, 0);
     rowMean(RowValues{rows.xf, InType::F32}, n, d, mu, 0);
     hmu.resize(d);
     CK(cudaMemcpy(hmu.data(), mu, d * 4, cudaMemcpyDeviceToHost));
-    if (in != InType::F32) prepareRows(raw, in, n, d, op, cosine, 0, mu, rows, bad, bad + 1, 0);
-    else prepareRows(rows.xf, InType::F32, n, d, op, false, 0, mu, rows, bad, bad + 1, 0);
+    if (in != InType::F32) prepareRows(raw, in, n, d, op, cosine, 0, mu, rows, RowFlags{bad, bad + 1, nullptr}, 0);
+    else prepareRows(rows.xf, InType::F32, n, d, op, false, 0, mu, rows, RowFlags{bad, bad + 1, nullptr}, 0);
     CK(cudaGetLastError());
     // as the backend reads them (xf stays for the CPU reference)
     vals = keepsRows16(in, cosine) && !legacy ? RowValues{raw, in} : RowValues{rows.xf, InType::F32};

@@ -143,15 +143,68 @@ describe('exact statistics', () => {
     }
   });
 
-  it('a value of magnitude 2^64 or more is an invalid argument that names its row', async () => {
-    const n = 5000, d = 8;
-    const x = normalData(n, d, 65);
-    x[4021 * d + 2] = -3e19;
-    const e = await open({ rows: n, dims: d, k: 4, chunkRows: 1024 });
-    e.setCentroids(pickRows(x, d, [0, 1, 2, 3]));
-    const err = await runPass<PassResult>(e, bytesOf(x), n, 'fit').catch((er: unknown) => er);
-    expect(err).toBeInstanceOf(InvalidArgumentError);
-    expect(String((err as Error).message)).toMatch(/^row 4021 has a value of magnitude 2\^64 or more/);
+  // prepareRows checks every value as the statistics will see it (the exact sums hold |x| < 2^64): f32 and bf16 can
+  // reach 2^64, f16 cannot; cosine rows are unit length by then. The lowest such row is named, whichever chunk or
+  // stream found it, and the pass fails (nothing of it is taken).
+  describe('values of magnitude 2^64 or more', () => {
+    const n = 5000, d = 8, chunkRows = 1024;
+    const below = 0x5f7fffff, at = 0x5f800000, atNeg = 0xdf800000;  // f32 bits: just below 2^64, 2^64, −2^64
+    function f32Data(plants: [number, number][]): Float32Array {
+      const x = normalData(n, d, 65);
+      const bits = new Uint32Array(x.buffer, x.byteOffset, x.length);
+      for (const [i, b] of plants) bits[i] = b;
+      return x;
+    }
+    // bf16 is f32's upper half: the same plants as 16-bit patterns
+    function bf16Bytes(x: Float32Array): Buffer {
+      const bits = new Uint32Array(x.buffer, x.byteOffset, x.length);
+      const out = Buffer.alloc(2 * x.length);
+      for (let i = 0; i < x.length; i++) out.writeUInt16LE(bits[i] >>> 16, 2 * i);
+      return out;
+    }
+    async function pass(x: Float32Array, opts: { dtype?: 'f32' | 'bf16'; metric?: 'l2' | 'cosine'; memoryBudget?: number }) {
+      const e = await open({ rows: n, dims: d, k: 4, chunkRows, ...opts });
+      e.setCentroids(pickRows(x, d, [0, 1, 2, 3]).map((v) => (Math.abs(v) > 1e6 ? 0 : v)));
+      const bytes = opts.dtype === 'bf16' ? bf16Bytes(x) : bytesOf(x);
+      return runPass<PassResult>(e, bytes, n, 'fit').catch((er: unknown) => er);
+    }
+    const named = (row: number) => new RegExp(`^row ${row} has a value of magnitude 2\\^64 or more`);
+
+    it('f32: the lowest such row is named, resident or streamed; just below 2^64 is taken', async () => {
+      const x = f32Data([[4021 * d + 2, atNeg], [300 * d + 7, at], [4999 * d, at]]);
+      for (const memoryBudget of [undefined, 0]) {
+        const err = await pass(x, { memoryBudget });
+        expect(err, `budget ${memoryBudget}`).toBeInstanceOf(InvalidArgumentError);
+        expect(String((err as Error).message)).toMatch(named(300));
+      }
+      const fine = await pass(f32Data([[12, below], [4021 * d + 2, below | 0x80000000]]), {});
+      expect(fine).not.toBeInstanceOf(Error);
+    });
+    it('bf16 data: 2^64 is named, the largest bf16 below it is taken', async () => {
+      const err = await pass(f32Data([[99 * d + 1, at], [3000 * d + 1, atNeg]]), { dtype: 'bf16' });
+      expect(err).toBeInstanceOf(InvalidArgumentError);
+      expect(String((err as Error).message)).toMatch(named(99));
+      expect(await pass(f32Data([[99 * d + 1, 0x5f7f0000]]), { dtype: 'bf16' })).not.toBeInstanceOf(Error);
+    });
+    it('a given centroid of 2^64 or more is named; the engine takes good ones after it', async () => {
+      const x = normalData(n, d, 66);
+      const e = await open({ rows: n, dims: d, k: 4, chunkRows });
+      const c = pickRows(x, d, [0, 1, 2, 3]);
+      c[2 * d + 5] = -(2 ** 64);
+      e.setCentroids(c);
+      const err = await runPass<PassResult>(e, bytesOf(x), n, 'fit').catch((er: unknown) => er);
+      expect(err).toBeInstanceOf(InvalidArgumentError);
+      expect(String((err as Error).message)).toMatch(/^centroid 2 has a value of magnitude 2\^64 or more/);
+      // the failed pass is closed as any failed pass is: its finishPass rejects with the same error
+      await expect(e.finishPass()).rejects.toThrow(/^centroid 2 has a value of magnitude 2\^64 or more/);
+      c[2 * d + 5] = 1.5;
+      e.setCentroids(c);
+      const r = await runPass<PassResult>(e, bytesOf(x), n, 'fit');
+      expect(Number.isFinite(r.inertia)).toBe(true);
+    });
+    it('cosine rows are unit length when summed: 2^64 and more is taken', async () => {
+      expect(await pass(f32Data([[300 * d + 7, at], [17, 0x7e000000]]), { metric: 'cosine' })).not.toBeInstanceOf(Error);
+    });
   });
 });
 
