@@ -46,15 +46,15 @@ def main():
         device = dev_file.read_text().strip().splitlines()[0]
     torch_ms = {(r["dtype"], r["n"], r["d"], r["k"]): float(r["ms_per_iter"]) for r in torch_rows}
     print(f"### kmfleet CUDA backend — {device}\n")
-    print("Full Lloyd iteration (assign + fp64 sums + the update on the device), data resident, random normal unless noted.\n")
-    print("| shape (N, D, K) | data | kernel | ms/iter | assign ms | eff. TFLOP/s | recheck rows | torch ms/iter | × torch |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("Full Lloyd iteration (assign + the statistics (sums) + the update on the device), data resident, random normal unless noted.\n")
+    print("| shape (N, D, K) | data | kernel | sums | ms/iter | assign ms | eff. TFLOP/s | recheck rows | torch ms/iter | × torch |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in kern:
         tkey = ("fp16" if r["in"] == "f16" else "fp32", r["n"], r["d"], r["k"])
         t = torch_ms.get(tkey)
         ms = float(r["ms_per_iter"])
         ratio = f"{t / ms:.1f}×" if t else "—"
-        print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} {r['data']} | {r['kernel']} | {ms:.2f} | "
+        print(f"| {int(r['n']):,}, {r['d']}, {r['k']} | {r['in']} {r['data']} | {r['kernel']} | {r.get('sums', 'accumulate')} | {ms:.2f} | "
               f"{float(r['assign_ms']):.2f} | {r['tflops']} | {r['recheck_last']} | {t if t else '—'} | {ratio} |")
     ms_table(parse(out / "bench-pass.log"), "RESULT_PASS", torch_ms, "ms_per_pass", "kernel", "ms/pass",
              "One fit pass through the Backend (what the engine runs: per-chunk stages, label copies, host side):")

@@ -5,6 +5,8 @@
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
 // KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs);
 // KMFLEET_CUDA_PER_CHUNK=1: the backend's resident rows chunk by chunk and farthest rows on every fit pass (the old path).
+// KMFLEET_CUDA_CHUNKED_SUMS=1 (bench, as for the backend): accumulate()'s fp64 sums over every row in each iteration
+// instead of the exact statistics moved by the changed rows.
 // KMBENCH_LEGACY=1 (bench): the update path as it was before the device-side centroid statistics — statistics
 // on the host, pageable copies, sums from the fp32 copy of 16-bit rows — for same-run A/B.
 // Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
@@ -23,7 +25,9 @@
 
 #include "../centroid_update.h"
 #include "../exact_screen_policy.h"
+#include "../exact_sums.h"
 #include "../kernels.h"
+#include "../label_changes.h"
 #include "../operands.h"
 #include "../planner.h"
 #include "cuda_bridge.h"
@@ -139,6 +143,17 @@ struct Problem {
   cudaEvent_t statsReady = nullptr;  // hstats of the operands queued last (queueCentroidOps)
   bool opsQueued = false;            // cf's operands are queued since cf last changed
   unsigned* hScreened = nullptr;     // pinned: the pass's flagged and screened-out totals, down with counts and inertia
+  // The fit pass's statistics as the backend keeps them for resident rows (exact_sums.h; the planner's
+  // MemoryPlan::exactSums, KMFLEET_CUDA_CHUNKED_SUMS=1 for accumulate() as before): moved by the rows whose label
+  // changed when the last pass changed at most 30 % of them, else added afresh. Benchmarks only (updateExact).
+  bool exactSums = false;
+  ExactStats stats{};
+  ExactScratch exactScratch{};
+  int* prevLabels = nullptr;
+  bool statsHoldPrev = false;             // stats are those of prevLabels
+  double lastChangedShare = 1.0;
+  unsigned long long* changed = nullptr;  // device: rows whose label changed this pass
+  unsigned long long* hChanged = nullptr; // pinned
 
   void alloc(long long n_, int d_, int k_, OpKind op_, InType in_) {
     screen = ExactScreenPolicy(padDims(d_));
@@ -188,6 +203,15 @@ struct Problem {
     CK(cudaHostAlloc(&hScreened, 8, cudaHostAllocPortable));
     legacy = envFlag("KMBENCH_LEGACY");
   }
+  void allocExact() {
+    exactSums = exactSumsFits(n, d, k) && !std::getenv("KMFLEET_CUDA_CHUNKED_SUMS");
+    if (!exactSums) return;
+    allocExactStats(stats, k, d);
+    allocExactScratch(exactScratch, n, k);
+    CK(cudaMalloc(&prevLabels, n * 4));
+    CK(cudaMalloc(&changed, 8));
+    CK(cudaHostAlloc(&hChanged, 8, cudaHostAllocPortable));
+  }
   void release() {
     if (raw != rows.xf) cudaFree(raw);
     for (void* p : {(void*)rows.xf, rows.ahi, rows.alo, (void*)rows.rowScale, (void*)rows.rowNorm, (void*)rows.rowNormLo, (void*)rows.screenRef, (void*)cf, bhi, blo,
@@ -196,6 +220,13 @@ struct Problem {
                     (void*)shift, (void*)scatter})
       if (p) cudaFree(p);
     cudaFreeHost(hK);
+    if (exactSums) {
+      freeExactStats(stats);
+      freeExactScratch(exactScratch);
+      cudaFree(prevLabels);
+      cudaFree(changed);
+      cudaFreeHost(hChanged);
+    }
     cudaFreeHost(hstats);
     cudaFreeHost(hcPinned);
     cudaStreamSynchronize(down);
@@ -291,6 +322,28 @@ struct Problem {
     accumulate(v, n, d, k, labels, cf, cosine, keepDist || !distancesFromSums(d) ? dist : nullptr, nullptr, true, acc,
                sums, counts, inertia, 0);
   }
+  // The backend's fit pass with exact statistics (cuda_backend.cu beginPass / chunk_stream.cu / finishExactTotals):
+  // sums, counts and the inertia from the statistics; this pass's labels become the previous ones.
+  void updateExact() {
+    const bool move = statsHoldPrev && lastChangedShare <= 0.3;
+    if (move) {
+      exactMoveRows(vals, n, d, prevLabels, labels, true, exactScratch, stats, 0);
+    } else {
+      zeroExactStats(stats, 0);
+      exactAddRows(vals, n, d, labels, true, exactScratch, stats, 0);
+    }
+    *hChanged = static_cast<unsigned long long>(n);
+    if (statsHoldPrev) {
+      CK(cudaMemsetAsync(changed, 0, 8, 0));
+      countLabelChanges(labels, prevLabels, n, changed, 0);
+      CK(cudaMemcpyAsync(hChanged, changed, 8, cudaMemcpyDeviceToHost, 0));
+    }
+    exactFinish(stats, cf, false, sums, counts, inertia, 0);
+    std::swap(labels, prevLabels);
+    statsHoldPrev = true;
+  }
+  // after the pass's wait: the share of rows it changed, which picks the next pass's way
+  void noteChanged() { lastChangedShare = static_cast<double>(*hChanged) / static_cast<double>(n); }
   // l2, every row; the data variance asked on the first update only, as the job's driver asks the engine for it once
   ClusterUpdateArgs updateArgs() const {
     ClusterUpdateArgs a;
@@ -694,13 +747,15 @@ static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsign
     P.setCentroids();
     if (st) st->prep += msSince(t);
     P.assign();
-    P.update(false);
+    if (P.exactSums) P.updateExact();
+    else P.update(false);
     // counts, inertia and the screen's totals down behind the sums, under one wait (as the backend's finishPass)
     CK(cudaMemcpyAsync(hcnt, P.counts, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaMemcpyAsync(hs, P.inertia, static_cast<size_t>(P.k) * 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaMemcpyAsync(P.hScreened, P.flaggedCount, 8, cudaMemcpyDeviceToHost, 0));
     CK(cudaStreamSynchronize(0));
     if (P.op == OpKind::F16x3) P.screen.record(P.n, P.hScreened[1], P.usedRelative);
+    if (P.exactSums) P.noteChanged();
     t = std::chrono::steady_clock::now();
     const bool empty = std::find(hcnt, hcnt + P.k, 0LL) != hcnt + P.k;
     if (hostUpdate || empty) {
@@ -732,6 +787,7 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   Problem P;
   P.keepDist = false;
   P.alloc(n, d, k, op, in);
+  P.allocExact();  // the iterations sum as the backend's fit pass does
   P.generate(blobs, 42, 0.f, false);
   // the sums' destination: pinned (as the backend's download ring), or pageable as before (legacy)
   std::vector<double> hsv;
@@ -804,7 +860,14 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
     else unsetenv("KMFLEET_EXACT_SCREEN");
   }
   const float distMs = 0.f;  // fused into the sums for D ≤ 256
-  const float sumMs = timeIt([&] { P.update(false); });
+  // the statistics: with exact sums, the next pass's move (the assignments above labelled the rows for the updated
+  // centroids) and its way back, halved, plus exactFinish; else accumulate() over every row
+  const double changedLast = P.exactSums ? 100.0 * P.lastChangedShare : 0.0;
+  const float sumMs = P.exactSums ? timeIt([&] {
+    exactMoveRows(P.vals, n, d, P.prevLabels, P.labels, true, P.exactScratch, P.stats, 0);
+    exactMoveRows(P.vals, n, d, P.labels, P.prevLabels, true, P.exactScratch, P.stats, 0);
+    exactFinish(P.stats, P.cf, false, P.sums, P.counts, P.inertia, 0);
+  }) / 2 : timeIt([&] { P.update(false); });
   // the centroid side on the device alone (statistics + operands; legacy: operands only)
   const float cprepMs = timeIt([&] {
     if (P.legacy) prepareCentroids(P.cf, P.mu, k, d, op, P.cops.scale, P.bhi, P.blo, P.cnorm, 0);
@@ -815,10 +878,12 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
   std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f iters_2_4_ms=%.3f relative=%d assign_ms=%.3f tflops=%.1f "
               "recheck_first=%.5f%% recheck_last=%.5f%% screened_last=%.2f%% screen_now=%d screen_ms=%.3f mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f "
-              "host_prep_ms=%.3f host_down_ms=%.3f host_div_ms=%.3f centroid_kernels_ms=%.3f update_kernels_ms=%.3f rows=%s%s\n",
+              "host_prep_ms=%.3f host_down_ms=%.3f host_div_ms=%.3f centroid_kernels_ms=%.3f update_kernels_ms=%.3f rows=%s sums=%s "
+              "changed_last=%.2f%%%s\n",
               opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16", blobs ? "blobs" : "random", n,
               d, k, ms, tw / W, P.usedRelative ? 1 : 0, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, 100.0 * screenedLast / n, P.screen.screen() ? 1 : 0, screenMs, mmaMs, am - mmaMs, distMs, sumMs, prepMs, downMs,
-              divMs, cprepMs, updMs, P.vals.type == InType::F32 ? "f32" : "16bit", P.legacy ? " legacy=1" : "");
+              divMs, cprepMs, updMs, P.vals.type == InType::F32 ? "f32" : "16bit", P.exactSums ? "exact" : "accumulate",
+              changedLast, P.legacy ? " legacy=1" : "");
   std::fflush(stdout);
   P.release();
 }
