@@ -211,7 +211,7 @@ async function runJob(
     }
     engine = await openJobEngine(openEngine, engineOptions, resume, log);
     reportDevice(deps.metrics, engine, engineOptions.device ?? 0, log);
-    log.info({ plan: engine.plan }, 'engine open');
+    log.info({ plan: engine.plan, gpu: engineOptions.device }, 'engine open');  // gpu: the CUDA ordinal this job took
     // rows still downloading go to the engine's resident memory as they land, not in the first pass
     if (source instanceof MemoryCachedRowSource) preload = ResidentPreload.start(engine, source);
 

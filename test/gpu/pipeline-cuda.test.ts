@@ -7,7 +7,10 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { gpuInfo } from '../../native/index.js';
 import { generateDataset } from '../../worker/dataset/synthetic.js';
 import { decodeNpy } from '../../worker/formats/npy-encode.js';
 import { startStack, type Stack } from '../integration/pipeline-fixture.js';
@@ -71,6 +74,27 @@ describe('pipeline on the GPU: SDK → queue → worker (cuda) → S3', () => {
       const used = /kmfleet_device_memory_used_bytes\{[^}]*\} (\d+(?:\.\d+)?(?:e\+\d+)?)/.exec(text);
       expect(used, text).not.toBeNull();
       expect(Number(used![1])).toBeGreaterThan(0);
+    } finally {
+      await worker.shutdown('test end');
+    }
+  });
+  // A pod with several GPUs runs one job per GPU at once (worker/device-pool.ts; concurrency defaults to the GPU
+  // count): both jobs overlap, each on its own device, and the same spec gives the same bits on each.
+  it.skipIf(gpuInfo().devices.length < 2)('a worker with two GPUs runs a job on each at once, with the same bits', async () => {
+    const lines: { msg?: string; jobId?: string; gpu?: number }[] = [];
+    const sink = new Writable({ write(chunk, _enc, done) { for (const l of String(chunk).split('\n')) if (l) lines.push(JSON.parse(l)); done(); } });
+    const spec = { dataset: { uri: 's3://data/blobs.npy' }, k, maxIter: 30, seed: 9, precision: 'fp32' as const, backend: 'cuda' as const };
+    await stack.client.enqueue({ ...spec, output: 's3://out/two/a/' }, { jobId: 'two-a' });
+    await stack.client.enqueue({ ...spec, output: 's3://out/two/b/' }, { jobId: 'two-b' });
+    const worker = await stack.startWorker({ KMFLEET_CHUNK_ROWS: '65536' }, { logger: pino({ level: 'info' }, sink) });
+    try {
+      const [a, b] = await Promise.all(['two-a', 'two-b'].map((id) => stack.client.wait(id, { timeoutMs: 120_000 })));
+      expect(a.iterations).toBe(b.iterations);
+      const opened = lines.filter((l) => l.msg === 'engine open');
+      expect(opened.map((l) => l.jobId).sort()).toEqual(['two-a', 'two-b']);
+      expect(new Set(opened.map((l) => l.gpu)).size, JSON.stringify(opened.map((l) => l.gpu))).toBe(2);
+      const centroids = (p: string) => stack.s3.get('out', `two/${p}/centroids.npy`);
+      expect((await centroids('a/two-a')).equals(await centroids('b/two-b'))).toBe(true);
     } finally {
       await worker.shutdown('test end');
     }
