@@ -332,7 +332,7 @@ struct Problem {
       zeroExactStats(stats, 0);
       exactAddRows(vals, n, d, labels, true, exactScratch, stats, 0);
     }
-    *hChanged = static_cast<unsigned long long>(n);
+    *hChanged = 0;  // no previous labels: no share to go by, so the next pass moves (as finishPass counts none)
     if (statsHoldPrev) {
       CK(cudaMemsetAsync(changed, 0, 8, 0));
       countLabelChanges(labels, prevLabels, n, changed, 0);
