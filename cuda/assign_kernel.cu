@@ -49,11 +49,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "device_facts.h"
 #include "exact_screen_policy.h"
 #include "kernels.h"
 #ifdef KMFLEET_HOPPER
 #include "assign_wgmma.h"
-#include "device_facts.h"
 #endif
 
 namespace kmfleet {
