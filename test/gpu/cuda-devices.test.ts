@@ -11,7 +11,7 @@ import { distinctRows, engineTracker, fit } from './gpu-helpers.js';
 const open = engineTracker();
 const devices = gpuInfo().devices;
 
-describe.skipIf(devices.length < 2)(`one process, ${devices.length} devices`, () => {
+describe.skipIf(devices.length < 2)(`one process, several devices (${devices.length} here)`, () => {
   const n = 40_000, d = 128, k = 256;
   const x = normalData(n, d, 7);
   const init = pickRows(x, d, distinctRows(n, k, 3));
