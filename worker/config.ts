@@ -15,6 +15,7 @@
  * | KMFLEET_CHUNK_ROWS               | planner                  | rows per engine host buffer (fixes the chunk size: bitwise runs) |
  * | KMFLEET_MEMORY_BUDGET_MB         | planner                  | memory for resident rows (device on CUDA, host on CPU)           |
  * | KMFLEET_CACHE_DIR                | (off)                    | local dataset cache directory (the pod's NVMe)                   |
+ * | KMFLEET_CACHE_MAX_GB             | (no limit)               | keep the cache under this size: least recently used files go     |
  * | KMFLEET_WRITE_DISTANCES          | false                    | also write distances.npy                                         |
  * | KMFLEET_KEEP_CHECKPOINTS         | false                    | keep _checkpoints/ after a job completed                         |
  * | KMFLEET_CHECKPOINT_MIN_INTERVAL_MS | 1000                   | at least this long between checkpoints (checkpoints/pacer.ts)    |
@@ -56,6 +57,8 @@ export interface WorkerConfig {
   chunkRows?: number;
   memoryBudgetBytes?: number;
   cacheDir?: string;
+  /** KMFLEET_CACHE_MAX_GB in bytes; undefined: the cache is not evicted */
+  cacheMaxBytes?: number;
   memoryCacheBytes: number;
   writeDistances: boolean;
   keepCheckpoints: boolean;
@@ -83,6 +86,7 @@ export class WorkerConfigError extends Error {
 }
 
 const MB = 1024 * 1024;
+const GB = 1024 * MB;
 
 /**
  * Without KMFLEET_CACHE_DIR, datasets up to this size stay in host memory after their first read (k-means++ reads a
@@ -136,6 +140,7 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     problems.push((err as Error).message);
   }
   const budgetMb = int('KMFLEET_MEMORY_BUDGET_MB', 1);
+  const cacheMaxGb = int('KMFLEET_CACHE_MAX_GB', 1);
   const config: WorkerConfig = {
     redis,
     prefix: env.KMFLEET_PREFIX || DEFAULT_PREFIX,
@@ -146,6 +151,7 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     chunkRows: int('KMFLEET_CHUNK_ROWS', 1),
     memoryBudgetBytes: budgetMb === undefined ? undefined : budgetMb * MB,
     cacheDir: env.KMFLEET_CACHE_DIR || undefined,
+    cacheMaxBytes: cacheMaxGb === undefined ? undefined : cacheMaxGb * GB,
     memoryCacheBytes: MEMORY_CACHE_BYTES,
     writeDistances: bool('KMFLEET_WRITE_DISTANCES'),
     keepCheckpoints: bool('KMFLEET_KEEP_CHECKPOINTS'),

@@ -68,7 +68,10 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
       throw new JobInputError(`dataset ${spec.dataset.uri} cannot be used: ${problems.join('; ')}`);
     }
     if (config.cacheDir) {
-      source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => o.log.warn({ err }, 'dataset cache off for this job'));
+      source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => o.log.warn({ err }, 'dataset cache off for this job'), {
+        maxBytes: config.cacheMaxBytes,
+        onEvict: (paths) => o.log.info({ evicted: paths }, 'dataset cache: least recently used files removed to make room'),
+      });
     } else if (s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes) {
       const memory = new MemoryCachedRowSource(s3Source, { blockBytes: config.readPartBytes, concurrency: config.readConcurrency, signal: o.stop });
       memory.prefetch();

@@ -4,7 +4,7 @@
  * (later passes read the cache, S3 is read once); and a cancel from another process.
  */
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -107,16 +107,42 @@ describe('pipeline: SDK → queue → worker → S3', () => {
 
   it('with a local cache and a small memory budget: S3 is read once, later passes read the cache, same result', async () => {
     const cacheDir = join(dir, 'cache');
-    await stack.startWorker({ ...WORKER_ENV, KMFLEET_CACHE_DIR: cacheDir, KMFLEET_MEMORY_BUDGET_MB: '1' });
-    await stack.client.enqueue({ dataset: { uri: 's3://data/blobs.npy' }, k: 12, maxIter: 50, seed: 4, backend: 'cpu', output: 's3://out/cached' }, { jobId: 'e2e-cache' });
-    const result = await stack.client.wait('e2e-cache', { timeoutMs: 60_000 });
-    expect(readdirSync(cacheDir).filter((f) => f.endsWith('.rows'))).toHaveLength(1);
-    const first = decodeNpy(await stack.s3.get('out', 'runs/e2e-1/centroids.npy'));
-    const cached = decodeNpy(await stack.s3.get('out', 'cached/e2e-cache/centroids.npy'));
-    expect(bytesOf(cached.data).equals(bytesOf(first.data))).toBe(true);
-    expect(result.iterations).toBeGreaterThan(1);
-    // the data part of the file once (+ the header probe), whatever the number of passes
-    expect(result.timings.s3BytesRead).toBe(30_000 * 16 * 4);
+    const worker = await stack.startWorker({ ...WORKER_ENV, KMFLEET_CACHE_DIR: cacheDir, KMFLEET_MEMORY_BUDGET_MB: '1' });
+    try {
+      await stack.client.enqueue({ dataset: { uri: 's3://data/blobs.npy' }, k: 12, maxIter: 50, seed: 4, backend: 'cpu', output: 's3://out/cached' }, { jobId: 'e2e-cache' });
+      const result = await stack.client.wait('e2e-cache', { timeoutMs: 60_000 });
+      expect(readdirSync(cacheDir).filter((f) => f.endsWith('.rows'))).toHaveLength(1);
+      const first = decodeNpy(await stack.s3.get('out', 'runs/e2e-1/centroids.npy'));
+      const cached = decodeNpy(await stack.s3.get('out', 'cached/e2e-cache/centroids.npy'));
+      expect(bytesOf(cached.data).equals(bytesOf(first.data))).toBe(true);
+      expect(result.iterations).toBeGreaterThan(1);
+      // the data part of the file once (+ the header probe), whatever the number of passes
+      expect(result.timings.s3BytesRead).toBe(30_000 * 16 * 4);
+    } finally {
+      await worker.shutdown();
+    }
+  });
+
+  it('KMFLEET_CACHE_MAX_GB: caching a new dataset evicts the cached file used least recently', async () => {
+    const cacheDir = join(dir, 'cache-capped');
+    mkdirSync(cacheDir);
+    // an earlier dataset's file of 1.5 GiB (sparse: no disk used), last used a day ago
+    const old = join(cacheDir, `${'0'.repeat(40)}.rows`);
+    writeFileSync(old, '');
+    truncateSync(old, 1.5 * 2 ** 30);
+    const dayAgo = new Date(Date.now() - 86_400_000);
+    utimesSync(old, dayAgo, dayAgo);
+    const worker = await stack.startWorker({ ...WORKER_ENV, KMFLEET_CACHE_DIR: cacheDir, KMFLEET_CACHE_MAX_GB: '1' });
+    try {
+      await stack.client.enqueue({ dataset: { uri: 's3://data/blobs.npy' }, k: 12, maxIter: 5, seed: 4, backend: 'cpu', output: 's3://out/capped' }, { jobId: 'e2e-cache-cap' });
+      await stack.client.wait('e2e-cache-cap', { timeoutMs: 60_000 });
+      const files = readdirSync(cacheDir);
+      expect(files).toHaveLength(1);
+      expect(files[0]).toMatch(/^[0-9a-f]{40}\.rows$/);
+      expect(files[0]).not.toBe(`${'0'.repeat(40)}.rows`);
+    } finally {
+      await worker.shutdown();
+    }
   });
 });
 

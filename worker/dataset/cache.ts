@@ -7,18 +7,27 @@
  * The file is named after the object and its ETag, so a new version of the dataset never reads old bytes. It is filled
  * under a private temporary name and renamed once complete: a later job on the same pod and dataset reuses it whole,
  * and two jobs filling it at once never see each other's half-written file. A cache that fails (disk full) is
- * switched off for the rest of the job, never failing it. Nothing evicts old files: size the volume, or clean it.
+ * switched off for the rest of the job, never failing it. With a cap (KMFLEET_CACHE_MAX_GB) the least recently used
+ * files make room for a new one (cache-eviction.ts); without one nothing is evicted: size the volume, or clean it.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DatasetDType } from '../formats/npy-header.js';
+import { makeCacheRoom, touchCacheFile } from './cache-eviction.js';
 import { checkReadRange, type RowSource } from './row-source.js';
 
 /** What the cache needs to know about the remote object to name it. */
 export interface CacheableSource extends RowSource {
   readonly uri: string;
   readonly etag: string;
+}
+
+export interface CacheOptions {
+  /** keep the directory's cache files under this many bytes (KMFLEET_CACHE_MAX_GB); unset: no limit */
+  maxBytes?: number;
+  /** the files evicted to make room */
+  onEvict?: (paths: string[]) => void;
 }
 
 export interface CacheStats {
@@ -59,15 +68,34 @@ export class CachedRowSource implements RowSource {
     if (complete) this.filled.add(0, inner.rows);
   }
 
-  /** Wrap `inner`; when the cache directory is unusable the inner source is returned as is (and onError told why). */
-  static async open(inner: CacheableSource, dir: string, onError: (err: unknown) => void = () => {}): Promise<RowSource> {
+  /**
+   * Wrap `inner`; when the cache directory is unusable, or (with `maxBytes`) the dataset cannot fit under the cap, the
+   * inner source is returned as is (and onError told why). A new file first makes room under the cap
+   * (cache-eviction.ts: least recently used complete files go, `onEvict` is told which).
+   */
+  static async open(
+    inner: CacheableSource,
+    dir: string,
+    onError: (err: unknown) => void = () => {},
+    options: CacheOptions = {},
+  ): Promise<RowSource> {
     const path = join(dir, cacheFileName(inner.uri, inner.etag));
     const bytes = inner.rows * inner.rowBytes;
     try {
       await mkdir(dir, { recursive: true });
       const existing = await stat(path).catch(() => undefined);
       if (existing && existing.size === bytes) {
+        await touchCacheFile(path);
         return new CachedRowSource(inner, await open(path, 'r'), path, undefined, true, onError);
+      }
+      if (options.maxBytes !== undefined) {
+        const room = await makeCacheRoom(dir, bytes, options.maxBytes);
+        if (room.evicted.length > 0) options.onEvict?.(room.evicted);
+        if (!room.fits) {
+          const beside = room.fillingBytes > 0 ? ` beside the ${room.fillingBytes} bytes other jobs are filling` : '';
+          onError(new Error(`the dataset's ${bytes} bytes do not fit the cache's ${options.maxBytes} (KMFLEET_CACHE_MAX_GB)${beside}`));
+          return inner;
+        }
       }
       const tempPath = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.partial`;
       const fh = await open(tempPath, 'w+');
