@@ -7,7 +7,9 @@
  * Several workers may share the directory (a hostPath on a node's NVMe): deleting a file another worker is reading is
  * safe (Linux keeps an unlinked file's data until its last descriptor closes), and a `.partial` file is another job
  * filling its cache right now — it counts against the cap but is never deleted, unless it is older than a day (its
- * writer died without cleaning up).
+ * writer died without cleaning up). The cap is kept when caches are filled one at a time; two jobs that make room at
+ * the same moment each count only the other's partial file as far as it has been written, so together they may
+ * exceed the cap by up to their datasets' size until the next job makes room.
  */
 import { readdir, rm, stat, utimes } from 'node:fs/promises';
 import { join } from 'node:path';
