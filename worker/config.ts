@@ -89,8 +89,9 @@ const MB = 1024 * 1024;
 const GB = 1024 * MB;
 
 /**
- * Without KMFLEET_CACHE_DIR, datasets up to this size stay in host memory after their first read (k-means++ reads a
- * small dataset whole before the first pass: without this it would be downloaded twice). Not yet an env variable: it
+ * Datasets up to this size stay in host memory after their first read (k-means++ reads a small dataset whole before
+ * the first pass: without this it would be downloaded twice); with KMFLEET_CACHE_DIR they are also written to the
+ * pod's cache file from there (dataset/cache-filler.ts), unless the file is there already. Not yet an env variable: it
  * needs a row in docs/operations.md's configuration reference first.
  */
 export const MEMORY_CACHE_BYTES = 1024 * MB;

@@ -12,6 +12,7 @@ import { checkDatasetLimits } from '../producer/limits.js';
 import type { CheckpointStore } from './checkpoints/store.js';
 import type { WorkerConfig } from './config.js';
 import { CachedRowSource } from './dataset/cache.js';
+import { fillCacheFromMemory } from './dataset/cache-filler.js';
 import { MemoryCachedRowSource } from './dataset/memory-cache.js';
 import type { RowSource } from './dataset/row-source.js';
 import { S3RowSource } from './dataset/s3-source.js';
@@ -67,15 +68,25 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
       await throwFirstFailure([claiming, bucketCheck]);
       throw new JobInputError(`dataset ${spec.dataset.uri} cannot be used: ${problems.join('; ')}`);
     }
-    if (config.cacheDir) {
-      source = await CachedRowSource.open(s3Source, config.cacheDir, (err) => o.log.warn({ err }, 'dataset cache off for this job'), {
-        maxBytes: config.cacheMaxBytes,
-        onEvict: (paths) => o.log.info({ evicted: paths }, 'dataset cache: least recently used files removed to make room'),
-      });
-    } else if (s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes) {
+    const cacheOff = (err: unknown) => o.log.warn({ err }, 'dataset cache off for this job');
+    const cacheOptions = {
+      maxBytes: config.cacheMaxBytes,
+      onEvict: (paths: string[]) => o.log.info({ evicted: paths }, 'dataset cache: least recently used files removed to make room'),
+    };
+    const fitsMemory = s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes;
+    // a dataset the pod has cached already is read from its file; else one that fits the memory cache downloads into
+    // it (and, with a cache directory, is written to the file beside the job: cache-filler.ts); a larger one goes
+    // through the file as it is read (CachedRowSource)
+    const warm = config.cacheDir ? await CachedRowSource.openComplete(s3Source, config.cacheDir, cacheOff) : undefined;
+    if (warm) {
+      source = warm;
+    } else if (fitsMemory) {
       const memory = new MemoryCachedRowSource(s3Source, { blockBytes: config.readPartBytes, concurrency: config.readConcurrency, signal: o.stop });
       memory.prefetch();
       source = memory;
+      if (config.cacheDir) await fillCacheFromMemory(memory, s3Source, config.cacheDir, { ...cacheOptions, onError: cacheOff });
+    } else if (config.cacheDir) {
+      source = await CachedRowSource.open(s3Source, config.cacheDir, cacheOff, cacheOptions);
     }
     await throwFirstFailure([claiming, bucketCheck, progressed]);
     return { s3Source, source };

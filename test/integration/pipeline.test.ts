@@ -105,7 +105,7 @@ describe('pipeline: SDK → queue → worker → S3', () => {
     }
   });
 
-  it('with a local cache and a small memory budget: S3 is read once, later passes read the cache, same result', async () => {
+  it('with a local cache and a small memory budget: S3 is read once, the pod keeps the file, and the next job reads no S3', async () => {
     const cacheDir = join(dir, 'cache');
     const worker = await stack.startWorker({ ...WORKER_ENV, KMFLEET_CACHE_DIR: cacheDir, KMFLEET_MEMORY_BUDGET_MB: '1' });
     try {
@@ -118,6 +118,12 @@ describe('pipeline: SDK → queue → worker → S3', () => {
       expect(result.iterations).toBeGreaterThan(1);
       // the data part of the file once (+ the header probe), whatever the number of passes
       expect(result.timings.s3BytesRead).toBe(30_000 * 16 * 4);
+      // the file was written beside the job (cache-filler.ts): a later job on the pod reads it, not S3, same bits
+      await stack.client.enqueue({ dataset: { uri: 's3://data/blobs.npy' }, k: 12, maxIter: 50, seed: 4, backend: 'cpu', output: 's3://out/cached' }, { jobId: 'e2e-cache-warm' });
+      const warm = await stack.client.wait('e2e-cache-warm', { timeoutMs: 60_000 });
+      expect(warm.timings.s3BytesRead).toBe(0);
+      const again = decodeNpy(await stack.s3.get('out', 'cached/e2e-cache-warm/centroids.npy'));
+      expect(bytesOf(again.data).equals(bytesOf(first.data))).toBe(true);
     } finally {
       await worker.shutdown();
     }

@@ -10,30 +10,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { makeCacheRoom, STALE_PARTIAL_MS } from '../../worker/dataset/cache-eviction.js';
-import { CachedRowSource, cacheFileName, type CacheableSource } from '../../worker/dataset/cache.js';
+import { CachedRowSource, cacheFileName } from '../../worker/dataset/cache.js';
+import { MemoryRowSource as MemorySource } from '../helpers/memory-row-source.js';
 
-const DIMS = 4;
-const ROW_BYTES = DIMS * 4;
-
-/** rows × 4 float32 with values that name their dataset and row */
-class MemorySource implements CacheableSource {
-  readonly dims = DIMS;
-  readonly dtype = 'f32' as const;
-  readonly rowBytes = ROW_BYTES;
-  reads = 0;
-  private readonly bytes: Buffer;
-  constructor(readonly uri: string, readonly rows: number, readonly etag = '"e1"') {
-    const a = new Float32Array(rows * DIMS);
-    for (let i = 0; i < a.length; i++) a[i] = uri.length * 1000 + i;
-    this.bytes = Buffer.from(a.buffer);
-  }
-  describe() { return this.uri; }
-  async read(first: number, count: number, target: Buffer) {
-    this.reads++;
-    this.bytes.copy(target, 0, first * ROW_BYTES, (first + count) * ROW_BYTES);
-  }
-  async close() {}
-}
+const ROW_BYTES = 4 * 4;  // MemorySource's default 4 float32 columns
 
 /** Opens the cache over `src`, reads every row once (filling the file), closes; returns what onError/onEvict saw. */
 async function useOnce(dir: string, src: MemorySource, maxBytes?: number) {

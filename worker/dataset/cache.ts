@@ -73,6 +73,20 @@ export class CachedRowSource implements RowSource {
    * inner source is returned as is (and onError told why). A new file first makes room under the cap
    * (cache-eviction.ts: least recently used complete files go, `onEvict` is told which).
    */
+  /** The complete cache file of `inner` as a source, or undefined when there is none (or the directory is unusable). */
+  static async openComplete(inner: CacheableSource, dir: string, onError: (err: unknown) => void = () => {}): Promise<CachedRowSource | undefined> {
+    const path = join(dir, cacheFileName(inner.uri, inner.etag));
+    try {
+      const existing = await stat(path).catch(() => undefined);
+      if (!existing || existing.size !== inner.rows * inner.rowBytes) return undefined;
+      await touchCacheFile(path);
+      return new CachedRowSource(inner, await open(path, 'r'), path, undefined, true, onError);
+    } catch (err) {
+      onError(err);  // e.g. evicted by another worker between the stat and the open
+      return undefined;
+    }
+  }
+
   static async open(
     inner: CacheableSource,
     dir: string,
@@ -83,23 +97,11 @@ export class CachedRowSource implements RowSource {
     const bytes = inner.rows * inner.rowBytes;
     try {
       await mkdir(dir, { recursive: true });
-      const existing = await stat(path).catch(() => undefined);
-      if (existing && existing.size === bytes) {
-        await touchCacheFile(path);
-        return new CachedRowSource(inner, await open(path, 'r'), path, undefined, true, onError);
-      }
-      if (options.maxBytes !== undefined) {
-        const room = await makeCacheRoom(dir, bytes, options.maxBytes);
-        if (room.evicted.length > 0) options.onEvict?.(room.evicted);
-        if (!room.fits) {
-          const beside = room.fillingBytes > 0 ? ` beside the ${room.fillingBytes} bytes other jobs are filling` : '';
-          onError(new Error(`the dataset's ${bytes} bytes do not fit the cache's ${options.maxBytes} (KMFLEET_CACHE_MAX_GB)${beside}`));
-          return inner;
-        }
-      }
-      const tempPath = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.partial`;
-      const fh = await open(tempPath, 'w+');
-      return new CachedRowSource(inner, fh, path, tempPath, false, onError);
+      const complete = await CachedRowSource.openComplete(inner, dir, onError);
+      if (complete) return complete;
+      const temp = await startCacheFile(dir, path, bytes, options, onError);
+      if (!temp) return inner;
+      return new CachedRowSource(inner, temp.fh, path, temp.tempPath, false, onError);
     } catch (err) {
       onError(err);
       return inner;
@@ -175,6 +177,27 @@ export class CachedRowSource implements RowSource {
     if (this.tempPath && !this.complete) await rm(this.tempPath, { force: true }).catch(() => {});
     await this.inner.close();
   }
+}
+
+/**
+ * A new cache file's private temporary file, after making room under the cap (cache-eviction.ts); undefined when the
+ * dataset does not fit (onError told why). The caller fills it, fsyncs it and renames it to `path`.
+ */
+export async function startCacheFile(
+  dir: string, path: string, bytes: number, options: CacheOptions, onError: (err: unknown) => void,
+): Promise<{ fh: FileHandle; tempPath: string } | undefined> {
+  await mkdir(dir, { recursive: true });
+  if (options.maxBytes !== undefined) {
+    const room = await makeCacheRoom(dir, bytes, options.maxBytes);
+    if (room.evicted.length > 0) options.onEvict?.(room.evicted);
+    if (!room.fits) {
+      const beside = room.fillingBytes > 0 ? ` beside the ${room.fillingBytes} bytes other jobs are filling` : '';
+      onError(new Error(`the dataset's ${bytes} bytes do not fit the cache's ${options.maxBytes} (KMFLEET_CACHE_MAX_GB)${beside}`));
+      return undefined;
+    }
+  }
+  const tempPath = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.partial`;
+  return { fh: await open(tempPath, 'w+'), tempPath };
 }
 
 /** Sorted, disjoint, merged [first, end) row intervals. */

@@ -65,6 +65,8 @@ export class MemoryCachedRowSource implements RowSource {
   /** work that reads `data` off the JS thread (the engine's loadRows): close() waits for it */
   private readonly borrowed = new Set<Promise<unknown>>();
   private readonly listeners = new Set<RowsArrivedListener>();
+  /** run by close() once the lent work is done (onClose) */
+  private readonly closeHooks: (() => Promise<void>)[] = [];
   private closing = false;
 
   constructor(private readonly inner: RowSource, opts: MemoryCacheOptions = {}) {
@@ -160,6 +162,11 @@ export class MemoryCachedRowSource implements RowSource {
     const settled = work.then(() => {}, () => {});
     this.borrowed.add(settled);
     void settled.then(() => this.borrowed.delete(settled));
+  }
+
+  /** close() runs `hook` once the lent work has settled, before the buffer goes back (a failing hook is ignored). */
+  onClose(hook: () => Promise<void>): void {
+    this.closeHooks.push(hook);
   }
 
   private tell(b: number, rows: number, done: boolean): void {
@@ -298,6 +305,7 @@ export class MemoryCachedRowSource implements RowSource {
     this.listeners.clear();
     await Promise.allSettled([...this.inFlight]);
     await Promise.all([...this.borrowed]);
+    for (const hook of this.closeHooks.splice(0)) await hook().catch(() => {});
     if (this.data) giveBackHostBuffer(this.data);
     this.data = undefined;
     await this.inner.close();
