@@ -13,7 +13,8 @@
  * checkpoint) read by the engine behind the begin while the pass computes, then finishPass. ms_per_iter is that whole
  * iteration, the read included; pass_ms ends at finishPass; centroids_read_ms is what the read added after it (~0
  * beside the pass; ENGINE_PASS_READ=after: the read after the pass, as before stop 17, for A/B); reassigned is the
- * share of rows whose label changed at the first and the last timed iteration. Prints RESULT_ENGINE lines.
+ * share of rows whose label changed at the first and the last timed iteration; early_ms and early_reassigned are the
+ * same for iterations 2–4 (rows resident, many labels still changing). Prints RESULT_ENGINE lines.
  */
 import { Engine } from '../../dist/native/index.js';
 
@@ -124,6 +125,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
     // computes. ENGINE_PASS_READ=after: the order before stop 17 (the read after the pass, timed apart), for A/B.
     const readAfter = process.env.ENGINE_PASS_READ === 'after';
     const times = [], passes = [], finishes = [], engineMs = [], reads = [], reassigned = [];
+    const early = [], earlyReassigned = [];  // iterations 2–4: rows resident, but many labels still changing
     let begunByEngine = 0;
     const warmUps = 4;
     for (let it = 0; it < warmUps + 10; it++) {
@@ -148,6 +150,10 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
         const ms = (t) => (Number(t) / 1e6).toFixed(3);
         console.error(`[engine_pass] iteration ${it} monotonic: beginPass ${ms(t0)}, fed ${ms(t1)}, resolved ${ms(t2)}, read ${ms(t3)}`);
       }
+      if (it >= 1 && it < warmUps) {
+        early.push(Number(t3 - t0) / 1e6);
+        earlyReassigned.push(r.reassigned / n);
+      }
       if (it >= warmUps) {
         times.push(Number(t3 - t0) / 1e6);
         passes.push(Number(t2 - t0) / 1e6);
@@ -167,6 +173,8 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       // the share of rows whose label changed, at the first and the last timed iteration (what sums kept up to date
       // by the changed rows only would read: cuda/NOTES.md "Stop 18")
       `reassigned=${(100 * reassigned[0]).toFixed(2)}%..${(100 * reassigned[reassigned.length - 1]).toFixed(2)}% ` +
+      `early_ms=${early.map((v) => v.toFixed(2)).join(',')} ` +
+      `early_reassigned=${earlyReassigned.map((v) => (100 * v).toFixed(1) + '%').join(',')} ` +
       `device="${engine.plan.device}"`);
   } finally {
     engine.close();
