@@ -116,11 +116,11 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   }
 
   p.exactSums = exactSumsFits(n, int(d), int(k)) && !std::getenv("KMFLEET_CUDA_CHUNKED_SUMS");
-  // exact sums: the resident rows' statistics and the pass's, and the range flag
+  // exact sums: the resident rows' statistics and the pass's (fixed), their sort scratch (per chunk)
   const auto exactScratch = [&](std::int64_t rows) -> std::size_t {
     return p.exactSums ? exactScratchBytes(rows, int(k)) : 0;
   };
-  p.fixedBytes = fixedBytes(d, k, p.op) + (p.exactSums ? 2 * exactStatsBytes(int(k), int(d)) + 8 : 0);
+  p.fixedBytes = fixedBytes(d, k, p.op) + (p.exactSums ? 2 * exactStatsBytes(int(k), int(d)) : 0);
   const std::size_t headroom = std::max<std::size_t>(256 * kMiB, freeMemory / 20);
   const std::size_t usable = freeMemory > headroom ? freeMemory - headroom : 0;
   // Shrink an automatic chunk until the streaming part fits (a given chunkRows is kept and checked).

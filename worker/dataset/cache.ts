@@ -68,11 +68,6 @@ export class CachedRowSource implements RowSource {
     if (complete) this.filled.add(0, inner.rows);
   }
 
-  /**
-   * Wrap `inner`; when the cache directory is unusable, or (with `maxBytes`) the dataset cannot fit under the cap, the
-   * inner source is returned as is (and onError told why). A new file first makes room under the cap
-   * (cache-eviction.ts: least recently used complete files go, `onEvict` is told which).
-   */
   /** The complete cache file of `inner` as a source, or undefined when there is none (or the directory is unusable). */
   static async openComplete(inner: CacheableSource, dir: string, onError: (err: unknown) => void = () => {}): Promise<CachedRowSource | undefined> {
     const path = join(dir, cacheFileName(inner.uri, inner.etag));
@@ -87,6 +82,11 @@ export class CachedRowSource implements RowSource {
     }
   }
 
+  /**
+   * Wrap `inner`; when the cache directory is unusable, or (with `maxBytes`) the dataset cannot fit under the cap, the
+   * inner source is returned as is (and onError told why). A new file first makes room under the cap
+   * (cache-eviction.ts: least recently used complete files go, `onEvict` is told which).
+   */
   static async open(
     inner: CacheableSource,
     dir: string,
@@ -96,7 +96,6 @@ export class CachedRowSource implements RowSource {
     const path = join(dir, cacheFileName(inner.uri, inner.etag));
     const bytes = inner.rows * inner.rowBytes;
     try {
-      await mkdir(dir, { recursive: true });
       const complete = await CachedRowSource.openComplete(inner, dir, onError);
       if (complete) return complete;
       const temp = await startCacheFile(dir, path, bytes, options, onError);
