@@ -48,7 +48,9 @@ describe('final outputs beside the final assign pass', () => {
   beforeAll(async () => {
     stack = await startStack({ clientJobOptions: { attempts: 1 } });
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-final-'));
-    const blobs = await generateDataset(join(dir, 'blobs.npy'), { kind: 'blobs', rows: 120_000, dims: 16, centers: 8, seed: 4, clusterStd: 2 });
+    // enough rows that the final assign pass (one thread) outlasts the centroids' PUT reaching the proxy: at 120,000
+    // the pass took a few ms and a loaded CI box once saw the PUT arrive 1 ms after it ended
+    const blobs = await generateDataset(join(dir, 'blobs.npy'), { kind: 'blobs', rows: 600_000, dims: 16, centers: 8, seed: 4, clusterStd: 2 });
     await stack.s3.put('data', 'blobs.npy', readFileSync(blobs.path));
     proxy = await startS3FaultProxy(stack.s3, {
       fault: (r) => {
