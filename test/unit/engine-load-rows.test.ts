@@ -66,13 +66,14 @@ describe('loadRows', () => {
     { name: 'f16 l2', metric: 'l2', dtype: 'f16' },
     { name: 'f32 cosine', metric: 'cosine', dtype: 'f32' },
   ];
-  for (const c of cases) {
-    it(`${c.name}: loaded out of order, overlapping, then fit == plain fit, bitwise`, async () => {
+  // threads 8: a load converts on 4 of them (half the pool), each a share of its rows; threads 2: on one
+  for (const c of cases) for (const threads of [2, 8]) {
+    it(`${c.name}, ${threads} threads: loaded out of order, overlapping, then fit == plain fit, bitwise`, async () => {
       const n = 30_011, d = 19, k = 37;
       const x = blobData(n, d, 40, 3);
       const bytes = c.dtype === 'f16' ? bytesOf(toF16(x)) : bytesOf(x);
       const init = pickRows(x, d, Array.from({ length: k }, (_, i) => i * 101));
-      const o = { rows: n, dims: d, k, metric: c.metric, dtype: c.dtype, chunkRows: 4096, threads: 2 } as const;
+      const o = { rows: n, dims: d, k, metric: c.metric, dtype: c.dtype, chunkRows: 4096, threads } as const;
       const plain = await lloyd(await open(o), bytes, n, init, 4);
       const e = await open(o);
       expect(e.plan.residentRows).toBe(n);
@@ -134,7 +135,8 @@ describe('loadRows', () => {
     x[8_000 * d] = Number.POSITIVE_INFINITY;
     const bytes = bytesOf(x);
     const init = pickRows(x, d, Array.from({ length: k }, (_, i) => i));
-    const o = { rows: n, dims: d, k, chunkRows: 1024 };
+    // 8 threads: the load of [5000, 10000) goes to 4 loaders, and two of them meet a bad row (6789, 8000)
+    const o = { rows: n, dims: d, k, chunkRows: 1024, threads: 8 };
     const plainEngine = await open(o);
     const plainErr = await lloyd(plainEngine, bytes, n, init, 1).catch((err: unknown) => err);
     expect(plainErr).toBeInstanceOf(NonFiniteInputError);
@@ -154,7 +156,7 @@ describe('loadRows', () => {
     x.fill(0, 3_210 * d, 3_211 * d);
     const bytes = bytesOf(x);
     const init = pickRows(x, d, [0, 1, 2, 3, 4]);
-    const o = { rows: n, dims: d, k, metric: 'cosine' as const, chunkRows: 700 };
+    const o = { rows: n, dims: d, k, metric: 'cosine' as const, chunkRows: 700, threads: 8 };
     const plainErr = await lloyd(await open(o), bytes, n, init, 1).catch((err: unknown) => err);
     const e = await open(o);
     expect(await load(e, bytes, [[0, n]])).toBe(3_210);
