@@ -11,7 +11,7 @@ import { NonFiniteInputError, type Metric } from '../../native/index.js';
 import type { RowSource } from '../dataset/row-source.js';
 import { decodeF16 } from '../formats/half.js';
 import { KmeansSpecError } from './errors.js';
-import { distinctIndices, Rng } from './prng.js';
+import { distinctIndices, distinctIndicesSorted, Rng } from './prng.js';
 import { gatherRows } from './row-gather.js';
 import type { InitMethod, KmeansEngine, KmeansSpec } from './types.js';
 
@@ -78,7 +78,7 @@ async function kmeansPlusPlusSample(
     }
     return { rows: n, sample };
   }
-  const idx = Float64Array.from(distinctIndices(new Rng(seed, STREAM_PP_SAMPLE), source.rows, n)).sort();
+  const idx = distinctIndicesSorted(new Rng(seed, STREAM_PP_SAMPLE), source.rows, n);
   await gatherRows(source, idx, sample);
   return { rows: n, sample, sampleRows: idx };
 }

@@ -101,3 +101,30 @@ export function distinctIndices(rng: Rng, n: number, count: number): number[] {
   }
   return order;
 }
+
+/** Above this many rows a bitset of them would take more than 16 MiB: the drawn rows go in a Set instead. */
+const BITSET_MAX_ROWS = 1 << 27;
+
+/**
+ * The rows `distinctIndices(rng, n, count)` draws, ascending: the same set from the same generator state, for a
+ * sample whose order does not matter (k-means++'s, read in row order). Floyd's draws are kept in a bitset and read
+ * back in order, not shuffled into a Set and sorted: for 65,536 of 1M rows ~2 ms against ~16 ms, time in which the
+ * JS thread leaves the dataset's sockets unread (stop 21, the GPU machine's host).
+ */
+export function distinctIndicesSorted(rng: Rng, n: number, count: number): Float64Array {
+  if (count > n) throw new RangeError(`cannot draw ${count} distinct rows from ${n}`);
+  if ((count * 2 > n && n <= 1 << 24) || n > BITSET_MAX_ROWS) return Float64Array.from(distinctIndices(rng, n, count)).sort();
+  const drawn = new Uint32Array(Math.ceil(n / 32));
+  for (let j = n - count; j < n; j++) {
+    const t = rng.nextInt(j + 1);
+    const pick = (drawn[t >>> 5] >>> (t & 31)) & 1 ? j : t;
+    drawn[pick >>> 5] |= 1 << (pick & 31);
+  }
+  const rows = new Float64Array(count);
+  let m = 0;
+  for (let w = 0; w < drawn.length; w++) {
+    for (let bits = drawn[w]; bits !== 0; bits &= bits - 1) rows[m++] = w * 32 + (31 - Math.clz32(bits & -bits));
+  }
+  return rows;
+}
+
