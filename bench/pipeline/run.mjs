@@ -6,7 +6,7 @@
  * times, the overhead ratio, and the pipeline's split (download / compute / checkpoints / upload).
  *
  *   npm run build:ts && node bench/pipeline/run.mjs [--rows 1000000] [--dims 32] [--k 100] [--iters 20] [--runs 2]
- *     [--checkpoint-every 1] [--checkpoint-min-interval-ms N] [--read-concurrency N] [--cache-dir DIR] [--backend cpu]
+ *     [--checkpoint-every 1] [--checkpoint-min-interval-ms N] [--read-concurrency N] [--s3-processes N] [--cache-dir DIR] [--backend cpu]
  *     [--worker-node-args='--cpu-prof --cpu-prof-dir=DIR'] [--worker-log FILE] [--worker-env NAME=VALUE ...]
  *     (node flags for the worker process only, e.g. a profile or --trace-gc, which NODE_OPTIONS may not carry; the
  *     worker's own output is written to FILE when it exits; --worker-env sets a variable for the worker alone, e.g.
@@ -24,6 +24,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { startS3rverProcesses } from './s3rver-processes.mjs';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const dist = (p) => join(ROOT, 'dist', p);
@@ -41,6 +42,8 @@ const { values: a } = parseArgs({
     // the worker's KMFLEET_CHECKPOINT_MIN_INTERVAL_MS; unset = the worker's default (1000 ms); 0 = every iteration
     'checkpoint-min-interval-ms': { type: 'string' },
     'read-concurrency': { type: 'string' },
+    // s3rver processes on the one port (s3rver-processes.mjs): 1 is one JS thread serving every GET
+    's3-processes': { type: 'string', default: '1' },
     backend: { type: 'string', default: 'cpu' },
     'worker-node-args': { type: 'string' },
     'worker-log': { type: 'string' },
@@ -70,20 +73,6 @@ function child(args, env = {}) {
   return { p, out: () => out, exited };
 }
 
-/** s3rver in its own process (a remote S3 would not share the worker's event loop). */
-async function startS3rverProcess(dir) {
-  const code = `
-    const S3rver = require('s3rver');
-    const s = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: ${JSON.stringify(dir)}, configureBuckets: [{ name: 'bench' }] });
-    s.run().then((addr) => process.stdout.write('PORT ' + addr.port + '\\n'));
-    process.on('SIGTERM', () => { s.httpServer && s.httpServer.closeAllConnections(); s.close().then(() => process.exit(0)); });`;
-  const c = child(['-e', code]);
-  for (let i = 0; i < 200 && !/PORT \d+/.test(c.out()); i++) await new Promise((r) => setTimeout(r, 25));
-  const port = Number(/PORT (\d+)/.exec(c.out())?.[1]);
-  if (!port) throw new Error(`s3rver did not start: ${c.out()}`);
-  return { url: `http://127.0.0.1:${port}`, pid: c.p.pid, stop: async () => { c.p.kill('SIGTERM'); await c.exited; } };
-}
-
 // best of N: on a shared machine noise only ever adds time, so the minimum is the robust estimate
 const best = (xs) => Math.min(...xs);
 /** user+sys CPU ms of a process (Linux /proc), for a measure that other load on the machine does not inflate */
@@ -109,7 +98,7 @@ try {
   // ---- services ----
   const redis = await startLocalRedis();
   stops.push(() => redis.stop());
-  const s3srv = await startS3rverProcess(join(dir, 's3'));
+  const s3srv = await startS3rverProcesses(join(dir, 's3'), { processes: Number(a['s3-processes']) });
   stops.push(() => s3srv.stop());
   const env = {
     REDIS_URL: redis.url, KMFLEET_S3_ENDPOINT: s3srv.url, KMFLEET_S3_COMPAT: 's3rver', AWS_ACCESS_KEY_ID: 'S3RVER',
@@ -161,7 +150,8 @@ try {
 
     // pipeline
     const jobId = `bench-${run}-${Date.now()}`;
-    const pids = [worker.p.pid, s3srv.pid, redisPid()].filter(Boolean);
+    // the worker, then every s3rver process, then Redis
+    const pids = [worker.p.pid, ...s3srv.pids(), redisPid()].filter(Boolean);
     const c0 = pids.map(cpuMs);
     await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: a.backend, output: 's3://bench/runs', checkpointEvery: Number(a['checkpoint-every']) }, { jobId });
     // polled slowly: polling is work on the same 2 cores the engine computes on; the wall time comes from the job's
@@ -177,7 +167,7 @@ try {
     // iteration 1 against the later ones: the first fit pass is where rows first reach the engine's resident memory
     const iterationsMs = (await readIterations(await client.connection(), client.keys, jobId)).map((r) => r.ms);
     fitRuns.at(-1).iterationsMs = summary.history.map((h) => h.ms);
-    pipeRuns.push({ iterationsMs, wallMs: wall, iterations: result.iterations, timings: result.timings, pickupMs: ts.startedAt - ts.createdAt, activeMs: ts.finishedAt - ts.startedAt, cpuMs: pipeCpu, cpuByProcess: { worker: perProcess[0], s3rver: perProcess[1], redis: perProcess[2] } });
+    pipeRuns.push({ iterationsMs, wallMs: wall, iterations: result.iterations, timings: result.timings, pickupMs: ts.startedAt - ts.createdAt, activeMs: ts.finishedAt - ts.startedAt, cpuMs: pipeCpu, cpuByProcess: { worker: perProcess[0], s3rver: perProcess.slice(1, -1).reduce((x, y) => x + y, 0), redis: perProcess.at(-1) } });
     console.error(`run ${run}: fit ${summary.timings.totalMs} ms (cpu ${Math.round(fitRuns.at(-1).cpuMs)}), pipeline ${Math.round(wall)} ms (cpu ${Math.round(pipeCpu)}, worker total ${result.timings.totalMs} ms)`);
   }
 
@@ -190,6 +180,7 @@ try {
   const compute = t.initMs + t.iterateMs + t.assignMs + t.resumeMs - (t.checkpointWaitMs ?? t.checkpointMs);
   const report = {
     dataset: `${rows}×${dims} f32 blobs (${(rows * dims * 4 / 1e6).toFixed(0)} MB)`, k, iterations: top.iterations, chunkRows, threads, device,
+    s3Processes: Number(a['s3-processes']),
     fitMs: Math.round(fitMs),
     pipelineMs: Math.round(pipeMs),
     overhead: `${(((pipeMs - fitMs) / fitMs) * 100).toFixed(1)}%`,
