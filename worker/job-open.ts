@@ -86,7 +86,7 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
       source = memory;
       if (config.cacheDir) await fillCacheFromMemory(memory, s3Source, config.cacheDir, { ...cacheOptions, onError: cacheOff });
     } else if (config.cacheDir) {
-      source = await CachedRowSource.open(s3Source, config.cacheDir, cacheOff, cacheOptions);
+      source = await CachedRowSource.startFilling(s3Source, config.cacheDir, cacheOff, cacheOptions);
     }
     await throwFirstFailure([claiming, bucketCheck, progressed]);
     return { s3Source, source };

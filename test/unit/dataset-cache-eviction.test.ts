@@ -83,6 +83,28 @@ describe('dataset cache under a size cap', () => {
     expect(readdirSync(dir)).toEqual([cacheFileName(src.uri, src.etag)]);
   });
 
+  it('a file evicted by another job: before its open, a plain miss (no error); after it, still read whole', async () => {
+    const src = new MemorySource('s3://d/gone.npy', 500, 4, '"g"');
+    await useOnce(dir, src);
+    // evicted before this job opens it: a miss like any other, nothing for the job's log to call an error
+    rmSync(fileOf(dir, src));
+    const errors: unknown[] = [];
+    expect(await CachedRowSource.openComplete(src, dir, (e) => errors.push(e))).toBeUndefined();
+    expect(errors).toEqual([]);
+    // evicted after this job opened it: the open handle still reads every row, none from the source
+    await useOnce(dir, src);
+    const reads = src.reads;
+    const warm = await CachedRowSource.openComplete(src, dir, (e) => errors.push(e));
+    expect(warm).toBeInstanceOf(CachedRowSource);
+    rmSync(fileOf(dir, src));
+    const t = Buffer.alloc(src.rows * ROW_BYTES);
+    await warm!.read(0, src.rows, t);
+    await warm!.close();
+    expect(t.equals(src.bytes)).toBe(true);
+    expect(src.reads).toBe(reads);
+    expect(errors).toEqual([]);
+  });
+
   it('without a cap nothing is evicted', async () => {
     for (const u of ['s3://d/1.npy', 's3://d/22.npy', 's3://d/333.npy']) {
       expect((await useOnce(dir, new MemorySource(u, 1000))).evicted).toEqual([]);

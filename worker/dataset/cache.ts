@@ -11,7 +11,7 @@
  * files make room for a new one (cache-eviction.ts); without one nothing is evicted: size the volume, or clean it.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, open, rename, rm, stat, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DatasetDType } from '../formats/npy-header.js';
 import { makeCacheRoom, touchCacheFile } from './cache-eviction.js';
@@ -68,24 +68,38 @@ export class CachedRowSource implements RowSource {
     if (complete) this.filled.add(0, inner.rows);
   }
 
-  /** The complete cache file of `inner` as a source, or undefined when there is none (or the directory is unusable). */
+  /**
+   * The complete cache file of `inner` as a source, or undefined when there is none (or the directory is unusable:
+   * onError is told). The file is opened before it is looked at: one that another job evicts after that stays
+   * readable through the handle, and one evicted before it is a plain miss, not an error.
+   */
   static async openComplete(inner: CacheableSource, dir: string, onError: (err: unknown) => void = () => {}): Promise<CachedRowSource | undefined> {
     const path = join(dir, cacheFileName(inner.uri, inner.etag));
+    let fh: FileHandle;
     try {
-      const existing = await stat(path).catch(() => undefined);
-      if (!existing || existing.size !== inner.rows * inner.rowBytes) return undefined;
-      await touchCacheFile(path);
-      return new CachedRowSource(inner, await open(path, 'r'), path, undefined, true, onError);
+      fh = await open(path, 'r');
     } catch (err) {
-      onError(err);  // e.g. evicted by another worker between the stat and the open
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') onError(err);
+      return undefined;
+    }
+    try {
+      // only a complete file has the final name (filled under a temporary one, then renamed): the size is a check
+      if ((await fh.stat()).size !== inner.rows * inner.rowBytes) {
+        await fh.close();
+        return undefined;
+      }
+      await touchCacheFile(path);
+      return new CachedRowSource(inner, fh, path, undefined, true, onError);
+    } catch (err) {
+      await fh.close().catch(() => {});
+      onError(err);
       return undefined;
     }
   }
 
   /**
-   * Wrap `inner`; when the cache directory is unusable, or (with `maxBytes`) the dataset cannot fit under the cap, the
-   * inner source is returned as is (and onError told why). A new file first makes room under the cap
-   * (cache-eviction.ts: least recently used complete files go, `onEvict` is told which).
+   * Wrap `inner`: its complete cache file when there is one, else a new file filled as the rows are read
+   * (startFilling).
    */
   static async open(
     inner: CacheableSource,
@@ -93,12 +107,24 @@ export class CachedRowSource implements RowSource {
     onError: (err: unknown) => void = () => {},
     options: CacheOptions = {},
   ): Promise<RowSource> {
+    return (await CachedRowSource.openComplete(inner, dir, onError)) ?? CachedRowSource.startFilling(inner, dir, onError, options);
+  }
+
+  /**
+   * `inner` with a new cache file that the reads fill, for a dataset the directory has no complete file of (open
+   * checks). When the directory is unusable, or (with `maxBytes`) the dataset cannot fit under the cap, the inner
+   * source is returned as is (and onError told why). The new file first makes room under the cap
+   * (cache-eviction.ts: least recently used complete files go, `onEvict` is told which).
+   */
+  static async startFilling(
+    inner: CacheableSource,
+    dir: string,
+    onError: (err: unknown) => void = () => {},
+    options: CacheOptions = {},
+  ): Promise<RowSource> {
     const path = join(dir, cacheFileName(inner.uri, inner.etag));
-    const bytes = inner.rows * inner.rowBytes;
     try {
-      const complete = await CachedRowSource.openComplete(inner, dir, onError);
-      if (complete) return complete;
-      const temp = await startCacheFile(dir, path, bytes, options, onError);
+      const temp = await startCacheFile(dir, path, inner.rows * inner.rowBytes, options, onError);
       if (!temp) return inner;
       return new CachedRowSource(inner, temp.fh, path, temp.tempPath, false, onError);
     } catch (err) {
