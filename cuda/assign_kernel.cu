@@ -470,8 +470,6 @@ void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s, dim3 gri
   assignKernel<BF16, MODE, CAND, GATHER><<<grid, THREADS, smemBytes, s>>>(a);
 }
 
-int multiprocessors() { return currentDeviceFacts().sms; }
-
 }  // namespace
 
 std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident) {
@@ -591,7 +589,7 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
     // 2. the three products for those rows (their count is on the device: a few waves of blocks loop over them)
     a.rowIds = screened;
     a.nDevice = screenedCount;
-    const std::int64_t blocks = std::min<std::int64_t>((n + BM - 1) / BM, 4LL * multiprocessors());
+    const std::int64_t blocks = std::min<std::int64_t>((n + BM - 1) / BM, 4LL * currentDeviceFacts().sms);
     launch<false, kExactMode, false, true>(a, smemBytes, s, dim3(static_cast<unsigned>(blocks)));
     return;
   }

@@ -417,8 +417,6 @@ __global__ void __launch_bounds__(kSumThreads)
   }
 }
 
-int multiprocessors() { return currentDeviceFacts().sms; }
-
 template <InType IN, int V, bool SQ>
 void launchRunSums(RowValues x, int d, int tiles, bool vec, std::int64_t maxEntries, const ExactScratch& a,
                    const ExactStats& s, cudaStream_t st) {
@@ -430,7 +428,7 @@ void launchRunSums(RowValues x, int d, int tiles, bool vec, std::int64_t maxEntr
   // this call can have would not give each warp an item.
   const std::int64_t maxItems = (maxEntries + kMinRun - 1) / kMinRun * tiles;
   const std::int64_t blocks =
-      std::min<std::int64_t>(static_cast<std::int64_t>(multiprocessors()) * perSm, (maxItems + 3) / 4);
+      std::min<std::int64_t>(static_cast<std::int64_t>(currentDeviceFacts().sms) * perSm, (maxItems + 3) / 4);
   if (blocks <= 0) return;
   kernel<<<static_cast<unsigned>(blocks), kSumThreads, smem, st>>>(x.p, d, tiles, vec, a.keys, a.entries, a.total,
                                                                    s.sum, s.sq, s.count);
@@ -461,7 +459,7 @@ void runSums(RowValues x, int d, std::int64_t maxEntries, bool wantSq, const Exa
 
 unsigned sortBlocks(std::int64_t n) {
   return static_cast<unsigned>(
-      std::max<std::int64_t>(1, std::min<std::int64_t>((n + kSortThreads - 1) / kSortThreads, multiprocessors() * 8)));
+      std::max<std::int64_t>(1, std::min<std::int64_t>((n + kSortThreads - 1) / kSortThreads, currentDeviceFacts().sms * 8)));
 }
 
 // The counting sort of a move's entries into a.keys / a.entries, their number (known only here) into *a.total.
@@ -669,7 +667,7 @@ void addExactStats(const ExactStats& dst, const ExactStats& src, cudaStream_t st
   const long long kd = static_cast<long long>(dst.k) * dst.d;
   const long long items = kd + dst.k;
   const unsigned blocks =
-      static_cast<unsigned>(std::max<long long>(1, std::min<long long>((items + 255) / 256, multiprocessors() * 16ll)));
+      static_cast<unsigned>(std::max<long long>(1, std::min<long long>((items + 255) / 256, currentDeviceFacts().sms * 16ll)));
   addStatsKernel<<<blocks, 256, 0, st>>>(dst.sum, src.sum, dst.sq, src.sq, dst.count, src.count, kd, dst.k);
 }
 
