@@ -11,6 +11,7 @@ import { decodeNpy } from '../../worker/formats/npy-encode.js';
 import { NpyWriter, type NpyWriteResult } from '../../worker/formats/npy-writer.js';
 import { checkSpec, runKmeans } from '../../worker/kmeans/driver.js';
 import { KmeansSpecError } from '../../worker/kmeans/errors.js';
+import { readInitRows } from '../../worker/kmeans/init.js';
 import { writeCentroids, writeDistances, writeLabels } from '../../worker/kmeans/outputs.js';
 import type { IterationReport, KmeansResult, KmeansSpec } from '../../worker/kmeans/types.js';
 import { humanCount, ProgressLine } from '../progress.js';
@@ -77,6 +78,9 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
     };
     checkSpec(spec, source.rows);
 
+    // the init's rows (k-means++'s sample) are read while the engine opens (~20 ms on CUDA)
+    const initRows = readInitRows(source, spec);
+    initRows.catch(() => {}); // awaited by runKmeans; a failure before that is the open's
     // loaded here, not at the top: bad input is reported even where the addon is not built
     const { Engine } = await import('../../native/index.js');
     const engine = await Engine.open({
@@ -93,7 +97,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
         { event: 'iteration', ...r },
       );
       if (!opts.json) progress.update(`fit ${source.describe()}  k=${k}  ${engine.plan.backend}: ${engine.plan.device}, ${engine.plan.precision}`);
-      const result = await runKmeans({ engine, source, spec, onIteration, signal: ac.signal });
+      const result = await runKmeans({ engine, source, spec, initRows, onIteration, signal: ac.signal });
       progress.done();
       return await writeOutputs(opts, source, spec, result, engine, started);
     } finally {

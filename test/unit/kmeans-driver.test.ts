@@ -20,6 +20,7 @@ import {
   KmeansAbortedError,
   kmeansPlusPlusSampleSize,
   KmeansSpecError,
+  readInitRows,
   Rng,
   runKmeans,
   writeLabels,
@@ -337,6 +338,39 @@ describe('runKmeans (contract engine)', () => {
     await expect(fit(spec({ init: new Float32Array(K * D - 1) }))).rejects.toThrow(KmeansSpecError);
     const nan = Float32Array.from(given); nan[5] = NaN;
     await expect(fit(spec({ init: nan }))).rejects.toThrow(/centroid 1 has a non-finite value \(NaN\) at dim 1/);
+  });
+
+  it('an init read before the engine opened (initRows) is the run it would have read itself, and is not read again', async () => {
+    const given = Float32Array.from({ length: K * D }, (_, i) => (i % 7) - 3);
+    for (const init of ['kmeans++', 'random', given] as const) {
+      const s = spec({ init, maxIter: 3 });
+      const run = async (early: boolean) => {
+        const source = await LocalFileSource.open(blobs);
+        let reads = 0;
+        const read = source.read.bind(source);
+        source.read = (first: number, count: number, target: Buffer) => { reads++; return read(first, count, target); };
+        const initRows = early ? readInitRows(source, s) : undefined;
+        const initReads = early ? (await initRows, reads) : 0;
+        const engine = new ContractEngine(N, D, K);
+        const result = await runKmeans({ engine, source, spec: s, initRows });
+        await source.close();
+        return { result, initReads, runReads: reads - initReads };
+      };
+      const itself = await run(false), early = await run(true);
+      const what = init instanceof Float32Array ? 'given' : init;
+      expect(Buffer.from(early.result.centroids.buffer).equals(Buffer.from(itself.result.centroids.buffer)), what).toBe(true);
+      expect(strip(early.result.history), what).toEqual(strip(itself.result.history));
+      // what readInitRows read is not read again: the run reads only its passes
+      expect(early.initReads + early.runReads, what).toBe(itself.runReads);
+      if (init !== given) expect(early.initReads, what).toBeGreaterThan(0);
+    }
+    // a failed read surfaces where the run awaits it
+    const source = await LocalFileSource.open(blobs);
+    const bad = readInitRows(source, spec({ init: new Float32Array(3) }));
+    bad.catch(() => {});
+    await expect(runKmeans({ engine: new ContractEngine(N, D, K), source, spec: spec(), initRows: bad }))
+      .rejects.toThrow(/initial centroids have 3 values; expected k × dims = 6 × 4 = 24/);
+    await source.close();
   });
 
   it('kmeans++ runs on 256 rows per centroid (all rows when fewer, within the budget), a seeded sample read with coalesced reads', async () => {

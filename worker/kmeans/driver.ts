@@ -12,7 +12,7 @@ import { CancelledError, type PassChain, type PassResult } from '../../native/in
 import type { RowSource } from '../dataset/row-source.js';
 import { checkCheckpoint } from './checkpoint.js';
 import { KmeansAbortedError, KmeansSpecError } from './errors.js';
-import { initCentroids, type InitOptions } from './init.js';
+import { applyInit, readInitRows, type InitOptions, type InitRows } from './init.js';
 import { runPass } from './pass-runner.js';
 import { stopReason } from './stopping.js';
 import type { InitMethod, IterationReport, KmeansCheckpoint, KmeansEngine, KmeansLogger, KmeansResult, KmeansSpec, KmeansTimings, StopReason } from './types.js';
@@ -39,6 +39,11 @@ export interface RunKmeansOptions {
   signal?: AbortSignal;
   log?: KmeansLogger;
   init?: InitOptions;
+  /**
+   * The init's rows, already being read (init.ts readInitRows, started before the engine opened); without it the run
+   * reads them itself. Not used when resuming.
+   */
+  initRows?: Promise<InitRows>;
 }
 
 export function checkSpec(spec: KmeansSpec, rows: number): void {
@@ -136,7 +141,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       timings.resumeMs = performance.now() - t0;
       log?.info({ iteration: cp.iteration, stop }, 'resumed from checkpoint');
     } else {
-      initMethod = await initCentroids(engine, source, spec, o.init);
+      initMethod = await applyInit(engine, source.dims, spec, await (o.initRows ?? readInitRows(source, spec, o.init)));
       previous = engine.centroids();
       timings.initMs = performance.now() - t0;
       log?.info({ initMethod, ms: Math.round(timings.initMs) }, 'initialized centroids');

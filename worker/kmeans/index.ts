@@ -2,7 +2,7 @@
 export { checkSpec, runKmeans, type RunKmeansOptions } from './driver.js';
 export { checkCheckpoint, decodeCheckpoint, encodeCheckpoint } from './checkpoint.js';
 export { KmeansAbortedError, KmeansSpecError } from './errors.js';
-export { checkGivenCentroids, kmeansPlusPlusSampleSize, readRowsAsF32, type InitOptions } from './init.js';
+export { checkGivenCentroids, kmeansPlusPlusSampleSize, readInitRows, readRowsAsF32, type InitOptions, type InitRows } from './init.js';
 export { writeCentroids, writeDistances, writeLabels } from './outputs.js';
 export { runPass, type PassOptions } from './pass-runner.js';
 export { distinctIndices, Rng } from './prng.js';

@@ -24,12 +24,19 @@ export interface InitOptions {
   sampleBudgetBytes?: number;
 }
 
-export async function initCentroids(engine: KmeansEngine, source: RowSource, spec: KmeansSpec, options: InitOptions = {}): Promise<InitMethod> {
+/**
+ * What an init reads of the dataset: the given centroids (checked), the random rows, or k-means++'s sample. None of it
+ * needs the engine, so a caller may start it before the engine opens (readInitRows, then RunKmeansOptions.initRows):
+ * the read overlaps the open, ~20 ms on a CUDA engine, in which a pod's cached dataset file was read after it.
+ */
+export type InitRows =
+  | { kind: 'given'; centroids: Float32Array }
+  | { kind: 'random'; rows: Float32Array }
+  | { kind: 'kmeans++'; rows: number; sample: Buffer; sampleRows?: Float64Array };
+
+export async function readInitRows(source: RowSource, spec: Pick<KmeansSpec, 'init' | 'k' | 'seed'>, options: InitOptions = {}): Promise<InitRows> {
   const { k } = spec;
-  if (spec.init instanceof Float32Array) {
-    engine.setCentroids(prepareCentroids(checkGivenCentroids(spec.init, k, source.dims), source.dims, spec.metric));
-    return 'given';
-  }
+  if (spec.init instanceof Float32Array) return { kind: 'given', centroids: checkGivenCentroids(spec.init, k, source.dims) };
   if (spec.init === 'random') {
     const picks = distinctIndices(new Rng(spec.seed, STREAM_RANDOM_INIT), source.rows, k);
     const rows = await readRowsAsF32(source, picks);
@@ -38,24 +45,36 @@ export async function initCentroids(engine: KmeansEngine, source: RowSource, spe
       const row = picks[Math.floor(bad / source.dims)];
       throw new NonFiniteInputError(`row ${row} has a non-finite value (NaN or Inf)`, row);
     }
-    engine.setCentroids(prepareCentroids(rows, source.dims, spec.metric));
-    return 'random';
+    return { kind: 'random', rows };
   }
   if (spec.init === 'kmeans++') {
-    const { rows, sample, sampleRows } = await kmeansPlusPlusSample(source, k, spec.seed, options.sampleBudgetBytes ?? 256 << 20);
-    try {
-      await engine.initKmeansPlusPlus(sample, rows, spec.seed);
-    } catch (err) {
-      // the engine numbers the rows of the sample: name the dataset's row instead
-      if (err instanceof NonFiniteInputError && err.row >= 0 && err.row < rows) {
-        const row = sampleRows ? sampleRows[err.row] : err.row;
-        throw new NonFiniteInputError(`row ${row} has a non-finite value (NaN or Inf)`, row);
-      }
-      throw err;
-    }
-    return 'kmeans++';
+    return { kind: 'kmeans++', ...(await kmeansPlusPlusSample(source, k, spec.seed, options.sampleBudgetBytes ?? 256 << 20)) };
   }
   throw new KmeansSpecError(`unknown init '${String(spec.init)}' (kmeans++ | random | centroids)`);
+}
+
+/** The engine's initial centroids from what readInitRows read (k-means++ runs on the engine). */
+export async function applyInit(engine: KmeansEngine, dims: number, spec: Pick<KmeansSpec, 'metric' | 'seed'>, read: InitRows): Promise<InitMethod> {
+  switch (read.kind) {
+    case 'given':
+      engine.setCentroids(prepareCentroids(read.centroids, dims, spec.metric));
+      return 'given';
+    case 'random':
+      engine.setCentroids(prepareCentroids(read.rows, dims, spec.metric));
+      return 'random';
+    case 'kmeans++':
+      try {
+        await engine.initKmeansPlusPlus(read.sample, read.rows, spec.seed);
+      } catch (err) {
+        // the engine numbers the rows of the sample: name the dataset's row instead
+        if (err instanceof NonFiniteInputError && err.row >= 0 && err.row < read.rows) {
+          const row = read.sampleRows ? read.sampleRows[err.row] : err.row;
+          throw new NonFiniteInputError(`row ${row} has a non-finite value (NaN or Inf)`, row);
+        }
+        throw err;
+      }
+      return 'kmeans++';
+  }
 }
 
 /** How many rows k-means++ runs on: 256 per centroid (at least 2^16), all rows when fewer, within the budget. */
