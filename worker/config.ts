@@ -16,6 +16,7 @@
  * | KMFLEET_MEMORY_BUDGET_MB         | planner                  | memory for resident rows (device on CUDA, host on CPU)           |
  * | KMFLEET_CACHE_DIR                | (off)                    | local dataset cache directory (the pod's NVMe)                   |
  * | KMFLEET_CACHE_MAX_GB             | (no limit)               | keep the cache under this size: least recently used files go     |
+ * | KMFLEET_MEMORY_CACHE_MB          | 1024                     | datasets up to this size are held in host memory for the job     |
  * | KMFLEET_WRITE_DISTANCES          | false                    | also write distances.npy                                         |
  * | KMFLEET_KEEP_CHECKPOINTS         | false                    | keep _checkpoints/ after a job completed                         |
  * | KMFLEET_CHECKPOINT_MIN_INTERVAL_MS | 1000                   | at least this long between checkpoints (checkpoints/pacer.ts)    |
@@ -89,10 +90,11 @@ const MB = 1024 * 1024;
 const GB = 1024 * MB;
 
 /**
- * Datasets up to this size stay in host memory after their first read (k-means++ reads a small dataset whole before
- * the first pass: without this it would be downloaded twice); with KMFLEET_CACHE_DIR they are also written to the
- * pod's cache file from there (dataset/cache-filler.ts), unless the file is there already. Not yet an env variable: it
- * needs a row in docs/operations.md's configuration reference first.
+ * KMFLEET_MEMORY_CACHE_MB's default. Datasets up to this size stay in host memory after their first read (k-means++'s
+ * uniform sample reads every block of the dataset before the first pass: without a memory cache or KMFLEET_CACHE_DIR
+ * the dataset is downloaded twice); with KMFLEET_CACHE_DIR they are also written to the pod's cache file from there
+ * (dataset/cache-filler.ts), unless the file is there already. A host with memory to spare may raise it; 0 turns it
+ * off.
  */
 export const MEMORY_CACHE_BYTES = 1024 * MB;
 
@@ -153,7 +155,7 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     memoryBudgetBytes: budgetMb === undefined ? undefined : budgetMb * MB,
     cacheDir: env.KMFLEET_CACHE_DIR || undefined,
     cacheMaxBytes: cacheMaxGb === undefined ? undefined : cacheMaxGb * GB,
-    memoryCacheBytes: MEMORY_CACHE_BYTES,
+    memoryCacheBytes: int('KMFLEET_MEMORY_CACHE_MB', 0, MEMORY_CACHE_BYTES / MB)! * MB,
     writeDistances: bool('KMFLEET_WRITE_DISTANCES'),
     keepCheckpoints: bool('KMFLEET_KEEP_CHECKPOINTS'),
     checkpointMinIntervalMs: int('KMFLEET_CHECKPOINT_MIN_INTERVAL_MS', 0, DEFAULT_CHECKPOINT_MIN_INTERVAL_MS)!,

@@ -85,6 +85,25 @@ describe('worker: opening a job', () => {
     }
   });
 
+  it('KMFLEET_MEMORY_CACHE_MB: a dataset within it is downloaded once; over it (no cache directory), k-means++ and the first pass each read it', async () => {
+    const bytes = 20_000 * 8 * 4;
+    const runs: Record<string, number> = {};
+    for (const [name, mb] of [['held', undefined], ['off', '0']] as const) {
+      const worker = await stack.startWorker(mb === undefined ? {} : { KMFLEET_MEMORY_CACHE_MB: mb });
+      try {
+        const jobId = `open-memory-${name}`;
+        await stack.client.enqueue({ dataset: { uri: 's3://data/blobs.npy' }, k: 5, maxIter: 3, seed: 1, backend: 'cpu', output: 's3://out/open' }, { jobId });
+        const result = await stack.client.wait(jobId, { timeoutMs: 30_000, pollMs: 20 });
+        runs[name] = result.timings.s3BytesRead;
+      } finally {
+        await worker.shutdown('test end');
+      }
+    }
+    expect(runs.held).toBe(bytes);
+    // 20,000 rows: k-means++'s sample is every row, read before the first pass, which reads them all again
+    expect(runs.off).toBe(2 * bytes);
+  });
+
   it('output bucket and dataset both missing: the bucket is named', async () => {
     const worker = await stack.startWorker();
     onTestFinished(() => worker.shutdown('test end'));
