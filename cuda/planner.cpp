@@ -103,7 +103,6 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   if (d > 65536) throw EngineError(ErrorCode::InvalidArgument, "dims " + std::to_string(d) + " > 65536 on CUDA");
   if (k >= (1LL << 31) / 2) throw EngineError(ErrorCode::InvalidArgument, "k too large for CUDA");
 
-  p.buffers = cfg.buffers > 0 ? cfg.buffers : 3;
   if (cfg.chunkRows > 0) {
     if (cfg.chunkRows > kMaxChunkRows)
       throw EngineError(ErrorCode::InvalidArgument, "chunkRows " + std::to_string(cfg.chunkRows) + " > " +
@@ -129,6 +128,11 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
     if (p.fixedBytes + p.streamBytes <= usable || cfg.chunkRows > 0 || p.chunkRows <= 1024) break;
     p.chunkRows = std::max<std::int64_t>(1024, p.chunkRows / 2);
   }
+  // Pinned host buffers: three in flight, but never more than the dataset has chunks. A feed fills a buffer the pass
+  // has finished with, so a dataset of one or two chunks never uses a third; each is a chunk (128 MiB by default) of
+  // page-locked memory that the open pins (cudaHostAlloc) and no other process may page out.
+  const std::int64_t chunks = (n + p.chunkRows - 1) / p.chunkRows;
+  p.buffers = cfg.buffers > 0 ? cfg.buffers : int(std::clamp<std::int64_t>(chunks, 1, 3));
   if (p.fixedBytes + p.streamBytes > usable)
     throw EngineError(ErrorCode::OutOfMemory,
                       "CUDA: K×D = " + std::to_string(k) + "×" + std::to_string(d) + " needs " + mib(p.fixedBytes) +

@@ -93,7 +93,7 @@ export interface EngineOptions {
   precision?: Precision;
   /** rows per host buffer; the planner picks when absent */
   chunkRows?: number;
-  /** host buffers in flight (default 2 on cpu, 3 on cuda) */
+  /** host buffers in flight (default 2 on cpu; 3 on cuda, pinned, at most one per chunk of the dataset) */
   buffers?: number;
   /** CPU threads (default: all cores) */
   threads?: number;

@@ -348,6 +348,15 @@ describe('memory planner', () => {
     const given = await open({ rows, dims, k: 64, memoryBudget: 0, chunkRows: 100_000 });
     expect(given.plan.chunkRows).toBe(100_000);  // a given chunk size is kept
   });
+
+  it('pins three host buffers, never more than the dataset has chunks, and keeps a given count', async () => {
+    const dims = 32;  // 128 MiB chunks of 1,048,576 rows
+    expect((await open({ rows: 4_000_000, dims, k: 64 })).plan.buffers).toBe(3);
+    expect((await open({ rows: 1_500_000, dims, k: 64 })).plan.buffers).toBe(2);
+    expect((await open({ rows: 1_000_000, dims, k: 64 })).plan.buffers).toBe(1);
+    expect((await open({ rows: 1_000_000, dims, k: 64, chunkRows: 100_000 })).plan.buffers).toBe(3);
+    expect((await open({ rows: 1_000_000, dims, k: 64, buffers: 4 })).plan.buffers).toBe(4);
+  });
 });
 
 // A partly resident pass computes its streamed chunks while the resident rows are (their own stream, sums into
