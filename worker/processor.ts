@@ -9,16 +9,18 @@
  *                 the download is complete; random / given / previous init and resumes overlap it)
  *   3. start      the newest checkpoint matching spec hash + dataset ETag, else init (kmeans++ | random | given), whose
  *                 rows (k-means++'s sample) are read while the engine opens
- *   4. iterate    runKmeans; after each iteration: iteration stream + progress → Redis, sent beside the next pass;
- *                 checkpoint → S3 (fenced) when the pacer says so (every checkpointEvery iterations, at most one per
- *                 KMFLEET_CHECKPOINT_MIN_INTERVAL_MS)
- *   5. finish     centroids.npy (beside the final assign pass), assignments.npy (multipart), [distances.npy],
- *                 summary.json LAST (fenced)
+ *   4. iterate    runKmeans; after each iteration: iteration stream (fenced by the lock) + progress → Redis, sent
+ *                 beside the next pass; checkpoint → S3 (fenced) when the pacer says so (every checkpointEvery
+ *                 iterations, at most one per KMFLEET_CHECKPOINT_MIN_INTERVAL_MS)
+ *   5. finish     into this attempt's staging prefix: centroids.npy (beside the final assign pass), assignments.npy
+ *                 (multipart), [distances.npy]; then the commit (outputs/writer.ts): the commit point in Redis (a
+ *                 cancel before it wins, one after it is refused), the files copied into place, summary.json LAST
  *   6. record     the JobResult: BullMQ return value + the model's result history; the engine is closed (and its GPU
  *                 given back) once BullMQ has recorded the job's end (engine-releases.ts)
  *
  * Outcomes: user problems (bad spec, bad or missing dataset, k > rows…) → UnrecoverableError naming the problem, no
- * retry, no outputs. Cancel (from any process, producer/cancel.ts) → UnrecoverableError("cancelled"). Preemption
+ * retry, no outputs. Cancel (from any process, producer/cancel.ts), up to the commit point, uploads included →
+ * UnrecoverableError("cancelled"). Preemption
  * (SIGTERM, `preempt` aborted) → stop at a chunk boundary, checkpoint, job.moveToWait(token) + WaitingError: the job is
  * back in the queue and attemptsMade is unchanged. Lost lock (another worker has the job) → stop at the next chunk,
  * write nothing. Anything else is thrown as is and BullMQ retries it (attempts and backoff: the producer's job options).
@@ -34,7 +36,7 @@ import type { Keys } from '../producer/keys.js';
 import { makeProgress, type JobPhase } from '../producer/progress.js';
 import { recordResult, type JobResult } from '../producer/results.js';
 import { parseJobSpec, specHash as computeSpecHash, type JobSpec } from '../producer/spec.js';
-import { FencedError } from './checkpoints/errors.js';
+import { CancelledBeforeCommitError, FencedError } from './checkpoints/errors.js';
 import { BackgroundCheckpointSaver } from './checkpoints/background-saver.js';
 import { CheckpointPacer } from './checkpoints/pacer.js';
 import { CheckpointStore } from './checkpoints/store.js';
@@ -152,14 +154,16 @@ async function runJob(
     }
     if (!token) throw new Error('processor called without a lock token (manual processing is not supported)');
     if (cancelled()) throw new KmeansAbortedError(undefined, CANCEL_REASON);
+    const lock = { key: `${job.queueQualifiedName}:${jobId}:lock`, token };
     store = new CheckpointStore({
       redis,
       s3,
       jobId,
       output: spec.output,
       recordKey: keys.checkpoint(jobId),
-      lockKey: `${job.queueQualifiedName}:${jobId}:lock`,
+      lockKey: lock.key,
       token,
+      cancelKey: keys.cancel(jobId),
     });
     log.info({ dataset: spec.dataset.uri, k: spec.k, maxIter: spec.maxIter }, 'job started');
 
@@ -236,11 +240,16 @@ async function runJob(
     const pacer = new CheckpointPacer(spec.checkpointEvery, config.checkpointMinIntervalMs);
     // each iteration's Redis writes (history + progress) go out beside the next pass, in order (iteration-writes.ts)
     const iterationWrites = new IterationWrites();
+    const owner = store;
     const writer = new OutputWriter({
       s3,
       output: spec.output,
       jobId,
-      fence: () => store!.assertOwner(),
+      attempt: `c${owner.claim}`,
+      fence: () => owner.assertOwner(),
+      beginCommit: () => owner.beginCommit(),
+      // a cancel or a lost lock stops the uploads at once; a preemption lets them finish (the job is nearly done)
+      signal: AbortSignal.any([...cancelSignals, ...(lockWatch ? [lockWatch.signal] : [])]),
       partBytes: config.uploadPartBytes,
     });
     outputs = writer;
@@ -259,18 +268,20 @@ async function runJob(
       onIteration: async (report, cp) => {
         const tb = performance.now();
         deps.metrics?.iterationDone(report.ms, source!.rows);
-        await iterationWrites.next(() =>
-          Promise.all([
+        await iterationWrites.next(async () => {
+          const [written] = await Promise.all([
             appendIteration(redis, keys, jobId, {
               iteration: report.iteration,
               inertia: report.inertia,
               reassigned: report.reassigned,
               shift: report.shift,
               ms: report.ms,
-            }),
+            }, lock),
             progress('iterating', report.iteration, cp.history),
-          ]),
-        );
+          ]);
+          // the job is gone from Redis (a restart without persistence) or another worker's: stop writing for it
+          if (!written) throw new FencedError(jobId, 'lock-lost');
+        });
         // on the cpu backend a save is written between iterations: beside a pass it only takes cores from the engine
         if (pacer.take(report.iteration)) await saver!.submit(cp, engine!.plan.backend !== 'cpu');
         log.info({ iteration: report.iteration, inertia: report.inertia, reassigned: report.reassigned, ms: Math.round(report.ms) }, 'iteration');
@@ -351,8 +362,8 @@ async function runJob(
       log.warn('lost the job\'s lock (another worker may have it now); stopped without writing');
       throw new FencedError(jobId, 'lock-lost');
     }
-    if (err instanceof KmeansAbortedError || (stop.aborted && !(err instanceof FencedError))) {
-      if (cancelled()) {
+    if (err instanceof CancelledBeforeCommitError || err instanceof KmeansAbortedError || (stop.aborted && !(err instanceof FencedError))) {
+      if (cancelled() || err instanceof CancelledBeforeCommitError) {
         outcome = 'cancelled';
         log.info('job cancelled');
         if (store?.claim !== undefined) await store.cleanup().catch(() => {});

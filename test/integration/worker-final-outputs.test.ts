@@ -75,6 +75,7 @@ describe('final outputs beside the final assign pass', () => {
       await stack.client.enqueue(spec, { jobId: 'final-1' });
       await stack.client.wait('final-1', { timeoutMs: 30_000, pollMs: 20 });
       const put = seen.find((r) => r.op === 'PutObject' && r.key === 'final/final-1/centroids.npy');
+      console.log(JSON.stringify(seen.filter((r) => r.key.includes('final-1'))), hooks.assignDone);
       expect(put).toBeDefined();
       expect(hooks.assignDone).toHaveLength(1);
       expect(put!.at).toBeLessThanOrEqual(hooks.assignDone[0]);
