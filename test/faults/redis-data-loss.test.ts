@@ -34,12 +34,9 @@ describe('redis-server restarted without its data mid-job', () => {
     const jobId = 'lost-1';
     await stack.client.enqueue({ dataset: { uri: 's3://data/n.npy' }, k: 32, maxIter: 300, tol: 0, seed: 4, backend: 'cpu', output: 's3://out/rl' }, { jobId });
     await until(async () => ((await stack.client.get(jobId))?.progress?.iteration ?? 0) >= 3, 60_000, 'iteration 3');
-    const logged = () => worker!.output().split('\n').filter((l) => l.includes('"msg":"iteration"')).length;
-
     await stack.redis.kill('SIGKILL');
-    const before = logged();
-    // the worker goes on to its next iteration, whose Redis writes queue up while the server is down
-    await until(async () => logged() > before, 20_000, 'an iteration while Redis is down');
+    // the iteration in flight finishes; its Redis writes wait in the worker's offline queue while the server is down
+    await new Promise((r) => setTimeout(r, 1_000));
     await stack.redis.restart();
     const redis = await stack.client.connection();
     await until(async () => redis.ping().catch(() => null), 20_000, 'Redis back');
