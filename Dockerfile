@@ -56,6 +56,7 @@ COPY tsconfig.json CMakeLists.txt ./
 COPY native/ native/
 COPY cuda/ cuda/
 COPY producer/ producer/
+COPY core/ core/
 COPY worker/ worker/
 COPY cli/ cli/
 COPY bin/ bin/

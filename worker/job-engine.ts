@@ -9,7 +9,7 @@
  * do not depend on chunking, so a CPU checkpoint pins nothing.
  */
 import { OutOfMemoryError, type Engine, type EngineOptions } from '../native/index.js';
-import type { KmeansCheckpoint } from './kmeans/types.js';
+import type { KmeansCheckpoint } from '../core/index.js';
 import type { Logger } from './logger.js';
 
 export type OpenEngine = (options: EngineOptions) => Promise<Engine>;

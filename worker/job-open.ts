@@ -14,7 +14,7 @@ import type { WorkerConfig } from './config.js';
 import { CachedRowSource } from './dataset/cache.js';
 import { fillCacheFromMemory } from './dataset/cache-filler.js';
 import { MemoryCachedRowSource } from './dataset/memory-cache.js';
-import type { RowSource } from './dataset/row-source.js';
+import type { RowSource } from '../core/index.js';
 import { S3RowSource } from './dataset/s3-source.js';
 import { JobInputError } from './failures.js';
 import type { Logger } from './logger.js';

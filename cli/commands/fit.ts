@@ -6,14 +6,7 @@
 import { readFile, rename, rm, mkdir, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { BackendChoice, Metric, Precision } from '../../native/index.js';
-import { LocalFileSource, type DatasetFormat } from '../../worker/dataset/local-file-source.js';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
-import { NpyWriter, type NpyWriteResult } from '../../worker/formats/npy-writer.js';
-import { checkSpec, runKmeans } from '../../worker/kmeans/driver.js';
-import { KmeansSpecError } from '../../worker/kmeans/errors.js';
-import { readInitRows } from '../../worker/kmeans/init.js';
-import { writeCentroids, writeDistances, writeLabels } from '../../worker/kmeans/outputs.js';
-import type { IterationReport, KmeansResult, KmeansSpec } from '../../worker/kmeans/types.js';
+import { LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansResult, type KmeansSpec } from '../../core/index.js';
 import { humanCount, ProgressLine } from '../progress.js';
 
 interface FitOptions {

@@ -8,13 +8,10 @@
  * mid-job fails with S3ObjectChangedError instead of mixing two versions (s3rver ignores If-Match; the compare
  * catches it there).
  */
-import { DatasetFormatError } from '../formats/errors.js';
-import { NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, parseNpyHeader, type DatasetDType, type DatasetLayout } from '../formats/npy-header.js';
-import { rawLayout } from '../formats/raw.js';
+import { DatasetFormatError, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, parseNpyHeader, type DatasetDType, type DatasetLayout, rawLayout, checkReadRange, type ReadHint, type RowSource } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
 import { headObject, readObjectStart, readRangeInto, type ObjectInfo } from '../s3/objects.js';
 import { formatS3Uri, parseS3Uri, type S3Location } from '../s3/uri.js';
-import { checkReadRange, type ReadHint, type RowSource } from './row-source.js';
 
 export type S3DatasetFormat = 'npy' | 'f32' | 'f16';
 
