@@ -148,4 +148,13 @@ export function defineCommands(program: Command): void {
       .option('--host <addr>', 'address to listen on (0.0.0.0 to expose it: there is no login)', '127.0.0.1')
       .option('--allow-cancel', 'show a cancel button on unfinished jobs'),
   ).action(lazy(() => import('./dashboard.js')));
+
+  addConnectionOptions(
+    program
+      .command('api')
+      .description('serve the HTTP API for producers in any language (enqueue, wait, cancel, results, schedules; docs/api.md)')
+      .option('--port <n>', 'HTTP port (0: any free port)', '8090')
+      .option('--host <addr>', 'address to listen on; other than loopback only with a token (KMFLEET_API_TOKEN[_FILE])', '127.0.0.1')
+      .option('--allowed-host <name>', 'also serve requests whose Host header names this (repeatable)', (v: string, all: string[] = []) => [...all, v]),
+  ).action(lazy(() => import('./api.js')));
 }
