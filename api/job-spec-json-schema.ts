@@ -5,8 +5,11 @@
  * Schema form), so the patterns here say the same in regular expressions; every field gets its description.
  * Cross-field rules stay in code: dims is required for raw formats, name for init 'previous', k × dims × 4 under
  * the centroid limit, buckets in KMFLEET_ALLOWED_BUCKETS. A deployment's KMFLEET_MAX_* may be lower than the maxima here.
+ * Regenerate: `node dist/api/job-spec-json-schema.js > api/job-spec.schema.json` after `npm run build:ts`.
  */
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { JSON_SCHEMA_OPTIONS } from './json-schema-options.js';
 import { DEFAULT_LIMITS } from '../producer/limits.js';
 import { jobSpecSchema } from '../producer/spec.js';
 import { INIT_METHODS } from '../producer/spec-vocabulary.js';
@@ -83,7 +86,7 @@ export function documentedSpecSchema() {
 
 /** The standalone JSON Schema document (api/job-spec.schema.json). */
 export function jobSpecJsonSchema(): JsonSchema {
-  const body = describeJobSpec(z.toJSONSchema(documentedSpecSchema(), { io: 'input' }) as JsonSchema);
+  const body = describeJobSpec(z.toJSONSchema(documentedSpecSchema(), JSON_SCHEMA_OPTIONS) as JsonSchema);
   const { $schema, ...rest } = body;
   return {
     $schema,
@@ -97,3 +100,10 @@ export function jobSpecJsonSchema(): JsonSchema {
     ...rest,
   };
 }
+
+/** The document as checked in: two-space JSON and a final newline. */
+export function jobSpecJsonSchemaText(): string {
+  return `${JSON.stringify(jobSpecJsonSchema(), null, 2)}\n`;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) process.stdout.write(jobSpecJsonSchemaText());

@@ -5,6 +5,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
+import { JSON_SCHEMA_OPTIONS } from './json-schema-options.js';
 import { describeJobSpec, documentedSpecSchema } from './job-spec-json-schema.js';
 import { DEFAULT_API_PORT } from './listen.js';
 import { ROUTES, type RouteDef, type SchemaName } from './routes.js';
@@ -28,7 +29,7 @@ export function buildOpenApi(): Json {
   const schemas = apiSchemas(spec, registry);
   for (const [key, id] of Object.entries(COMPONENT_NAMES)) registry.add(schemas[key as SchemaName], { id });
 
-  const generated = z.toJSONSchema(registry, { io: 'input', uri: (id) => `#/components/schemas/${id}` }).schemas as Record<string, Json>;
+  const generated = z.toJSONSchema(registry, { ...JSON_SCHEMA_OPTIONS, uri: (id: string) => `#/components/schemas/${id}` }).schemas as Record<string, Json>;
   const components: Record<string, Json> = {};
   for (const name of Object.keys(generated).sort()) {
     const { $schema: _s, $id: _i, ...body } = generated[name];
@@ -40,7 +41,7 @@ export function buildOpenApi(): Json {
   const schemaOf = (name: SchemaName): Json => {
     const id = idOf(name);
     if (id) return ref(id);
-    const { $schema: _s, ...body } = z.toJSONSchema(schemas[name], { io: 'input' }) as Json;
+    const { $schema: _s, ...body } = z.toJSONSchema(schemas[name], JSON_SCHEMA_OPTIONS) as Json;
     return body;
   };
 
@@ -81,7 +82,7 @@ function operation(route: RouteDef, schemas: ApiSchemas, schemaOf: (n: SchemaNam
     if (!name) return;
     const obj = schemas[name] as unknown as z.ZodObject;
     for (const [key, field] of Object.entries(obj.shape)) {
-      const { $schema: _s, description, ...schema } = z.toJSONSchema(field as z.ZodType, { io: 'input' }) as Json;
+      const { $schema: _s, description, ...schema } = z.toJSONSchema(field as z.ZodType, JSON_SCHEMA_OPTIONS) as Json;
       parameters.push({
         name: key,
         in: where,
