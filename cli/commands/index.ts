@@ -33,6 +33,7 @@ export function defineCommands(program: Command): void {
     .addOption(new Option('--backend <b>', 'engine backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
     .addOption(new Option('--format <f>', 'dataset format (default: npy for *.npy)').choices(['npy', 'f32', 'f16']))
     .option('--dims <d>', 'dimensions per row (raw formats)', positiveInt('--dims'))
+    .addOption(new Option('--convert <c>', 'also read a float64 .npy, rounded to float32 as it is read').choices(['f64-to-f32']))
     .option('--chunk-rows <n>', 'rows per host buffer (default: the planner picks)', positiveInt('--chunk-rows'))
     .option('--threads <n>', 'CPU threads (default: all cores)', positiveInt('--threads'))
     .option('--distances', 'also write distances.npy (float32 N: distance of each row to its centroid)')

@@ -44,6 +44,8 @@ describe('api/openapi.json and api/job-spec.schema.json', () => {
       { ...base, init: 's3://data/c.npy', tol: 0, tolReassign: 1, maxIter: 10_000, checkpointEvery: 0 },
       { ...base, dataset: { uri: 's3://data/x.f16', format: 'f16', dims: 768 } },
       { ...base, name: 'emb-v2.1_a', version: 1 },
+      { ...base, dataset: { uri: 's3://data/x.npy', convert: 'f64-to-f32' } },
+      { ...base, dataset: { uri: 's3://data/x.npy', convert: 'f64' } },
       { ...base, k: 0 },
       { ...base, k: 1.5 },
       { ...base, k: DEFAULT_LIMITS.maxK + 1 },
