@@ -58,6 +58,7 @@ COPY cuda/ cuda/
 COPY producer/ producer/
 COPY worker/ worker/
 COPY cli/ cli/
+COPY api/ api/
 COPY bin/ bin/
 
 RUN KMFLEET_CUDA_ARCHS="${KMFLEET_CUDA_ARCHS}" npm run build \
