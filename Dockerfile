@@ -59,6 +59,7 @@ COPY producer/ producer/
 COPY core/ core/
 COPY worker/ worker/
 COPY cli/ cli/
+COPY api/ api/
 COPY bin/ bin/
 
 RUN KMFLEET_CUDA_ARCHS="${KMFLEET_CUDA_ARCHS}" npm run build \

@@ -50,6 +50,7 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
     S3RowSource.open(s3, spec.dataset.uri, {
       format: spec.dataset.format,
       dims: spec.dataset.dims,
+      convert: spec.dataset.convert,
       partBytes: config.readPartBytes,
       concurrency: config.readConcurrency,
       // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight

@@ -38,7 +38,7 @@ const MAY_IMPORT: Record<Layer, Partial<Record<Layer, (target: string) => boolea
   worker: { producer: () => true, core: (t) => t === 'core/index.ts', native: (t) => t === 'native/index.ts' },
   native: {},
   cli: { producer: () => true, core: (t) => t === 'core/index.ts', worker: () => true, native: (t) => t === 'native/index.ts', api: () => true },
-  api: { producer: () => true },
+  api: { producer: () => true, worker: (t) => t === 'worker/s3/client.ts' },
 };
 
 describe('layer rules (docs/DESIGN.md)', () => {
