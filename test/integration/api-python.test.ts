@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { bytesOf, ensureDistBuilt, ROOT, spawnWorker, startStack, type ChildWorker, type Stack } from './pipeline-fixture.js';
 

@@ -11,7 +11,7 @@ import Ajv2020 from 'ajv/dist/2020.js';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { ROOT, startStack, type Stack } from './pipeline-fixture.js';
 
 const doc = readFileSync(join(ROOT, 'docs', 'redis-contract.md'), 'utf8');
