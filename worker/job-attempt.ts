@@ -7,7 +7,8 @@
  */
 import { WaitingError, type Job } from 'bullmq';
 import type { Engine, EngineOptions } from '../native/index.js';
-import { CANCEL_REASON, type CancelWatch } from '../producer/cancel.js';
+import { CANCEL_REASON } from '../producer/cancel.js';
+import type { CancelWatch } from './cancel-listener.js';
 import type { JobData } from '../producer/job-data.js';
 import { appendIteration } from '../producer/job-state.js';
 import { makeProgress, type JobPhase } from '../producer/progress.js';

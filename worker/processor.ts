@@ -27,7 +27,7 @@
  */
 import type { Job } from 'bullmq';
 import * as native from '../native/index.js';
-import type { CancelListener } from '../producer/cancel.js';
+import type { CancelListener } from './cancel-listener.js';
 import type { JobData } from '../producer/job-data.js';
 import type { RedisClient } from '../producer/job-state.js';
 import type { Keys } from '../producer/keys.js';

@@ -8,7 +8,7 @@
  */
 import { Worker } from 'bullmq';
 import * as native from '../native/index.js';
-import { CancelListener } from '../producer/cancel.js';
+import { CancelListener } from './cancel-listener.js';
 import { describeConnection } from '../producer/connection.js';
 import { evictingNode } from '../producer/eviction-policy.js';
 import { createRedisClient, isCluster } from '../producer/redis-factory.js';

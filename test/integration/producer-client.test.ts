@@ -3,7 +3,6 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
-  CancelListener,
   requestCancel,
   InvalidArgumentError,
   JobCancelledError,
@@ -15,6 +14,7 @@ import {
   readIterations,
   type JobProgress,
 } from '../../producer/index.js';
+import { CancelListener } from '../../worker/cancel-listener.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 import { startSimWorker, type SimWorker } from './producer-sim-worker.js';
 

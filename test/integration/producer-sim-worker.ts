@@ -8,7 +8,6 @@ import { UnrecoverableError, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import {
   CANCEL_REASON,
-  CancelListener,
   appendIteration,
   makeProgress,
   parseJobSpec,
@@ -20,6 +19,7 @@ import {
   type JobResult,
   type Keys,
 } from '../../producer/index.js';
+import { CancelListener } from '../../worker/cancel-listener.js';
 
 export interface SimOptions {
   /** ms per simulated iteration (default 20). */
