@@ -39,25 +39,31 @@ describe('outputs: multipart sink and the output writer', () => {
     await expect(sink.write(Buffer.alloc(1))).rejects.toThrow(/aborted/);
   });
 
-  it('writes centroids and assignments, refuses when fenced, and discards uncommitted files', async () => {
+  it('stages each file under the attempt\'s prefix, refuses when fenced, discards only what it staged, commits by copying into place', async () => {
     let owner = true;
     const fence = async () => {
       if (!owner) throw new Error('fenced');
     };
-    const w = new OutputWriter({ s3: s3.handle, output: 's3://out/runs', jobId: 'j1', fence });
+    const beginCommit = fence;
+    const w = new OutputWriter({ s3: s3.handle, output: 's3://out/runs', jobId: 'j1', attempt: 'c1', fence, beginCommit });
     const c = new Float32Array([1, 2, 3, 4, 5, 6]);
     const cf = await w.writeCentroids(c, 2, 3);
-    expect(cf.uri).toBe('s3://out/runs/j1/centroids.npy');
+    expect(cf.uri).toBe('s3://out/runs/j1/centroids.npy'); // where it will be once committed
     const af = await w.writeRows('assignments.npy', '<i4', 10, (f, n) => new Int32Array(n).fill(f % 2), 3);
     expect(af.bytes).toBe(128 + 40);
-    expect(s3.keys('out', 'runs/j1/')).toEqual(['runs/j1/assignments.npy', 'runs/j1/centroids.npy']);
+    const staged = s3.keys('out', 'runs/j1/');
+    expect(staged).toHaveLength(2);
+    expect(staged.every((k) => /^runs\/j1\/_attempts\/c1-[0-9a-f]{8}\/(assignments|centroids)\.npy$/.test(k))).toBe(true);
+    // someone else's committed output under the same prefix is never touched by this attempt's discard
+    await s3.put('out', 'runs/j1/centroids.npy', Buffer.from('committed by another attempt'));
     owner = false;
     await expect(w.commit({ ok: true })).rejects.toThrow('fenced');
     await w.discard();
-    expect(s3.keys('out', 'runs/j1/')).toEqual([]);
+    expect(s3.keys('out', 'runs/j1/')).toEqual(['runs/j1/centroids.npy']);
+    expect((await s3.get('out', 'runs/j1/centroids.npy')).toString()).toBe('committed by another attempt');
 
     owner = true;
-    const w2 = new OutputWriter({ s3: s3.handle, output: 's3://out/runs', jobId: 'j2', fence });
+    const w2 = new OutputWriter({ s3: s3.handle, output: 's3://out/runs', jobId: 'j2', attempt: 'c1', fence, beginCommit });
     await w2.writeCentroids(c, 2, 3);
     await w2.commit({ files: w2.files });
     await w2.discard();
