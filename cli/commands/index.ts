@@ -146,6 +146,12 @@ export function defineCommands(program: Command): void {
       .description('serve a web dashboard of the queue, job progress and convergence curves')
       .option('--port <n>', 'HTTP port', '8080')
       .option('--host <addr>', 'address to listen on (0.0.0.0 to expose it: there is no login)', '127.0.0.1')
+      .option(
+        '--allowed-host <name>',
+        'also answer requests whose Host is NAME or NAME:PORT, e.g. a reverse proxy\'s public name (repeatable); ' +
+          'only localhost, 127.0.0.1, [::1] and the bound address are answered otherwise (421: DNS rebinding)',
+        (v: string, prev: string[] = []) => [...prev, v],
+      )
       .option('--allow-cancel', 'show a cancel button on unfinished jobs'),
   ).action(lazy(() => import('./dashboard.js')));
 }
