@@ -100,7 +100,7 @@ export function defineCommands(program: Command): void {
   addConnectionOptions(
     program
       .command('wait')
-      .description('follow a job until it completes (live progress); exit 1 if it fails or is cancelled')
+      .description('follow a job until it completes (live progress); exit 0 completed, 1 failed or cancelled, 3 Redis unreachable, 4 --timeout passed')
       .argument('<jobId>', 'job id')
       .option('--timeout <ms>', 'give up after this many ms (the job goes on)', msOption('--timeout')),
   ).action(lazy(() => import('./wait.js')));
