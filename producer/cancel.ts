@@ -2,7 +2,9 @@
  * Cancelling a job from ANY process. BullMQ's worker.cancelJob() only reaches the process that runs the
  * job, so kmfleet signals through Redis:
  *
- *   producer  requestCancel(redis, keys, jobId)
+ *   producer  requestCancel(redis, keys, jobId), one Lua script:
+ *               0. a job past its commit point (the worker marked `committed` in keys.checkpoint(jobId) before it
+ *                  copied its outputs into place) is not cancelled: 'committed', the job completes
  *               1. SET  keys.cancel(jobId) = reason  (PX 24 h)  — durable: seen by a worker that starts later
  *               2. PUBLISH keys.cancelChannel jobId              — fast: seen at once by the running worker
  *             then (KmfleetClient.cancel) a job that is not active yet is simply removed from the queue.
@@ -16,7 +18,10 @@
  *                          finally { w.dispose(); }
  *             → the job fails with failedReason "cancelled", no retry (UnrecoverableError), no outputs
  *               (summary.json is never written, no recordResult). Also poll every pollMs (default 250 ms),
- *               so a pub/sub message lost during a reconnect still stops the job within a second.
+ *               so a pub/sub message lost during a reconnect still stops the job within a second. A cancel that
+ *               arrives while the outputs upload aborts the uploads; the worker's commit point checks the flag
+ *               atomically (worker/checkpoints/fence-scripts.ts COMMIT_SCRIPT), so a cancel either wins before it
+ *               or is refused after it.
  */
 import type { Keys } from './keys.js';
 import type { RedisClient } from './job-state.js';
@@ -29,10 +34,21 @@ export function isCancelledReason(failedReason: string | undefined | null): bool
   return failedReason === CANCEL_REASON;
 }
 
-/** Sets the cancel flag and publishes the job id. Idempotent. */
-export async function requestCancel(redis: RedisClient, keys: Keys, jobId: string, reason = CANCEL_REASON): Promise<void> {
-  await redis.set(keys.cancel(jobId), reason, 'PX', CANCEL_TTL_MS);
-  await redis.publish(keys.cancelChannel, jobId);
+/** KEYS: cancel flag, checkpoint record · ARGV: reason, ttlMs, channel, jobId → 1 requested, 0 past the commit point. */
+const REQUEST_CANCEL_SCRIPT = `
+if redis.call('HEXISTS', KEYS[2], 'committed') == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1
+`;
+
+/**
+ * Sets the cancel flag and publishes the job id, unless the job's worker has passed its commit point ('committed':
+ * the job completes whatever is asked now). Idempotent.
+ */
+export async function requestCancel(redis: RedisClient, keys: Keys, jobId: string, reason = CANCEL_REASON): Promise<'requested' | 'committed'> {
+  const r = await redis.eval(REQUEST_CANCEL_SCRIPT, 2, keys.cancel(jobId), keys.checkpoint(jobId), reason, String(CANCEL_TTL_MS), keys.cancelChannel, jobId);
+  return Number(r) === 1 ? 'requested' : 'committed';
 }
 
 /** The cancel reason if a cancel was requested for the job, else null. */

@@ -92,7 +92,11 @@ export interface WaitOptions {
   signal?: AbortSignal;
 }
 
-export type CancelOutcome = 'removed' | 'signalled' | 'already-finished' | 'not-found';
+/**
+ * 'committed': the job's worker had passed its commit point (its outputs are being put in place): it completes, and
+ * nothing was cancelled.
+ */
+export type CancelOutcome = 'removed' | 'signalled' | 'committed' | 'already-finished' | 'not-found';
 
 export interface CancelResult {
   id: string;

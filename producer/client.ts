@@ -272,6 +272,7 @@ export class KmfleetClient {
    * Cancels a job from any process. The cancel flag is set and published first (producer/cancel.ts);
    * then a job that is not running yet is removed from the queue ('removed'), a running one is left to
    * its worker, which stops at the next chunk boundary and fails it with reason "cancelled" ('signalled').
+   * A job whose worker has passed its commit point is not cancelled: it completes ('committed').
    * A schedule's upcoming job is 'signalled' too (removing it would stop the schedule): the worker that
    * takes it fails it as cancelled at once.
    */
@@ -282,7 +283,7 @@ export class KmfleetClient {
       if (!job) return { id: jobId, outcome: 'not-found', state: null };
       const state = (await job.getState()) as JobState;
       if (state === 'completed' || state === 'failed') return { id: jobId, outcome: 'already-finished', state };
-      await requestCancel(this.redis, this.keys, jobId, reason);
+      if ((await requestCancel(this.redis, this.keys, jobId, reason)) === 'committed') return { id: jobId, outcome: 'committed', state };
       if (state === 'active') return { id: jobId, outcome: 'signalled', state };
       // A job scheduler's next job can't be removed (BullMQ refuses: the schedule would stop); its worker sees
       // the flag when it starts the job and fails it as cancelled at once, and the schedule goes on.

@@ -27,19 +27,46 @@ export interface IterationRecord {
   ms: number;
 }
 
-export async function appendIteration(redis: RedisClient, keys: Keys, jobId: string, rec: IterationRecord): Promise<void> {
+/**
+ * KEYS: iterations stream, lock · ARGV: maxlen, ttlMs, token, then the entry's field/value pairs → 1 written, 0 the
+ * lock no longer holds the token (the job is gone, after a Redis restart without persistence, or someone else's).
+ */
+const APPEND_FENCED_SCRIPT = `
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 4))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`;
+
+/**
+ * Appends one iteration to the job's stream. With `lock` (the worker's BullMQ lock key and token) the write is fenced:
+ * nothing is written, and false is returned, unless the lock still holds the token — a worker never leaves entries
+ * for a job that no longer exists or is no longer its own.
+ */
+export async function appendIteration(
+  redis: RedisClient,
+  keys: Keys,
+  jobId: string,
+  rec: IterationRecord,
+  lock?: { key: string; token: string },
+): Promise<boolean> {
   const key = keys.iterations(jobId);
+  const fields = ['iteration', String(rec.iteration), 'inertia', String(rec.inertia),
+    'reassigned', String(rec.reassigned), 'shift', String(rec.shift), 'ms', String(rec.ms)];
+  if (lock) {
+    const r = await redis.eval(APPEND_FENCED_SCRIPT, 2, key, lock.key, String(ITERATIONS_MAXLEN), String(JOB_STATE_TTL_MS), lock.token, ...fields);
+    return Number(r) === 1;
+  }
   const replies = await redis
     .multi()
-    .xadd(key, 'MAXLEN', '~', ITERATIONS_MAXLEN, '*',
-      'iteration', String(rec.iteration), 'inertia', String(rec.inertia),
-      'reassigned', String(rec.reassigned), 'shift', String(rec.shift), 'ms', String(rec.ms))
+    .xadd(key, 'MAXLEN', '~', ITERATIONS_MAXLEN, '*', ...fields)
     .pexpire(key, JOB_STATE_TTL_MS)
     .exec();
   // EXEC answers command by command: a failed XADD (say WRONGTYPE) does not reject exec(), it is in its reply
   if (replies === null) throw new Error(`iteration ${rec.iteration} of job ${jobId} was not recorded: the transaction was discarded`);
   const failed = replies.find(([err]) => err);
   if (failed) throw failed[0];
+  return true;
 }
 
 /**

@@ -37,6 +37,9 @@ export const action = cliAction(async (jobId: string, flags: CancelFlags) => {
       case 'already-finished':
         process.stdout.write(`job ${jobId} already ${res.state}; nothing to cancel\n`);
         return;
+      case 'committed':
+        process.stdout.write(`job ${jobId} is already committing its outputs; it completes and was not cancelled\n`);
+        return;
       case 'removed':
         process.stdout.write(`job ${jobId} cancelled (removed from the queue before it started)\n`);
         return;

@@ -74,7 +74,7 @@ describe('faults on S3 uploads', () => {
     stack = await startStack();
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-s3up-'));
     proxy = await startS3FaultProxy(stack.s3, { fault: faultOf, onResponse: record });
-    client = createS3({ ...proxy.settings, maxAttempts: 5, retry: { attempts: 5, baseMs: 5, maxMs: 50 } });
+    client = createS3({ ...proxy.settings, maxAttempts: 5, retry: { budgetMs: 10_000, attempts: 5, baseMs: 5, maxMs: 50 } });
   });
   afterAll(async () => {
     client?.destroy();
@@ -157,7 +157,7 @@ describe('faults on S3 uploads', () => {
   });
 
   it('a job whose assignments upload never completes: it fails after its attempts, every upload aborted, no visible output', async () => {
-    const failing = createS3({ ...proxy.settings, maxAttempts: 2, retry: { attempts: 2, baseMs: 5, maxMs: 20 } });
+    const failing = createS3({ ...proxy.settings, maxAttempts: 2, retry: { budgetMs: 10_000, attempts: 2, baseMs: 5, maxMs: 20 } });
     // part 2 of every multipart upload (only the assignments are that big) always answers 503
     policy = (op, url) => (op === 'part' && url.searchParams.get('partNumber') === '2' ? 'slowdown' : undefined);
     const before = new Set(ledger.created);

@@ -9,10 +9,12 @@
  *
  * Faults: `s3Error` (an S3 XML error answer: `slowDown()` 503, `accessDenied()` 403), `reset()` (the connection dies
  * before any answer), `truncate(n)` (s3rver's status and headers, then the body cut after n bytes: a body that short
- * goes through whole), `delay(ms)` (held, then forwarded), `reply(status)` (answered here: an operation that s3rver
+ * goes through whole), `delay(ms)` (held, then forwarded), `hold(promise)` (held until the promise settles: a request
+ * in flight while the test freezes or partitions its sender), `reply(status)` (answered here: an operation that s3rver
  * 3.7.1 does not implement). `onResponse` sees s3rver's answers (buffered) for ledgers of what really happened.
  */
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
 import type { S3Settings } from '../../worker/s3/client.js';
 import type { S3ServerHandle } from './s3-server.js';
 
@@ -39,6 +41,7 @@ export type S3Fault =
   | { kind: 'reset' }
   | { kind: 'truncate'; afterBytes: number }
   | { kind: 'delay'; ms: number }
+  | { kind: 'hold'; until: Promise<unknown> }
   | { kind: 'reply'; status: number; body?: string };
 
 export const s3Error = (status: number, code: string, message: string): S3Fault => ({ kind: 'error', status, code, message });
@@ -47,6 +50,8 @@ export const accessDenied = (): S3Fault => s3Error(403, 'AccessDenied', 'Access 
 export const reset = (): S3Fault => ({ kind: 'reset' });
 export const truncate = (afterBytes = 1000): S3Fault => ({ kind: 'truncate', afterBytes });
 export const delay = (ms: number): S3Fault => ({ kind: 'delay', ms });
+/** held until `until` settles, then forwarded — unless the client gave up meanwhile (S3 drops an aborted request) */
+export const hold = (until: Promise<unknown>): S3Fault => ({ kind: 'hold', until });
 export const reply = (status: number, body?: string): S3Fault => ({ kind: 'reply', status, body });
 
 export interface S3FaultProxyOptions {
@@ -133,6 +138,24 @@ export async function startS3FaultProxy(s3: S3ServerHandle, opts: S3FaultProxyOp
       case 'delay':
         r.fault = 'delay';
         return void setTimeout(() => forward(req, res, r), f.ms);
+      case 'hold': {
+        r.fault = 'hold';
+        // the body is read now (a client that finished sending may then go away); forwarded once released
+        const body: Buffer[] = [];
+        let complete = false;
+        let gone = false;
+        req.on('data', (c: Buffer) => body.push(c));
+        req.on('end', () => (complete = true));
+        res.on('close', () => (gone = !res.writableFinished));
+        return void f.until.finally(() => {
+          if (gone || !complete) {
+            r.fault = 'hold, dropped';
+            return;
+          }
+          const replay = Object.assign(Readable.from(body), { method: req.method, url: req.url, headers: req.headers, socket: req.socket });
+          forward(replay as unknown as IncomingMessage, res, r);
+        });
+      }
       case 'reset':
         r.fault = 'reset';
         return void req.socket.destroy();

@@ -56,7 +56,7 @@ export async function startS3Server(opts: { buckets?: string[]; silent?: boolean
     compat: 's3rver',
     credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
     maxAttempts: 3,
-    retry: { attempts: 3, baseMs: 20, maxMs: 200 },
+    retry: { budgetMs: 10_000, attempts: 3, baseMs: 20, maxMs: 200 },
   };
   const handle = createS3(settings);
   let stopped = false;

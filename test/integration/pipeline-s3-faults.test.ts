@@ -35,7 +35,7 @@ describe('pipeline through a faulty S3', () => {
   });
 
   it('completes with the same outputs as on a healthy S3', async () => {
-    const faulty = createS3({ ...proxy.settings, maxAttempts: 6, retry: { attempts: 6, baseMs: 5, maxMs: 50 } });
+    const faulty = createS3({ ...proxy.settings, maxAttempts: 6, retry: { budgetMs: 10_000, attempts: 6, baseMs: 5, maxMs: 50 } });
     try {
       // small read parts: many GETs, so that every kind of fault hits reads too
       await stack.startWorker({ KMFLEET_CHUNK_ROWS: '4096', KMFLEET_THREADS: '2', KMFLEET_S3_READ_PART_MB: '1' }, { s3: faulty });

@@ -21,7 +21,7 @@ describe('checkpoint store: S3 objects + fenced Redis record', () => {
   const lockKey = '{kmfleet}:jobs:job1:lock';
   const recordKey = '{kmfleet}:job:jobs:job1:checkpoint';
   const store = (token: string) =>
-    new CheckpointStore({ redis, s3: s3.handle, jobId: 'job1', output: 's3://out/runs/', recordKey, lockKey, token });
+    new CheckpointStore({ redis, s3: s3.handle, jobId: 'job1', output: 's3://out/runs/', recordKey, lockKey, token, cancelKey: '{kmfleet}:job:jobs:job1:cancel' });
 
   it('saves, resumes by spec hash and ETag, and keeps the last two objects', async () => {
     await redis.set(lockKey, 'tokA');

@@ -28,7 +28,7 @@ describe('direct ranged reads (DirectReadHandler)', () => {
     await s3.put('data', 'blob', body);
     etag = (await headObject(s3.handle, loc)).etag;
     proxy = await startS3FaultProxy(s3, { fault: () => faults.shift() });
-    viaProxy = createS3({ ...proxy.settings, maxAttempts: 3, retry: { attempts: 3, baseMs: 5, maxMs: 20 } });
+    viaProxy = createS3({ ...proxy.settings, maxAttempts: 3, retry: { budgetMs: 10_000, attempts: 3, baseMs: 5, maxMs: 20 } });
   });
   afterAll(async () => {
     viaProxy?.destroy();

@@ -26,7 +26,7 @@ describe('S3 retries through a fault-injecting proxy', () => {
     s3 = await startS3Server({ buckets: ['data'] });
     await s3.put('data', 'blob', body);
     proxy = await startS3FaultProxy(s3, { fault: () => faults.shift() });
-    client = createS3({ ...proxy.settings, maxAttempts: 4, retry: { attempts: 4, baseMs: 5, maxMs: 20 } });
+    client = createS3({ ...proxy.settings, maxAttempts: 4, retry: { budgetMs: 10_000, attempts: 4, baseMs: 5, maxMs: 20 } });
   });
   afterAll(async () => {
     client?.destroy();

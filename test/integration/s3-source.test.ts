@@ -46,7 +46,7 @@ describe('S3RowSource against s3rver', () => {
     const proxy = await startS3FaultProxy(s3, {
       fault: (r) => (r.n === 3 ? truncate(100) : r.method === 'GET' && r.key === 'empty.npy' ? invalidRange() : undefined),
     });
-    const client = createS3({ ...proxy.settings, retry: { attempts: 3, baseMs: 1, maxMs: 5 } });
+    const client = createS3({ ...proxy.settings, retry: { budgetMs: 10_000, attempts: 3, baseMs: 1, maxMs: 5 } });
     try {
       const ops = () => proxy.requests.map((r) => `${r.operation} ${r.headers.range ?? ''}`.trim());
       const npy = await S3RowSource.open(client, 's3://data/x.npy', { format: 'npy' });

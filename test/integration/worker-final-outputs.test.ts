@@ -1,7 +1,8 @@
 /**
- * centroids.npy is uploaded beside the final assign pass (the centroids are final before it), on real Redis, s3rver
- * (behind a proxy that sees and may hold each request) and the real engine: it reaches S3 before that pass ends, and
- * a run that fails in that pass leaves nothing under its prefix, even when the upload was still in flight.
+ * centroids.npy is uploaded (to the attempt's staging prefix) beside the final assign pass (the centroids are final
+ * before it), on real Redis, s3rver (behind a proxy that sees and may hold each request) and the real engine: it
+ * reaches S3 before that pass ends, and a run that fails in that pass leaves nothing under its prefix, even when the
+ * upload was still in flight.
  */
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -74,7 +75,8 @@ describe('final outputs beside the final assign pass', () => {
     try {
       await stack.client.enqueue(spec, { jobId: 'final-1' });
       await stack.client.wait('final-1', { timeoutMs: 30_000, pollMs: 20 });
-      const put = seen.find((r) => r.op === 'PutObject' && r.key === 'final/final-1/centroids.npy');
+      // the attempt's own staging key: the final key is written by the commit, after the pass
+      const put = seen.find((r) => r.op === 'PutObject' && /^final\/final-1\/_attempts\/[^/]+\/centroids\.npy$/.test(r.key));
       expect(put).toBeDefined();
       expect(hooks.assignDone).toHaveLength(1);
       expect(put!.at).toBeLessThanOrEqual(hooks.assignDone[0]);
@@ -97,8 +99,8 @@ describe('final outputs beside the final assign pass', () => {
     try {
       await stack.client.enqueue(spec, { jobId: 'final-2' });
       await expect(stack.client.wait('final-2', { timeoutMs: 30_000, pollMs: 20 })).rejects.toThrow(/injected/);
-      const put = seen.find((r) => r.op === 'PutObject' && r.key === 'final/final-2/centroids.npy');
-      const del = seen.find((r) => r.op === 'DeleteObject' && r.key === 'final/final-2/centroids.npy');
+      const put = seen.find((r) => r.op === 'PutObject' && /^final\/final-2\/_attempts\/[^/]+\/centroids\.npy$/.test(r.key));
+      const del = seen.find((r) => r.op === 'DeleteObject' && r.key === put?.key);
       // asked during the pass (a failed job starts no upload), answered long after it failed. Its arrival at the proxy
       // is not compared with the pass's end: it may trail it by an event-loop turn (seen once in CI, by 1 ms).
       expect(put).toBeDefined();

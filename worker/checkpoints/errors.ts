@@ -16,3 +16,12 @@ export class FencedError extends Error {
     this.name = 'FencedError';
   }
 }
+
+/** The job was cancelled before its outputs were committed: the attempt stops, its staged outputs are discarded. */
+export class CancelledBeforeCommitError extends Error {
+  readonly code = 'CANCELLED';
+  constructor(readonly jobId: string) {
+    super(`job ${jobId}: cancelled before its outputs were committed`);
+    this.name = 'CancelledBeforeCommitError';
+  }
+}

@@ -50,3 +50,18 @@ redis.call('HSET', KEYS[2], 'generation', ARGV[2], 'iteration', ARGV[3], 'uri', 
 redis.call('PEXPIRE', KEYS[2], ARGV[10])
 return {1, drop}
 `;
+
+/**
+ * The commit point of the job's outputs. KEYS: lock, record, cancel · ARGV: token, claim, ttlMs → 1 (committing: the
+ * record's `committed` holds the claim, and a cancel from now on answers that the job is past its commit point,
+ * producer/cancel.ts), -1 lock lost, -2 superseded, -4 a cancel was requested first. Atomic with the cancel's script,
+ * so a job is either cancelled with nothing committed or committed with the cancel refused, never both.
+ */
+export const COMMIT_SCRIPT = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('HGET', KEYS[2], 'claimed') ~= ARGV[2] then return -2 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return -4 end
+redis.call('HSET', KEYS[2], 'committed', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+`;

@@ -8,15 +8,18 @@
  *
  * Object keys are per claim (`c<claim>-a|b.ckpt`, see slot()): two workers never write the same key, so a stale
  * worker can never replace the object a newer record points at. The last two checkpoints are kept.
+ *
+ * The store also holds the job's commit point in Redis (beginCommit): the outputs (outputs/writer.ts) are committed
+ * only by the owner, and only if no cancel came first.
  */
 import { createHash } from 'node:crypto';
 import { JOB_STATE_TTL_MS, parseCheckpointRecord, type CheckpointRecord as ProducerCheckpointRecord, type RedisClient } from '../../producer/job-state.js';
 import type { S3Handle } from '../s3/client.js';
 import { S3ObjectNotFoundError } from '../s3/errors.js';
-import { deleteKeys, getObjectBuffer, putObjectBuffer } from '../s3/objects.js';
+import { deleteKeys, deletePrefix, getObjectBuffer, putObjectBuffer } from '../s3/objects.js';
 import { childOf, formatS3Uri, parseS3Uri, type S3Location } from '../s3/uri.js';
-import { FencedError } from './errors.js';
-import { CHECK_SCRIPT, CLAIM_SCRIPT, SAVE_SCRIPT } from './fence-scripts.js';
+import { CancelledBeforeCommitError, FencedError } from './errors.js';
+import { CHECK_SCRIPT, CLAIM_SCRIPT, COMMIT_SCRIPT, SAVE_SCRIPT } from './fence-scripts.js';
 
 /** The record as the worker writes it: every field present (producer/job-state.ts parses it). */
 export interface CheckpointRecord extends ProducerCheckpointRecord {
@@ -37,6 +40,8 @@ export interface CheckpointStoreOptions {
   lockKey: string;
   /** BullMQ's token of this worker's hold on the job */
   token: string;
+  /** the job's cancel flag: keys.cancel(jobId) (producer/cancel.ts) */
+  cancelKey: string;
 }
 
 export class CheckpointStore {
@@ -68,6 +73,20 @@ export class CheckpointStore {
     const r = Number(await this.o.redis.eval(CHECK_SCRIPT, 2, this.o.lockKey, this.o.recordKey, this.o.token, String(claim)));
     if (r === -1) throw new FencedError(this.o.jobId, 'lock-lost');
     if (r === -2) throw new FencedError(this.o.jobId, 'superseded');
+  }
+
+  /**
+   * The commit point: from here on the job completes (a cancel is refused). Throws FencedError when this worker no
+   * longer owns the job, CancelledBeforeCommitError when a cancel was requested first.
+   */
+  async beginCommit(): Promise<void> {
+    const claim = this.requireClaim();
+    const r = Number(
+      await this.o.redis.eval(COMMIT_SCRIPT, 3, this.o.lockKey, this.o.recordKey, this.o.cancelKey, this.o.token, String(claim), String(JOB_STATE_TTL_MS)),
+    );
+    if (r === -1) throw new FencedError(this.o.jobId, 'lock-lost');
+    if (r === -2) throw new FencedError(this.o.jobId, 'superseded');
+    if (r === -4) throw new CancelledBeforeCommitError(this.o.jobId);
   }
 
   /** The recorded checkpoint, if any (whatever its spec or dataset). */
@@ -143,8 +162,9 @@ export class CheckpointStore {
   }
 
   /**
-   * Remove the job's checkpoint objects named in the record (after the outputs are committed, or when the job ends for
-   * good). Best effort, and only while this worker owns the job: the record may already point at a successor's.
+   * Remove every checkpoint object of the job (after the outputs are committed, or when the job ends for good), found
+   * by prefix: a worker killed between a checkpoint's PUT and its record leaves an object that no record names. Best
+   * effort, and only while this worker owns the job.
    */
   async cleanup(): Promise<void> {
     try {
@@ -152,10 +172,8 @@ export class CheckpointStore {
     } catch {
       return;
     }
-    const h = await this.o.redis.hmget(this.o.recordKey, 'uri', 'prevUri');
-    const locs = h.filter((u): u is string => !!u).map(parseS3Uri);
-    // together: the job's completion waits for this (one DeleteObject after the other cost a round trip more)
-    await Promise.all(locs.map((l) => deleteKeys(this.o.s3, l.bucket, [l.key]).catch(() => {})));
+    const dir = childOf(this.o.output, this.o.jobId, '_checkpoints');
+    await deletePrefix(this.o.s3, dir.bucket, `${dir.key}/`).catch(() => {});
   }
 
   /**

@@ -4,6 +4,9 @@
  * (less than one part) becomes a single PutObject. On failure the upload is aborted so no parts linger (DESIGN.md,
  * Faults); s3rver answers AbortMultipartUpload with 405, which its compatibility switch tolerates.
  *
+ * Every request is retried within the client's time budget (../s3/retry.ts): an S3 blip of a few seconds costs the
+ * job nothing. `signal` aborts the requests in flight (a cancel stops a long upload at once).
+ *
  * Memory: partBytes × (concurrency + 1) at most, whatever the object's size.
  */
 import {
@@ -16,6 +19,8 @@ import {
 } from '@aws-sdk/client-s3';
 import type { ByteSink } from '../formats/npy-writer.js';
 import type { S3Handle } from '../s3/client.js';
+import { headObject } from '../s3/objects.js';
+import { withRetries } from '../s3/retry.js';
 import { formatS3Uri, type S3Location } from '../s3/uri.js';
 
 /** S3's smallest part (all but the last) */
@@ -25,6 +30,8 @@ export interface MultipartSinkOptions {
   partBytes?: number;
   concurrency?: number;
   contentType?: string;
+  /** aborts the upload's requests; the sink then fails with the signal's reason */
+  signal?: AbortSignal;
 }
 
 export class S3MultipartSink implements ByteSink {
@@ -53,9 +60,16 @@ export class S3MultipartSink implements ByteSink {
     this.partBytes = Math.max(MIN_PART_BYTES, opts.partBytes ?? 8 * 1024 * 1024);
     this.concurrency = Math.max(1, opts.concurrency ?? 4);
     this.contentType = opts.contentType ?? 'application/octet-stream';
+    this.signal = opts.signal;
     this.current = Buffer.allocUnsafe(this.partBytes);
   }
   private readonly contentType: string;
+  private readonly signal: AbortSignal | undefined;
+
+  /** One request, retried within the client's budget and aborted by the signal. */
+  private send<T>(request: (options: { abortSignal?: AbortSignal }) => Promise<T>): Promise<T> {
+    return withRetries(() => request({ abortSignal: this.signal }), this.s3.settings.retry, { signal: this.signal });
+  }
 
   get uri(): string {
     return formatS3Uri(this.location);
@@ -78,14 +92,9 @@ export class S3MultipartSink implements ByteSink {
     this.checkOpen();
     if (this.uploadId === undefined) {
       // Everything fit in one part: one PUT, no multipart bookkeeping.
-      const r = await this.s3.client.send(
-        new PutObjectCommand({
-          Bucket: this.location.bucket,
-          Key: this.location.key,
-          Body: this.current.subarray(0, this.fill),
-          ContentType: this.contentType,
-        }),
-      );
+      const body = this.current.subarray(0, this.fill);
+      const put = { Bucket: this.location.bucket, Key: this.location.key, Body: body, ContentType: this.contentType };
+      const r = await this.send((o) => this.s3.client.send(new PutObjectCommand(put), o));
       this.etag = r.ETag;
       this.state = 'done';
       return;
@@ -94,13 +103,23 @@ export class S3MultipartSink implements ByteSink {
     await this.drain();
     if (this.failure) throw this.failure;
     this.parts.sort((a, b) => a.PartNumber! - b.PartNumber!);
-    const r = await this.s3.client.send(
-      new CompleteMultipartUploadCommand({
-        Bucket: this.location.bucket,
-        Key: this.location.key,
-        UploadId: this.uploadId,
-        MultipartUpload: { Parts: this.parts },
-      }),
+    const complete = { Bucket: this.location.bucket, Key: this.location.key, UploadId: this.uploadId, MultipartUpload: { Parts: this.parts } };
+    let tries = 0;
+    const r = await withRetries(
+      async () => {
+        try {
+          return await this.s3.client.send(new CompleteMultipartUploadCommand(complete), { abortSignal: this.signal });
+        } catch (err) {
+          // a retry whose first try completed the upload but lost the answer: the upload id is gone, the object is there
+          if (tries++ > 0 && (err as { name?: string }).name === 'NoSuchUpload') {
+            const info = await headObject(this.s3, this.location, this.signal);
+            if (info.size === this.bytes) return { ETag: info.etag };
+          }
+          throw err;
+        }
+      },
+      this.s3.settings.retry,
+      { signal: this.signal },
     );
     this.etag = r.ETag;
     this.state = 'done';
@@ -126,13 +145,13 @@ export class S3MultipartSink implements ByteSink {
   private checkOpen(): void {
     if (this.state !== 'open') throw new Error(`upload of ${this.uri} is already ${this.state}`);
     if (this.failure) throw this.failure;
+    this.signal?.throwIfAborted();
   }
 
   private async flushPart(): Promise<void> {
     if (this.uploadId === undefined) {
-      const r = await this.s3.client.send(
-        new CreateMultipartUploadCommand({ Bucket: this.location.bucket, Key: this.location.key, ContentType: this.contentType }),
-      );
+      const create = { Bucket: this.location.bucket, Key: this.location.key, ContentType: this.contentType };
+      const r = await this.send((o) => this.s3.client.send(new CreateMultipartUploadCommand(create), o));
       if (!r.UploadId) throw new Error(`CreateMultipartUpload for ${this.uri} returned no UploadId`);
       this.uploadId = r.UploadId;
     }
@@ -142,16 +161,8 @@ export class S3MultipartSink implements ByteSink {
     const partNumber = this.nextPart++;
     this.current = Buffer.allocUnsafe(this.partBytes);
     this.fill = 0;
-    const p = this.s3.client
-      .send(
-        new UploadPartCommand({
-          Bucket: this.location.bucket,
-          Key: this.location.key,
-          UploadId: this.uploadId,
-          PartNumber: partNumber,
-          Body: body,
-        }),
-      )
+    const upload = { Bucket: this.location.bucket, Key: this.location.key, UploadId: this.uploadId, PartNumber: partNumber, Body: body };
+    const p = this.send((o) => this.s3.client.send(new UploadPartCommand(upload), o))
       .then(
         (r) => {
           this.parts.push({ PartNumber: partNumber, ETag: r.ETag });

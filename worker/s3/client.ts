@@ -26,7 +26,7 @@ export interface S3Settings {
   credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
   /** SDK attempts per request (backoff + jitter between them, standard retry mode) */
   maxAttempts?: number;
-  /** our own retries around whole reads (a body that breaks mid-stream) */
+  /** our own retries around whole reads and writes, within a time budget (./retry.ts) */
   retry?: RetryPolicy;
   /** concurrent sockets per client */
   maxSockets?: number;
@@ -56,6 +56,7 @@ export function s3SettingsFromEnv(env: NodeJS.ProcessEnv = process.env): S3Setti
     region: env.AWS_REGION || env.AWS_DEFAULT_REGION || 'us-east-1',
     compat,
     maxAttempts: positiveInt(env.KMFLEET_S3_MAX_ATTEMPTS, 'KMFLEET_S3_MAX_ATTEMPTS') ?? 8,
+    retry: { ...DEFAULT_RETRY, budgetMs: positiveInt(env.KMFLEET_S3_RETRY_BUDGET_MS, 'KMFLEET_S3_RETRY_BUDGET_MS') ?? DEFAULT_RETRY.budgetMs },
     maxSockets: positiveInt(env.KMFLEET_S3_MAX_SOCKETS, 'KMFLEET_S3_MAX_SOCKETS') ?? 64,
     requestTimeoutMs: positiveInt(env.KMFLEET_S3_REQUEST_TIMEOUT_MS, 'KMFLEET_S3_REQUEST_TIMEOUT_MS') ?? 120_000,
     directReads: flag(env.KMFLEET_S3_DIRECT_READS, 'KMFLEET_S3_DIRECT_READS') ?? true,

@@ -4,11 +4,16 @@
  * (DESIGN.md, Streaming: no intermediate copy of the whole range).
  */
 import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CopyObjectCommand,
+  CreateMultipartUploadCommand,
   DeleteObjectCommand,
   GetObjectCommand,
   HeadObjectCommand,
   ListObjectsV2Command,
   PutObjectCommand,
+  UploadPartCopyCommand,
   type PutObjectCommandInput,
 } from '@aws-sdk/client-s3';
 import type { S3Handle } from './client.js';
@@ -223,23 +228,111 @@ export async function getObjectBuffer(s3: S3Handle, loc: S3Location, signal?: Ab
   );
 }
 
-/** One PUT of a Buffer (a Buffer body, never a stream: see the s3rver note in client.ts). Returns the ETag. */
+/**
+ * One PUT of a Buffer (a Buffer body, never a stream: see the s3rver note in client.ts), retried within the client's
+ * time budget (a PUT of the same bytes is idempotent). Returns the ETag.
+ */
 export async function putObjectBuffer(
   s3: S3Handle,
   loc: S3Location,
   body: Buffer,
   extra: Omit<PutObjectCommandInput, 'Bucket' | 'Key' | 'Body'> = {},
+  signal?: AbortSignal,
 ): Promise<string | undefined> {
-  const r = await s3.client.send(new PutObjectCommand({ Bucket: loc.bucket, Key: loc.key, Body: body, ...extra }));
-  return r.ETag;
+  return withRetries(
+    async () => {
+      const r = await s3.client.send(new PutObjectCommand({ Bucket: loc.bucket, Key: loc.key, Body: body, ...extra }), { abortSignal: signal });
+      return r.ETag;
+    },
+    s3.settings.retry,
+    { signal },
+  );
 }
 
 /**
- * Delete keys (missing ones are fine). One DeleteObject each, 8 at a time: the batch call needs a Content-MD5 that
- * the SDK's newer checksums replace, which some S3 look-alikes reject; the few keys we delete don't need batching.
+ * Delete keys (missing ones are fine), each retried within the client's time budget. One DeleteObject each, 8 at a
+ * time: the batch call needs a Content-MD5 that the SDK's newer checksums replace, which some S3 look-alikes reject.
  */
 export async function deleteKeys(s3: S3Handle, bucket: string, keys: string[]): Promise<void> {
   for (let i = 0; i < keys.length; i += 8) {
-    await Promise.all(keys.slice(i, i + 8).map((Key) => s3.client.send(new DeleteObjectCommand({ Bucket: bucket, Key }))));
+    await Promise.all(
+      keys.slice(i, i + 8).map((Key) => withRetries(() => s3.client.send(new DeleteObjectCommand({ Bucket: bucket, Key })), s3.settings.retry)),
+    );
+  }
+}
+
+/**
+ * Every key under a prefix, paged with StartAfter (s3rver's continuation tokens need a cipher that Node ≥ 17 lacks).
+ */
+export async function listKeys(s3: S3Handle, bucket: string, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  let startAfter: string | undefined;
+  for (;;) {
+    const r = await withRetries(
+      () => s3.client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ...(startAfter ? { StartAfter: startAfter } : {}) })),
+      s3.settings.retry,
+    );
+    const page = (r.Contents ?? []).map((o) => o.Key!).filter((k) => k !== undefined);
+    keys.push(...page);
+    if (!r.IsTruncated || page.length === 0) return keys;
+    startAfter = page[page.length - 1];
+  }
+}
+
+/** Delete every key under a prefix. */
+export async function deletePrefix(s3: S3Handle, bucket: string, prefix: string): Promise<number> {
+  const keys = await listKeys(s3, bucket, prefix);
+  await deleteKeys(s3, bucket, keys);
+  return keys.length;
+}
+
+/** S3's largest single CopyObject; larger objects are copied in parts (UploadPartCopy). */
+export const MAX_COPY_OBJECT_BYTES = 5 * 1024 ** 3;
+const COPY_PART_BYTES = 1024 ** 3;
+
+/**
+ * A server-side copy of `size` bytes from one key to another of the same bucket, retried within the client's time
+ * budget: one CopyObject up to 5 GiB, else a multipart copy of 1 GiB parts, four at a time (aborted if it fails).
+ */
+export async function copyObject(s3: S3Handle, from: S3Location, to: S3Location, size: number, signal?: AbortSignal): Promise<void> {
+  const source = `${from.bucket}/${from.key.split('/').map(encodeURIComponent).join('/')}`;
+  const retried = <T>(fn: () => Promise<T>) => withRetries(fn, s3.settings.retry, { signal });
+  if (size <= MAX_COPY_OBJECT_BYTES) {
+    await retried(() => s3.client.send(new CopyObjectCommand({ Bucket: to.bucket, Key: to.key, CopySource: source }), { abortSignal: signal }));
+    return;
+  }
+  const created = await retried(() => s3.client.send(new CreateMultipartUploadCommand({ Bucket: to.bucket, Key: to.key }), { abortSignal: signal }));
+  const uploadId = created.UploadId;
+  if (!uploadId) throw new Error(`CreateMultipartUpload for ${formatS3Uri(to)} returned no UploadId`);
+  try {
+    const count = Math.ceil(size / COPY_PART_BYTES);
+    const parts: { PartNumber: number; ETag?: string }[] = [];
+    for (let first = 0; first < count; first += 4) {
+      const batch = Array.from({ length: Math.min(4, count - first) }, (_, i) => first + i);
+      parts.push(
+        ...(await Promise.all(
+          batch.map(async (i) => {
+            const end = Math.min(size, (i + 1) * COPY_PART_BYTES) - 1;
+            const r = await retried(() =>
+              s3.client.send(
+                new UploadPartCopyCommand({
+                  Bucket: to.bucket, Key: to.key, UploadId: uploadId, PartNumber: i + 1, CopySource: source, CopySourceRange: `bytes=${i * COPY_PART_BYTES}-${end}`,
+                }),
+                { abortSignal: signal },
+              ),
+            );
+            return { PartNumber: i + 1, ETag: r.CopyPartResult?.ETag };
+          }),
+        )),
+      );
+    }
+    await retried(() =>
+      s3.client.send(new CompleteMultipartUploadCommand({ Bucket: to.bucket, Key: to.key, UploadId: uploadId, MultipartUpload: { Parts: parts } }), {
+        abortSignal: signal,
+      }),
+    );
+  } catch (err) {
+    await s3.client.send(new AbortMultipartUploadCommand({ Bucket: to.bucket, Key: to.key, UploadId: uploadId })).catch(() => {});
+    throw err;
   }
 }

@@ -1,21 +1,24 @@
 /**
- * Retries with exponential backoff and full jitter for the S3 operations the SDK cannot retry by itself: a ranged GET
- * whose body breaks mid-stream (connection reset, truncated body) fails AFTER the SDK handed us the response.
- * The SDK's own retry strategy (standard mode) still covers failures before the response (5xx, SlowDown, resets).
+ * Retries with exponential backoff and full jitter around whole S3 operations, reads and writes alike, for as long as
+ * a time budget lasts rather than a fixed count: the SDK's own retries (standard mode) are spent in about a second,
+ * and an S3 blip of a few seconds during a checkpoint or the final upload must not cost the job a BullMQ attempt.
+ * A ranged GET whose body breaks mid-stream fails AFTER the SDK handed us the response: only these retries cover it.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { S3ObjectChangedError, S3ObjectNotFoundError } from './errors.js';
 
 export interface RetryPolicy {
-  /** total attempts, first included */
-  attempts: number;
+  /** no retry starts once this long has passed since the first try (ms) */
+  budgetMs: number;
   /** first backoff ceiling in ms; doubles each attempt */
   baseMs: number;
   /** largest backoff ceiling in ms */
   maxMs: number;
+  /** an optional cap on total attempts, first included (tests use it to fail fast) */
+  attempts?: number;
 }
 
-export const DEFAULT_RETRY: RetryPolicy = { attempts: 6, baseMs: 100, maxMs: 5_000 };
+export const DEFAULT_RETRY: RetryPolicy = { budgetMs: 60_000, baseMs: 100, maxMs: 5_000 };
 
 const RETRYABLE_NAMES = new Set([
   'SlowDown',
@@ -65,12 +68,15 @@ export async function withRetries<T>(
   policy: RetryPolicy = DEFAULT_RETRY,
   opts: { signal?: AbortSignal; onRetry?: (err: unknown, attempt: number, waitMs: number) => void } = {},
 ): Promise<T> {
+  const started = Date.now();
   for (let attempt = 0; ; attempt++) {
     try {
       return await fn(attempt);
     } catch (err) {
-      if (attempt + 1 >= policy.attempts || !isRetryableS3Error(err) || opts.signal?.aborted) throw err;
+      if (!isRetryableS3Error(err) || opts.signal?.aborted) throw err;
+      if (policy.attempts !== undefined && attempt + 1 >= policy.attempts) throw err;
       const wait = backoffMs(attempt, policy);
+      if (Date.now() - started + wait > policy.budgetMs) throw err;
       opts.onRetry?.(err, attempt + 1, wait);
       await sleep(wait, undefined, opts.signal ? { signal: opts.signal } : undefined);
     }

@@ -1,0 +1,57 @@
+/**
+ * A TCP proxy on a random loopback port in front of a real server, that can cut one client off from it: a network
+ * partition between one process and, say, Redis, while everything else keeps talking to the server directly.
+ *
+ *   const proxy = await startTcpProxy(redis.port);       // the partitioned process connects to proxy.port
+ *   proxy.partition();                                    // live connections die, new ones hang unanswered
+ *   proxy.heal();                                         // new connections go through again
+ *   await proxy.stop();
+ */
+import { createServer, connect, type Socket } from 'node:net';
+
+export interface TcpProxy {
+  readonly port: number;
+  partition(): void;
+  heal(): void;
+  stop(): Promise<void>;
+}
+
+export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
+  const live = new Set<Socket>();
+  let cut = false;
+  const server = createServer((client) => {
+    live.add(client);
+    client.on('close', () => live.delete(client));
+    client.on('error', () => {});
+    // while partitioned a new connection is accepted and then hears nothing, as behind a dropped route
+    if (cut) return;
+    const upstream = connect(targetPort, targetHost);
+    live.add(upstream);
+    upstream.on('close', () => {
+      live.delete(upstream);
+      client.destroy();
+    });
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  return {
+    port,
+    partition() {
+      cut = true;
+      for (const s of live) s.destroy();
+    },
+    heal() {
+      cut = false;
+      // connections opened during the partition never got through: drop them so the client reconnects
+      for (const s of live) s.destroy();
+    },
+    async stop() {
+      for (const s of live) s.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
