@@ -6,7 +6,7 @@ import { resolveLimits } from '../../producer/limits.js';
 import { parseS3ObjectUri, parseS3PrefixUri, s3UriProblem } from '../../producer/s3-uri.js';
 import { parseJobSpec } from '../../producer/spec.js';
 import { UnsafeS3UriError } from '../../worker/s3/errors.js';
-import { childOf, parseS3Uri, parseS3UriOf } from '../../worker/s3/uri.js';
+import { childOf, jobIdKeyProblem, parseS3Uri, parseS3UriOf } from '../../worker/s3/uri.js';
 
 // every one of these names, to some layer, a key outside s3://out/ or one that layers read differently
 const HOSTILE: [string, RegExp][] = [
@@ -79,5 +79,8 @@ describe('s3 URI validator', () => {
     expect(() => childOf('s3://out', '..', 'summary.json')).toThrow(UnsafeS3UriError);
     expect(() => childOf('s3://out', '..', 'summary.json')).toThrow(/output: .*'\.\.'/);
     expect(() => childOf('s3://out/runs', '.', '_checkpoints', 'c1-a.ckpt')).toThrow(UnsafeS3UriError);
+    // the worker refuses such a job before it runs (worker.ts)
+    for (const bad of ['..', '.', 'a/b', '%2e%2e', 'a\\b', '']) expect(jobIdKeyProblem(bad), bad).not.toBeNull();
+    for (const ok of ['job-1', 'repeat:nightly:1795322429349', '...', '.hidden']) expect(jobIdKeyProblem(ok), ok).toBeNull();
   });
 });

@@ -36,6 +36,13 @@ export function joinKey(...parts: string[]): string {
     .join('/');
 }
 
+/** Why `jobId` can't be the one path segment <output>/<jobId>/ (it must not add or climb segments), or null. */
+export function jobIdKeyProblem(jobId: string): string | null {
+  if (jobId.includes('/')) return 'must not contain /: it is one path segment of the job\'s output keys';
+  const problem = s3KeyProblem(jobId, 'object');
+  return problem === null ? null : problem.replace(/^the key /, '');
+}
+
 /**
  * `<prefix>/<segments...>` as a location inside the prefix's bucket. The joined key is checked too: a segment such as a
  * job id `..` must not climb out of the prefix into another bucket.
