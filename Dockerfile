@@ -56,8 +56,10 @@ COPY tsconfig.json CMakeLists.txt ./
 COPY native/ native/
 COPY cuda/ cuda/
 COPY producer/ producer/
+COPY core/ core/
 COPY worker/ worker/
 COPY cli/ cli/
+COPY api/ api/
 COPY bin/ bin/
 
 RUN KMFLEET_CUDA_ARCHS="${KMFLEET_CUDA_ARCHS}" npm run build \

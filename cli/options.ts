@@ -52,6 +52,7 @@ export interface SpecFlags {
   dataset?: string;
   format?: string;
   dims?: string;
+  convert?: string;
   k?: string;
   metric?: string;
   init?: string;
@@ -76,6 +77,7 @@ export function addSpecOptions(cmd: Command, initDefault: string = SPEC_DEFAULTS
     .option('--dataset <uri>', 'dataset: s3://bucket/key')
     .option('--format <f>', `npy | f32 | f16 (default ${SPEC_DEFAULTS.format})`)
     .option('--dims <d>', 'dimensions (required for raw f32/f16)')
+    .option('--convert <c>', 'f64-to-f32: also accept a float64 .npy, rounded to float32 as it is read')
     .option('--k <n>', 'number of clusters')
     .option('--metric <m>', `l2 | cosine (default ${SPEC_DEFAULTS.metric})`)
     .option('--init <init>', `kmeans++ | random | previous | s3://bucket/centroids.npy (default ${initDefault})`)

@@ -145,7 +145,7 @@ export interface PassResult {
   begunByEngine: boolean;
 }
 
-/** The caller's stopping rule for chained fit passes (see BeginPassOptions.chain and worker/kmeans/stopping.ts). */
+/** The caller's stopping rule for chained fit passes (see BeginPassOptions.chain and core/kmeans/stopping.ts). */
 export interface PassChain {
   tol: number;
   tolReassign: number;

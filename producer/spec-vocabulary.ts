@@ -4,6 +4,8 @@
  */
 export const SPEC_VERSION = 1 as const;
 export const DATASET_FORMATS = ['npy', 'f32', 'f16'] as const;
+/** Opt-in conversions of a dataset as it is read: a float64 .npy (numpy's default) rounded to float32. */
+export const DATASET_CONVERSIONS = ['f64-to-f32'] as const;
 export const METRICS = ['l2', 'cosine'] as const;
 export const INIT_METHODS = ['kmeans++', 'random', 'previous'] as const;
 export const PRECISIONS = ['auto', 'fp32', 'tf32', 'bf16', 'fp16'] as const;
@@ -12,6 +14,7 @@ export const MODEL_NAME_RE = /^[a-zA-Z0-9._-]{1,128}$/;
 export const MAX_SEED = 2 ** 32 - 1;
 
 export type DatasetFormat = (typeof DATASET_FORMATS)[number];
+export type DatasetConversion = (typeof DATASET_CONVERSIONS)[number];
 export type Metric = (typeof METRICS)[number];
 export type InitMethod = (typeof INIT_METHODS)[number];
 /** An init method, or the s3:// URI of a .npy of K×D float32 centroids. */

@@ -9,6 +9,7 @@
  *                    producer/s3-uri.ts)
  *   dataset.format   npy (float32/float16 .npy, C order) | f32 | f16 (raw little-endian rows).  default npy
  *   dataset.dims     D; required for raw formats (no header); for npy, if given, must match the header.
+ *   dataset.convert  'f64-to-f32': also accept a float64 .npy, rounded to float32 as it is read (npy only). optional
  *   k                number of clusters, 1..limits.maxK.                                         required
  *   metric           l2 | cosine (spherical k-means: rows normalized, centroids renormalized).   default l2
  *   init             kmeans++ | random | previous | s3://bucket/key.npy (K×D float32 centroids).  default kmeans++
@@ -37,6 +38,7 @@ import { parseS3ObjectUri, parseS3PrefixUri, s3UriProblem, type S3UriKind } from
 
 import {
   BACKENDS,
+  DATASET_CONVERSIONS,
   DATASET_FORMATS,
   INIT_METHODS,
   MAX_SEED,
@@ -46,6 +48,7 @@ import {
   SPEC_DEFAULTS,
   SPEC_VERSION,
   type Backend,
+  type DatasetConversion,
   type DatasetFormat,
   type Init,
   type Metric,
@@ -58,6 +61,7 @@ export interface DatasetRef {
   uri: string;
   format: DatasetFormat;
   dims?: number;
+  convert?: DatasetConversion;
 }
 
 /** A validated spec, every default filled in. This is what job.data.spec holds. */
@@ -81,7 +85,7 @@ export interface JobSpec {
 /** What a producer may pass: the same fields, the defaulted ones optional. */
 export interface JobSpecInput {
   version?: number;
-  dataset: { uri: string; format?: DatasetFormat; dims?: number };
+  dataset: { uri: string; format?: DatasetFormat; dims?: number; convert?: DatasetConversion };
   k: number;
   metric?: Metric;
   init?: Init | string;
@@ -130,8 +134,9 @@ export function jobSpecSchema(limits: Limits) {
       uri: z.string({ error: 'must be an s3://bucket/key URI' }).superRefine(s3Uri('object')),
       format: choice(DATASET_FORMATS).default(SPEC_DEFAULTS.format),
       dims: int(1, limits.maxDims, ` (limit ${LIMIT_ENV.maxDims})`).optional(),
+      convert: choice(DATASET_CONVERSIONS).optional(),
     },
-    { error: 'must be an object { uri, format?, dims? }' },
+    { error: 'must be an object { uri, format?, dims?, convert? }' },
   );
   const initError = 'must be kmeans++, random, previous or an s3://bucket/key.npy URI of centroids';
   const init = z.string({ error: initError }).superRefine((v, ctx) => {
@@ -208,7 +213,7 @@ function unknownFieldMessage(key: string, known: readonly string[]): string {
   return near ? `unknown field (did you mean ${near}?)` : `unknown field (known: ${known.join(', ')})`;
 }
 
-const DATASET_FIELDS = ['uri', 'format', 'dims'];
+const DATASET_FIELDS = ['uri', 'format', 'dims', 'convert'];
 
 function toIssues(error: z.ZodError, input: unknown): SpecIssue[] {
   const out: SpecIssue[] = [];
@@ -236,6 +241,9 @@ function crossFieldIssues(input: Record<string, unknown>, limits: Limits): SpecI
   const dims = ds && typeof ds === 'object' ? ds.dims : undefined;
   if ((format === 'f32' || format === 'f16') && dims === undefined) {
     out.push({ path: 'dataset.dims', message: `is required for raw format ${format} (the file has no header)` });
+  }
+  if ((format === 'f32' || format === 'f16') && ds?.convert !== undefined) {
+    out.push({ path: 'dataset.convert', message: `applies to npy datasets only (a raw ${format} file is read as it is)` });
   }
   if (input.init === 'previous' && input.name === undefined) {
     out.push({ path: 'name', message: 'is required when init is "previous" (warm start from the model\'s latest result)' });

@@ -5,8 +5,7 @@
 import { UnrecoverableError } from 'bullmq';
 import { InvalidArgumentError, NonFiniteInputError } from '../native/index.js';
 import { SpecValidationError } from '../producer/errors/spec-validation-error.js';
-import { DatasetFormatError } from './formats/errors.js';
-import { KmeansSpecError } from './kmeans/errors.js';
+import { DatasetFormatError, KmeansSpecError } from '../core/index.js';
 import { S3ObjectChangedError, S3ObjectNotFoundError, UnsafeS3UriError } from './s3/errors.js';
 
 /** A problem with the job itself, already phrased for the user. */

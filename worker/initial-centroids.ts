@@ -7,7 +7,7 @@ import type { RedisClient } from '../producer/job-state.js';
 import type { Keys } from '../producer/keys.js';
 import { readLatest } from '../producer/results.js';
 import type { JobSpec } from '../producer/spec.js';
-import { decodeNpy } from './formats/npy-encode.js';
+import { decodeNpy } from '../core/index.js';
 import { JobInputError } from './failures.js';
 import type { S3Handle } from './s3/client.js';
 import { S3ObjectNotFoundError } from './s3/errors.js';

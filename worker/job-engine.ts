@@ -1,7 +1,7 @@
 /**
  * Opening a job's engine so that a resumed job ends with the same bits as an uninterrupted one.
  *
- * On the CUDA backend some results' last bits still depend on the chunk rows (docs/design-deltas.md E5, D20): an assign
+ * On the CUDA backend some results' last bits still depend on the chunk rows (docs/DESIGN.md, Numerics): an assign
  * pass's inertia and distances (the final pass's are the job's result), and the fit passes of shapes too large for the
  * exact statistics. The planner's automatic chunk depends on the device's free memory and on how many rows stay
  * resident, which can differ on the pod that resumes. A checkpoint therefore records the plan its sums were added
@@ -9,7 +9,7 @@
  * do not depend on chunking, so a CPU checkpoint pins nothing.
  */
 import { OutOfMemoryError, type Engine, type EngineOptions } from '../native/index.js';
-import type { KmeansCheckpoint } from './kmeans/types.js';
+import type { KmeansCheckpoint } from '../core/index.js';
 import type { Logger } from './logger.js';
 
 export type OpenEngine = (options: EngineOptions) => Promise<Engine>;

@@ -14,7 +14,7 @@ import type { WorkerConfig } from './config.js';
 import { CachedRowSource } from './dataset/cache.js';
 import { fillCacheFromMemory } from './dataset/cache-filler.js';
 import { MemoryCachedRowSource } from './dataset/memory-cache.js';
-import type { RowSource } from './dataset/row-source.js';
+import type { RowSource } from '../core/index.js';
 import { S3RowSource } from './dataset/s3-source.js';
 import { JobInputError } from './failures.js';
 import type { Logger } from './logger.js';
@@ -50,6 +50,7 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
     S3RowSource.open(s3, spec.dataset.uri, {
       format: spec.dataset.format,
       dims: spec.dataset.dims,
+      convert: spec.dataset.convert,
       partBytes: config.readPartBytes,
       concurrency: config.readConcurrency,
       // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight

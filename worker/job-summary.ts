@@ -5,7 +5,7 @@
 import type { EnginePlan } from '../native/index.js';
 import type { JobResult } from '../producer/results.js';
 import type { JobSpec } from '../producer/spec.js';
-import type { IterationReport, KmeansResult } from './kmeans/types.js';
+import type { IterationReport, KmeansResult } from '../core/index.js';
 import type { OutputWriter } from './outputs/writer.js';
 
 export interface JobSummary extends JobResult {

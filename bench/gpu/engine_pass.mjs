@@ -120,7 +120,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       }
     } else init.set(new Float32Array(first.buffer, 0, k * d));
     engine.setCentroids(init);
-    // As the job's driver (worker/kmeans/driver.ts) on a device engine: beginPass says where the feeds start, and the
+    // As the job's driver (core/kmeans/driver.ts) on a device engine: beginPass says where the feeds start, and the
     // previous iteration's centroids (its checkpoint) are read by the engine right behind the begin while the pass
     // computes. ENGINE_PASS_READ=after: the order before stop 17 (the read after the pass, timed apart), for A/B.
     const readAfter = process.env.ENGINE_PASS_READ === 'after';

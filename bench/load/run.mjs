@@ -39,7 +39,7 @@ const { values: a } = parseArgs({
 });
 const JOBS = Number(a.jobs), WORKERS = Number(a.workers), KILL_EVERY = Number(a['kill-every-ms']);
 
-const { generateDataset } = await import(dist('worker/dataset/synthetic.js'));
+const { generateDataset } = await import(dist('core/dataset/synthetic.js'));
 const { KmfleetClient } = await import(dist('producer/client.js'));
 const { startLocalRedis } = await import(dist('cli/commands/demo-stack.js'));
 const { createS3 } = await import(dist('worker/s3/client.js'));

@@ -25,7 +25,7 @@ const { values: a } = parseArgs({
     runs: { type: 'string', default: '6' },
   },
 });
-const { generateDataset } = await import(dist('worker/dataset/synthetic.js'));
+const { generateDataset } = await import(dist('core/dataset/synthetic.js'));
 const { createS3 } = await import(dist('worker/s3/client.js'));
 const { S3MultipartSink } = await import(dist('worker/outputs/multipart-sink.js'));
 const { S3RowSource } = await import(dist('worker/dataset/s3-source.js'));

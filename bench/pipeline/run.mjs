@@ -54,7 +54,7 @@ const { values: a } = parseArgs({
 const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs);
 const chunkRows = Number(a['chunk-rows']), threads = Number(a.threads);
 
-const { generateDataset } = await import(dist('worker/dataset/synthetic.js'));
+const { generateDataset } = await import(dist('core/dataset/synthetic.js'));
 const { KmfleetClient } = await import(dist('producer/client.js'));
 const { startLocalRedis } = await import(dist('cli/commands/demo-stack.js'));
 const { createS3 } = await import(dist('worker/s3/client.js'));

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { KmfleetClient } from '../../producer/client.js';
 import { connectionFromEnv, describeConnection } from '../../producer/connection.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/index.js';
 import { loadWorkerConfig } from '../../worker/config.js';
 import { S3MultipartSink } from '../../worker/outputs/multipart-sink.js';
 import { createS3 } from '../../worker/s3/client.js';

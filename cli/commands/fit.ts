@@ -6,14 +6,7 @@
 import { readFile, rename, rm, mkdir, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { BackendChoice, Metric, Precision } from '../../native/index.js';
-import { LocalFileSource, type DatasetFormat } from '../../worker/dataset/local-file-source.js';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
-import { NpyWriter, type NpyWriteResult } from '../../worker/formats/npy-writer.js';
-import { checkSpec, runKmeans } from '../../worker/kmeans/driver.js';
-import { KmeansSpecError } from '../../worker/kmeans/errors.js';
-import { readInitRows } from '../../worker/kmeans/init.js';
-import { writeCentroids, writeDistances, writeLabels } from '../../worker/kmeans/outputs.js';
-import type { IterationReport, KmeansResult, KmeansSpec } from '../../worker/kmeans/types.js';
+import { LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansResult, type KmeansSpec } from '../../core/index.js';
 import { humanCount, ProgressLine } from '../progress.js';
 
 interface FitOptions {
@@ -29,6 +22,7 @@ interface FitOptions {
   backend: BackendChoice;
   format?: DatasetFormat;
   dims?: number;
+  convert?: 'f64-to-f32';
   chunkRows?: number;
   threads?: number;
   distances?: boolean;
@@ -60,7 +54,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
   if (outStat && !outStat.isDirectory()) {
     throw Object.assign(new Error(`--out ${opts.out} exists and is not a directory`), { code: 'ENOTDIR' });
   }
-  const source = await LocalFileSource.open(opts.input, { format: opts.format, dims: opts.dims });
+  const source = await LocalFileSource.open(opts.input, { format: opts.format, dims: opts.dims, convert: opts.convert });
   const progress = new ProgressLine({ json: opts.json });
   try {
     let init: KmeansSpec['init'];
@@ -134,7 +128,7 @@ async function writeOutputs(
     const summary = {
       kmfleet: 'fit',
       spec: { ...specRest, init: init instanceof Float32Array ? { file: resolve(opts.init) } : init, precision: opts.precision, backend: opts.backend, chunkRows: opts.chunkRows ?? null, distances: distances ?? false },
-      input: { path: resolve(source.path), format: source.format, dtype: source.dtype, bytes: input.size, mtime: input.mtime.toISOString() },
+      input: { path: resolve(source.path), format: source.format, dtype: source.dtype, ...(source.convert ? { convert: source.convert } : {}), bytes: input.size, mtime: input.mtime.toISOString() },
       rows: source.rows,
       dims: source.dims,
       k: spec.k,

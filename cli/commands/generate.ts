@@ -4,7 +4,7 @@
  */
 import { rename, rm, mkdir } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { generateDataset, type SyntheticKind } from '../../worker/dataset/synthetic.js';
+import { generateDataset, type SyntheticKind } from '../../core/index.js';
 import { humanCount, ProgressLine } from '../progress.js';
 
 interface GenerateOptions {

@@ -33,6 +33,7 @@ export function defineCommands(program: Command): void {
     .addOption(new Option('--backend <b>', 'engine backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
     .addOption(new Option('--format <f>', 'dataset format (default: npy for *.npy)').choices(['npy', 'f32', 'f16']))
     .option('--dims <d>', 'dimensions per row (raw formats)', positiveInt('--dims'))
+    .addOption(new Option('--convert <c>', 'also read a float64 .npy, rounded to float32 as it is read').choices(['f64-to-f32']))
     .option('--chunk-rows <n>', 'rows per host buffer (default: the planner picks)', positiveInt('--chunk-rows'))
     .option('--threads <n>', 'CPU threads (default: all cores)', positiveInt('--threads'))
     .option('--distances', 'also write distances.npy (float32 N: distance of each row to its centroid)')
@@ -154,4 +155,13 @@ export function defineCommands(program: Command): void {
       )
       .option('--allow-cancel', 'show a cancel button on unfinished jobs'),
   ).action(lazy(() => import('./dashboard.js')));
+
+  addConnectionOptions(
+    program
+      .command('api')
+      .description('serve the HTTP API for producers in any language (enqueue, wait, cancel, results, schedules; docs/api.md)')
+      .option('--port <n>', 'HTTP port (0: any free port)', '8090')
+      .option('--host <addr>', 'address to listen on; other than loopback only with a token (KMFLEET_API_TOKEN[_FILE])', '127.0.0.1')
+      .option('--allowed-host <name>', 'also serve requests whose Host header names this (repeatable)', (v: string, all: string[] = []) => [...all, v]),
+  ).action(lazy(() => import('./api.js')));
 }

@@ -37,7 +37,7 @@ struct PassResult {
   bool begunByEngine = false;  // this pass was begun by the engine (a chained one) and taken over by the caller
 };
 
-// The caller's stopping rule for a chain of fit passes (worker/kmeans/stopping.ts): after a fit pass that saw every row,
+// The caller's stopping rule for a chain of fit passes (core/kmeans/stopping.ts): after a fit pass that saw every row,
 // another follows unless reassigned/rows <= tolReassign, shift <= tol × variance, or passesLeft <= 0. When one follows,
 // the engine begins it at once (fit, feeds from the resident rows' end, no data variance), chained with the same rule
 // and one pass fewer, so the device need not wait for the caller's round trip between passes.

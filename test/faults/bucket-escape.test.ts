@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KmfleetClient } from '../../producer/client.js';
 import { SpecValidationError } from '../../producer/errors/spec-validation-error.js';
 import { JOB_NAME } from '../../producer/job-data.js';
-import { encodeNpy } from '../../worker/formats/npy-encode.js';
+import { encodeNpy } from '../../core/formats/npy-encode.js';
 import { startS3FaultProxy, type S3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { ensureDistBuilt, spawnWorker, startStack, type ChildWorker, type Stack } from '../integration/pipeline-fixture.js';
 

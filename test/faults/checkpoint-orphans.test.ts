@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { startS3FaultProxy, type S3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { ensureDistBuilt, spawnWorker, startStack, until, type ChildWorker, type Stack } from '../integration/pipeline-fixture.js';
 

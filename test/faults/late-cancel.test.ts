@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { createS3, type S3Handle } from '../../worker/s3/client.js';
 import { hold, startS3FaultProxy, type S3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { startStack, until, type Stack } from '../integration/pipeline-fixture.js';

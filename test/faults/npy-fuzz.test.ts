@@ -1,5 +1,5 @@
 /**
- * Fuzzer for worker/formats (parseNpyHeader, npyHeaderLength, decodeNpy, rawLayout): random bytes, mutated valid
+ * Fuzzer for core/formats (parseNpyHeader, npyHeaderLength, decodeNpy, rawLayout): random bytes, mutated valid
  * headers, huge / negative / overflowing shapes (rows × dims past 2^64), header lengths past the file, non-ASCII,
  * Fortran order, object / big-endian / structured dtypes. Every case must end in a DatasetFormatError or in a parse
  * whose numbers agree with the file size: no other exception type, no hang (a time budget per case), and no
@@ -10,10 +10,10 @@
  * and the failing case's bytes (hex) are printed on failure.
  */
 import { describe, expect, it } from 'vitest';
-import { DatasetFormatError } from '../../worker/formats/errors.js';
-import { decodeNpy, encodeNpyHeader } from '../../worker/formats/npy-encode.js';
-import { NPY_MAX_HEADER_BYTES, npyHeaderLength, parseNpyHeader } from '../../worker/formats/npy-header.js';
-import { rawLayout } from '../../worker/formats/raw.js';
+import { DatasetFormatError } from '../../core/formats/errors.js';
+import { decodeNpy, encodeNpyHeader } from '../../core/formats/npy-encode.js';
+import { NPY_MAX_HEADER_BYTES, npyHeaderLength, parseNpyHeader } from '../../core/formats/npy-header.js';
+import { rawLayout } from '../../core/formats/raw.js';
 import { Rng } from '../helpers/reference.js';
 
 const SEED = Number(process.env.KMFLEET_FUZZ_SEED ?? (Date.now() % 2 ** 31));

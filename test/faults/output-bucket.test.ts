@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
 import { readIterations } from '../../producer/job-state.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { headObject } from '../../worker/s3/objects.js';
 import { createS3 } from '../../worker/s3/client.js';
 import { accessDenied, startS3FaultProxy, type S3FaultProxy } from '../helpers/s3-fault-proxy.js';

@@ -4,7 +4,7 @@
  * row, writes no outputs, and the jobs queued behind them on the same single-slot worker keep completing.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { encodeNpy } from '../../worker/formats/npy-encode.js';
+import { encodeNpy } from '../../core/formats/npy-encode.js';
 import { startStack, type Stack } from '../integration/pipeline-fixture.js';
 
 function dataset(rows: number, dims: number, seed: number, poison?: { row: number; value: number }): Buffer {

@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readIterations } from '../../producer/job-state.js';
 import { RedisUnavailableError } from '../../producer/errors/redis-unavailable-error.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { bytesOf, ensureDistBuilt, referenceFit, spawnWorker, startStack, until, type ChildWorker, type Stack } from '../integration/pipeline-fixture.js';
 
 const ENGINE = { chunkRows: 8192, threads: 1 };

@@ -11,7 +11,7 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KmfleetClient } from '../../producer/client.js';
-import { encodeNpy } from '../../worker/formats/npy-encode.js';
+import { encodeNpy } from '../../core/formats/npy-encode.js';
 import { freePort, startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 import { startS3Server, type S3ServerHandle } from '../helpers/s3-server.js';
 import { ensureDistBuilt, ROOT, spawnWorker, until, type ChildWorker } from '../integration/pipeline-fixture.js';

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { createS3 } from '../../worker/s3/client.js';
 import { accessDenied, hold, startS3FaultProxy, type S3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';

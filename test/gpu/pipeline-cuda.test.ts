@@ -11,8 +11,8 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { gpuInfo } from '../../native/index.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { startStack, type Stack } from '../integration/pipeline-fixture.js';
 
 describe('pipeline on the GPU: SDK → queue → worker (cuda) → S3', () => {

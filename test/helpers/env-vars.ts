@@ -1,6 +1,6 @@
 /**
  * The environment variables the project's code reads — `env.X`, `env['X']`, and quoted KMFLEET_/REDIS_/AWS_ names
- * (config tables) in the TypeScript of worker/, producer/, cli/ and native/, and `getenv("X")` in the engine's C++ and
+ * (config tables) in the TypeScript of worker/, producer/, cli/, api/ and native/, and `getenv("X")` in the engine's C++ and
  * CUDA (native/src, cuda/ without its stand-alone tools) — so that docs, compose and manifests can be checked against
  * the code instead of against a hand-kept list.
  */
@@ -27,6 +27,6 @@ export function envVarsReadByCode(root: string = ROOT): Set<string> {
       }
     }
   };
-  for (const d of ['worker', 'producer', 'cli', 'native', 'cuda']) walk(join(root, d));
+  for (const d of ['worker', 'producer', 'cli', 'native', 'cuda', 'api']) walk(join(root, d));
   return names;
 }

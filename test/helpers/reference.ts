@@ -11,7 +11,7 @@
 export type Metric = 'l2' | 'cosine';
 
 /**
- * Seeded generator (mulberry32) with a Box–Muller normal. Not worker/kmeans/prng.ts on purpose: that one (xoshiro128**)
+ * Seeded generator (mulberry32) with a Box–Muller normal. Not core/kmeans/prng.ts on purpose: that one (xoshiro128**)
  * decides init rows and synthetic datasets, i.e. the code under test; the reference's test data must not move when it
  * changes, and every engine and GPU test's data (ties, sklearn comparisons) is defined by this sequence.
  */

@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, w
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { decodeNpy, encodeNpy } from '../../worker/formats/index.js';
+import { decodeNpy, encodeNpy } from '../../core/formats/index.js';
 import { ensureDistBuilt } from '../helpers/dist-build.js';
 
 const root = join(import.meta.dirname, '../..');

@@ -15,7 +15,7 @@ const root = join(import.meta.dirname, '../..');
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-help-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const COMMANDS = ['fit', 'generate', 'worker', 'demo', 'enqueue', 'status', 'wait', 'cancel', 'schedule', 'schedules', 'unschedule', 'history', 'dashboard'];
+const COMMANDS = ['fit', 'generate', 'worker', 'demo', 'enqueue', 'status', 'wait', 'cancel', 'schedule', 'schedules', 'unschedule', 'history', 'dashboard', 'api'];
 
 /** Runs bin/kmfleet.js with a module loader hook that lists every module it resolves. */
 let runs = 0;

@@ -8,7 +8,7 @@ import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { startQueueExporter, type QueueExporter } from '../../worker/metrics/index.js';
 import { parsePrometheus } from '../helpers/prometheus.js';
 import { freePort } from '../helpers/redis-server.js';

@@ -105,8 +105,8 @@ export async function referenceFit(
   engine: { chunkRows: number; threads: number },
 ): Promise<{ centroids: Float32Array; labels: Int32Array; iterations: number; inertia: number }> {
   const { Engine } = await import('../../native/index.js');
-  const { LocalFileSource } = await import('../../worker/dataset/local-file-source.js');
-  const { runKmeans } = await import('../../worker/kmeans/driver.js');
+  const { LocalFileSource } = await import('../../core/dataset/local-file-source.js');
+  const { runKmeans } = await import('../../core/kmeans/driver.js');
   const source = await LocalFileSource.open(path);
   const eng = await Engine.open({
     rows: source.rows, dims: source.dims, k: spec.k, metric: 'l2', dtype: source.dtype, backend: 'cpu', precision: 'auto',

@@ -11,8 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../native/index.js';
 import { JobCancelledError } from '../../producer/errors/index.js';
 import { readIterations } from '../../producer/job-state.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { bytesOf, ensureDistBuilt, referenceFit, spawnWorker, startStack, until, type Stack } from './pipeline-fixture.js';
 
 const ENGINE = { chunkRows: 4096, threads: 2 };

@@ -19,8 +19,8 @@ import { assertNoEviction, maxmemoryPolicies } from '../../producer/eviction-pol
 import { readIterations } from '../../producer/job-state.js';
 import { keyspace } from '../../producer/keys.js';
 import { createRedisClient, isCluster } from '../../producer/redis-factory.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { loadWorkerConfig } from '../../worker/config.js';
 import { startQueueExporter } from '../../worker/metrics/queue-exporter.js';
 import { RedisPolicyError, startWorker, type KmfleetWorker } from '../../worker/worker.js';

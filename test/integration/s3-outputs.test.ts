@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
-import { NpyWriter } from '../../worker/formats/npy-writer.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
+import { NpyWriter } from '../../core/formats/npy-writer.js';
 import { S3MultipartSink } from '../../worker/outputs/multipart-sink.js';
 import { OutputWriter } from '../../worker/outputs/writer.js';
 import { startS3Server, type S3ServerHandle } from '../helpers/s3-server.js';

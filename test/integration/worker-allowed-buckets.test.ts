@@ -4,7 +4,7 @@ import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { startStack, type Stack } from './pipeline-fixture.js';
 
 describe('worker: allowed buckets', () => {

@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readCheckpointRecord } from '../../producer/job-state.js';
 import { loadWorkerConfig } from '../../worker/config.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { bytesOf, referenceFit, startStack, type Stack } from './pipeline-fixture.js';
 
 const ENGINE = { chunkRows: 8192, threads: 2 };

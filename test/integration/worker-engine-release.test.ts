@@ -8,9 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { Engine, type EngineOptions } from '../../native/index.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { EngineReleases } from '../../worker/engine-releases.js';
-import { encodeNpy } from '../../worker/formats/npy-encode.js';
+import { encodeNpy } from '../../core/formats/npy-encode.js';
 import type { KmfleetWorker } from '../../worker/worker.js';
 import { startStack, until, type Stack } from './pipeline-fixture.js';
 

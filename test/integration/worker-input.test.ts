@@ -6,7 +6,7 @@ import { Queue } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JobFailedError } from '../../producer/errors/index.js';
 import { JOB_NAME } from '../../producer/job-data.js';
-import { encodeNpy } from '../../worker/formats/npy-encode.js';
+import { encodeNpy } from '../../core/formats/npy-encode.js';
 import { loadWorkerConfig } from '../../worker/config.js';
 import { RedisPolicyError, startWorker } from '../../worker/worker.js';
 import { startRedisServer } from '../helpers/redis-server.js';

@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { createS3 } from '../../worker/s3/client.js';
 import { delay, startS3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { startStack, type Stack } from './pipeline-fixture.js';

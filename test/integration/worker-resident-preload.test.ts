@@ -11,11 +11,11 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type EngineOptions } from '../../native/index.js';
 import { readIterations } from '../../producer/job-state.js';
-import { LocalFileSource } from '../../worker/dataset/local-file-source.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { decodeNpy } from '../../worker/formats/npy-encode.js';
-import { runKmeans } from '../../worker/kmeans/driver.js';
-import type { KmeansResult } from '../../worker/kmeans/types.js';
+import { LocalFileSource } from '../../core/dataset/local-file-source.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
+import { runKmeans } from '../../core/kmeans/driver.js';
+import type { KmeansResult } from '../../core/kmeans/types.js';
 import { bytesOf, startStack, type Stack } from './pipeline-fixture.js';
 
 const ROWS = 200_000, DIMS = 16, K = 10;

@@ -7,7 +7,7 @@ import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { Engine, OutOfMemoryError, type EngineOptions } from '../../native/index.js';
 import { openJobEngine } from '../../worker/job-engine.js';
-import type { KmeansCheckpoint, SumsPlan } from '../../worker/kmeans/types.js';
+import type { KmeansCheckpoint, SumsPlan } from '../../core/kmeans/types.js';
 
 const options: EngineOptions = { rows: 50_000, dims: 8, k: 4, metric: 'l2', dtype: 'f32', backend: 'auto', threads: 1 };
 const checkpoint = (sumsPlan?: SumsPlan): KmeansCheckpoint => ({

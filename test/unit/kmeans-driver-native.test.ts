@@ -8,10 +8,10 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type EngineOptions } from '../../native/index.js';
-import { LocalFileSource } from '../../worker/dataset/local-file-source.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
+import { LocalFileSource } from '../../core/dataset/local-file-source.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
 import { openJobEngine } from '../../worker/job-engine.js';
-import { decodeCheckpoint, encodeCheckpoint, KmeansAbortedError, runKmeans, type KmeansCheckpoint, type KmeansSpec } from '../../worker/kmeans/index.js';
+import { decodeCheckpoint, encodeCheckpoint, KmeansAbortedError, runKmeans, type KmeansCheckpoint, type KmeansSpec } from '../../core/kmeans/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-drvn-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CancelledError, type EnginePlan, type PassMode, type PassResult } from '../../native/index.js';
-import { LocalFileSource } from '../../worker/dataset/local-file-source.js';
-import type { RowSource } from '../../worker/dataset/row-source.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { decodeNpy, encodeNpy, NpyWriter } from '../../worker/formats/index.js';
+import { LocalFileSource } from '../../core/dataset/local-file-source.js';
+import type { RowSource } from '../../core/dataset/row-source.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeNpy, encodeNpy, NpyWriter } from '../../core/formats/index.js';
 import {
   decodeCheckpoint,
   encodeCheckpoint,
@@ -27,7 +27,7 @@ import {
   type KmeansCheckpoint,
   type KmeansEngine,
   type KmeansSpec,
-} from '../../worker/kmeans/index.js';
+} from '../../core/kmeans/index.js';
 
 interface EngineShape { chunkRows?: number; buffers?: number; residentRows?: number; backend?: 'cpu' | 'cuda' }
 

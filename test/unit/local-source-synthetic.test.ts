@@ -3,9 +3,9 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { LocalFileSource } from '../../worker/dataset/local-file-source.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { decodeNpy } from '../../worker/formats/index.js';
+import { LocalFileSource } from '../../core/dataset/local-file-source.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeNpy } from '../../core/formats/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-syn-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

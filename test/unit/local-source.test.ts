@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { LocalFileSource } from '../../worker/dataset/local-file-source.js';
-import { DatasetFormatError, encodeF16, encodeNpy } from '../../worker/formats/index.js';
+import { LocalFileSource } from '../../core/dataset/local-file-source.js';
+import { DatasetFormatError, encodeF16, encodeNpy } from '../../core/formats/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-src-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

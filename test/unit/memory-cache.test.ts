@@ -6,12 +6,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LocalFileSource } from '../../worker/dataset/local-file-source.js';
+import { LocalFileSource } from '../../core/dataset/local-file-source.js';
 import { MemoryCachedRowSource } from '../../worker/dataset/memory-cache.js';
-import type { RowSource } from '../../worker/dataset/row-source.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { distinctIndices, Rng } from '../../worker/kmeans/prng.js';
-import { gatherRows } from '../../worker/kmeans/row-gather.js';
+import type { RowSource } from '../../core/dataset/row-source.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { distinctIndices, Rng } from '../../core/kmeans/prng.js';
+import { gatherRows } from '../../core/kmeans/row-gather.js';
 
 const ROWS = 50_000;
 const DIMS = 12;

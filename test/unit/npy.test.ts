@@ -15,7 +15,7 @@ import {
   NpyWriter,
   parseNpyHeader,
   rawLayout,
-} from '../../worker/formats/index.js';
+} from '../../core/formats/index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-npy-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -2,7 +2,7 @@
 // the draw (dense Fisher–Yates, Floyd's over a bitset, Floyd's over a Set past the bitset's size).
 import { describe, expect, it } from 'vitest';
 
-import { distinctIndices, distinctIndicesSorted, Rng } from '../../worker/kmeans/prng.js';
+import { distinctIndices, distinctIndicesSorted, Rng } from '../../core/kmeans/prng.js';
 
 describe('distinctIndicesSorted', () => {
   const shapes: [n: number, count: number][] = [

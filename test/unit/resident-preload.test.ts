@@ -9,11 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type PassResult } from '../../native/index.js';
-import { LocalFileSource } from '../../worker/dataset/local-file-source.js';
+import { LocalFileSource } from '../../core/dataset/local-file-source.js';
 import { MemoryCachedRowSource } from '../../worker/dataset/memory-cache.js';
 import { ResidentPreload } from '../../worker/dataset/resident-preload.js';
-import { generateDataset } from '../../worker/dataset/synthetic.js';
-import { runPass } from '../../worker/kmeans/pass-runner.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { runPass } from '../../core/kmeans/pass-runner.js';
 
 const ROWS = 40_000, DIMS = 8, K = 6;
 

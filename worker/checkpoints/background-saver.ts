@@ -4,8 +4,7 @@
  * iteration boundary, when the next save (or flush) awaits it. A crash loses at most the one save in flight: the job
  * then resumes one iteration earlier, with the same bitwise result.
  */
-import { encodeCheckpoint } from '../kmeans/checkpoint.js';
-import type { KmeansCheckpoint } from '../kmeans/types.js';
+import { encodeCheckpoint, type KmeansCheckpoint } from '../../core/index.js';
 import type { CheckpointStore } from './store.js';
 
 export class BackgroundCheckpointSaver {

@@ -13,9 +13,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { DatasetDType } from '../formats/npy-header.js';
+import { type DatasetDType, checkReadRange, type RowSource } from '../../core/index.js';
 import { makeCacheRoom, touchCacheFile } from './cache-eviction.js';
-import { checkReadRange, type RowSource } from './row-source.js';
 
 /** What the cache needs to know about the remote object to name it. */
 export interface CacheableSource extends RowSource {

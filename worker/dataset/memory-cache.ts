@@ -10,10 +10,9 @@
  * into 4 MB GETs: three times the requests and up to 24 in flight, measured ~15–20 % slower against a local s3rver
  * (bench/pipeline), whose per-request work shares the cores with the download.
  */
-import type { DatasetDType } from '../formats/npy-header.js';
+import { type DatasetDType, checkReadRange, type RowSource } from '../../core/index.js';
 import type { CacheStats } from './cache.js';
 import { giveBackHostBuffer, takeHostBuffer } from './host-buffer-pool.js';
-import { checkReadRange, type RowSource } from './row-source.js';
 
 export interface MemoryCacheOptions {
   /** bytes per block = per GET (default 16 MiB, at least one row) */

@@ -8,13 +8,10 @@
  * mid-job fails with S3ObjectChangedError instead of mixing two versions (s3rver ignores If-Match; the compare
  * catches it there).
  */
-import { DatasetFormatError } from '../formats/errors.js';
-import { NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, parseNpyHeader, type DatasetDType, type DatasetLayout } from '../formats/npy-header.js';
-import { rawLayout } from '../formats/raw.js';
+import { checkReadRange, DatasetFormatError, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, parseNpyHeader, rawLayout, readConverted, type DatasetConversion, type DatasetDType, type DatasetLayout, type ReadHint, type RowSource } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
 import { headObject, readObjectStart, readRangeInto, type ObjectInfo } from '../s3/objects.js';
 import { formatS3Uri, parseS3UriOf, type S3Location } from '../s3/uri.js';
-import { checkReadRange, type ReadHint, type RowSource } from './row-source.js';
 
 export type S3DatasetFormat = 'npy' | 'f32' | 'f16';
 
@@ -22,6 +19,8 @@ export interface S3RowSourceOptions {
   format: S3DatasetFormat;
   /** required for raw formats; checked against the header for npy */
   dims?: number;
+  /** 'f64-to-f32': accept a float64 .npy, delivered as float32 rows (the spec's dataset.convert) */
+  convert?: DatasetConversion;
   /** bytes per ranged GET (8–64 MiB in production; smaller in tests) */
   partBytes?: number;
   /** ranged GETs in flight per read() */
@@ -50,6 +49,9 @@ export class S3RowSource implements RowSource {
   readonly dtype: DatasetDType;
   readonly rowBytes: number;
   readonly dataOffset: number;
+  /** bytes of a row in the object (rowBytes unless converting) */
+  readonly storedRowBytes: number;
+  readonly convert: DatasetConversion | undefined;
   readonly stats: S3ReadStats = { requests: 0, bytes: 0, readMs: 0 };
   private closed = false;
 
@@ -69,6 +71,8 @@ export class S3RowSource implements RowSource {
     this.dtype = layout.dtype;
     this.rowBytes = layout.rowBytes;
     this.dataOffset = layout.dataOffset;
+    this.storedRowBytes = layout.storedRowBytes;
+    this.convert = layout.convert;
   }
 
   get uri(): string {
@@ -89,14 +93,14 @@ export class S3RowSource implements RowSource {
     let layout: DatasetLayout;
     if (start) {
       if (info.size < NPY_PREFIX_BYTES) throw new DatasetFormatError(`${uri} is ${info.size} bytes: too short for a .npy file`);
-      layout = parseNpyHeader(start.bytes, info.size);
+      layout = parseNpyHeader(start.bytes, info.size, { convert: options.convert });
       if (options.dims !== undefined && options.dims !== layout.dims) {
         throw new DatasetFormatError(`${uri} has ${layout.dims} dims, not the ${options.dims} the spec gives`);
       }
     } else {
       layout = rawLayout(options.format as Exclude<S3DatasetFormat, 'npy'>, info.size, options.dims);
     }
-    const partBytes = Math.max(layout.rowBytes, options.partBytes ?? DEFAULT_PART_BYTES);
+    const partBytes = Math.max(layout.storedRowBytes, options.partBytes ?? DEFAULT_PART_BYTES);
     return new S3RowSource(
       s3,
       location,
@@ -111,16 +115,22 @@ export class S3RowSource implements RowSource {
   }
 
   describe(): string {
-    const kind = this.format === 'npy' ? `npy <${this.dtype === 'f32' ? 'f4' : 'f2'}` : `raw ${this.format}`;
+    const kind = this.format === 'npy' ? (this.convert ? 'npy <f8 read as <f4' : `npy <${this.dtype === 'f32' ? 'f4' : 'f2'}`) : `raw ${this.format}`;
     return `${this.uri} (${kind}, ${this.rows} × ${this.dims}, ETag ${this.etag})`;
   }
 
   async read(firstRow: number, count: number, target: Buffer, hint?: ReadHint): Promise<void> {
     if (this.closed) throw new Error(`${this.uri}: read after close`);
     checkReadRange(this, firstRow, count, target);
+    if (this.convert) return readConverted(count, this.dims, target, hint, (scratch, h) => this.readStored(firstRow, count, scratch, h));
+    return this.readStored(firstRow, count, target, hint);
+  }
+
+  /** The rows' bytes as stored, into target. */
+  private async readStored(firstRow: number, count: number, target: Buffer, hint?: ReadHint): Promise<void> {
     const t0 = performance.now();
-    const total = count * this.rowBytes;
-    const start = this.dataOffset + firstRow * this.rowBytes;
+    const total = count * this.storedRowBytes;
+    const start = this.dataOffset + firstRow * this.storedRowBytes;
     // Byte ranges, not rows, so the split never depends on dims. A read smaller than `concurrency` parts is still split
     // (down to MIN_SPLIT_BYTES) so that one chunk comes over several connections: one S3 stream is far slower than
     // the NIC, and callers often read one engine buffer (a few MB) at a time.

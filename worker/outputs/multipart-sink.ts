@@ -1,5 +1,5 @@
 /**
- * A ByteSink (worker/formats/npy-writer.ts) that streams into one S3 object: bytes are gathered into parts and sent as
+ * A ByteSink (core/formats/npy-writer.ts) that streams into one S3 object: bytes are gathered into parts and sent as
  * Buffers (s3rver mis-stores streamed bodies: ../shared/TOOLCHAIN.md) with a few parts in flight. A small object
  * (less than one part) becomes a single PutObject. On failure the upload is aborted so no parts linger (DESIGN.md,
  * Faults); s3rver answers AbortMultipartUpload with 405, which its compatibility switch tolerates.
@@ -17,7 +17,7 @@ import {
   UploadPartCommand,
   type CompletedPart,
 } from '@aws-sdk/client-s3';
-import type { ByteSink } from '../formats/npy-writer.js';
+import type { ByteSink } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
 import { headObject } from '../s3/objects.js';
 import { withRetries } from '../s3/retry.js';

@@ -19,8 +19,7 @@
  * the old summary.json, so no reader ever sees a summary whose checksums the files do not match.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { encodeNpy } from '../formats/npy-encode.js';
-import { NpyWriter } from '../formats/npy-writer.js';
+import { encodeNpy, NpyWriter } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
 import { S3ObjectNotFoundError } from '../s3/errors.js';
 import { copyObject, deleteKeys, deletePrefix, getObjectBuffer, putObjectBuffer } from '../s3/objects.js';

@@ -19,5 +19,5 @@ export function rawLayout(format: RawFormat, fileSize: number, dims: number | un
       `raw ${format} file of ${fileSize} bytes is not a whole number of ${dims}-dim rows (${rowBytes} bytes each; ${fileSize % rowBytes} bytes left over)`,
     );
   }
-  return { dtype: format, rows: fileSize / rowBytes, dims, dataOffset: 0, fortranOrder: false, itemSize, rowBytes };
+  return { dtype: format, rows: fileSize / rowBytes, dims, dataOffset: 0, fortranOrder: false, itemSize, rowBytes, storedRowBytes: rowBytes };
 }

@@ -4,8 +4,9 @@
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import { DatasetFormatError } from '../formats/errors.js';
-import { NPY_HEADER_PROBE_BYTES, npyHeaderLength, parseNpyHeader, type DatasetDType, type DatasetLayout } from '../formats/npy-header.js';
+import { NPY_HEADER_PROBE_BYTES, npyHeaderLength, parseNpyHeader, type DatasetConversion, type DatasetDType, type DatasetLayout } from '../formats/npy-header.js';
 import { rawLayout } from '../formats/raw.js';
+import { readConverted } from './converted-read.js';
 import { checkReadRange, type RowSource } from './row-source.js';
 
 export type DatasetFormat = 'npy' | 'f32' | 'f16';
@@ -15,6 +16,8 @@ export interface LocalFileSourceOptions {
   format?: DatasetFormat;
   /** required for raw formats */
   dims?: number;
+  /** 'f64-to-f32': accept a float64 .npy, delivered as float32 rows (`kmfleet fit --convert`) */
+  convert?: DatasetConversion;
 }
 
 export class LocalFileSource implements RowSource {
@@ -23,6 +26,9 @@ export class LocalFileSource implements RowSource {
   readonly dtype: DatasetDType;
   readonly rowBytes: number;
   readonly dataOffset: number;
+  /** bytes of a row in the file (rowBytes unless converting) */
+  readonly storedRowBytes: number;
+  readonly convert: DatasetConversion | undefined;
 
   private constructor(
     private readonly fh: FileHandle,
@@ -36,6 +42,8 @@ export class LocalFileSource implements RowSource {
     this.dtype = layout.dtype;
     this.rowBytes = layout.rowBytes;
     this.dataOffset = layout.dataOffset;
+    this.storedRowBytes = layout.storedRowBytes;
+    this.convert = layout.convert;
   }
 
   /** Open and validate a dataset file. Bad files reject with DatasetFormatError (a missing file with the fs error). */
@@ -50,7 +58,7 @@ export class LocalFileSource implements RowSource {
         let head = await readAt(fh, 0, Math.min(size, NPY_HEADER_PROBE_BYTES));
         const total = npyHeaderLength(head);
         if (total !== null && total > head.length && total <= size) head = await readAt(fh, 0, total);
-        layout = parseNpyHeader(head, size);
+        layout = parseNpyHeader(head, size, { convert: options.convert });
         if (options.dims !== undefined && options.dims !== layout.dims) {
           throw new DatasetFormatError(`${path} has ${layout.dims} dims, not the ${options.dims} given`);
         }
@@ -65,15 +73,21 @@ export class LocalFileSource implements RowSource {
   }
 
   describe(): string {
-    const kind = this.format === 'npy' ? `npy <${this.dtype === 'f32' ? 'f4' : 'f2'}` : `raw ${this.format}`;
+    const kind = this.format === 'npy' ? (this.convert ? 'npy <f8 read as <f4' : `npy <${this.dtype === 'f32' ? 'f4' : 'f2'}`) : `raw ${this.format}`;
     return `${this.path} (${kind}, ${this.rows} × ${this.dims})`;
   }
 
   async read(firstRow: number, count: number, target: Buffer): Promise<void> {
     checkReadRange(this, firstRow, count, target);
-    const bytes = count * this.rowBytes;
+    if (this.convert) return readConverted(count, this.dims, target, undefined, (scratch) => this.readStored(firstRow, count, scratch));
+    return this.readStored(firstRow, count, target);
+  }
+
+  /** The rows' bytes as stored, into target. */
+  private async readStored(firstRow: number, count: number, target: Buffer): Promise<void> {
+    const bytes = count * this.storedRowBytes;
     let done = 0;
-    const position = this.dataOffset + firstRow * this.rowBytes;
+    const position = this.dataOffset + firstRow * this.storedRowBytes;
     while (done < bytes) {
       const { bytesRead } = await this.fh.read(target, done, bytes - done, position + done);
       if (bytesRead === 0) throw new DatasetFormatError(`${this.path} ended early (was it truncated while being read?)`);

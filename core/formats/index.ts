@@ -1,6 +1,7 @@
 /** Dataset and output file formats: .npy (header parsing, streaming writer, small arrays) and raw f32/f16. */
 export { DatasetFormatError } from './errors.js';
 export { decodeF16, encodeF16, f16BitsToF32, f32ToF16Bits } from './half.js';
+export { convertF64ToF32 } from './f64-to-f32.js';
 export {
   NPY_HEADER_PROBE_BYTES,
   NPY_MAX_HEADER_BYTES,
@@ -8,6 +9,7 @@ export {
   npyHeaderLength,
   parseNpyArrayHeader,
   parseNpyHeader,
+  type DatasetConversion,
   type DatasetDType,
   type DatasetLayout,
   type NpyArrayHeader,

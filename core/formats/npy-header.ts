@@ -19,9 +19,12 @@ export const NPY_MAX_HEADER_BYTES = 65536;
 export const NPY_HEADER_PROBE_BYTES = 4096;
 
 export type DatasetDType = 'f32' | 'f16';
+/** Opt-in conversions of stored data to a DatasetDType as it is read (the spec's dataset.convert). */
+export type DatasetConversion = 'f64-to-f32';
 
 /** Where the rows of a dataset file are and what they look like. */
 export interface DatasetLayout {
+  /** what readers deliver (after any conversion) */
   dtype: DatasetDType;
   rows: number;
   dims: number;
@@ -29,8 +32,12 @@ export interface DatasetLayout {
   dataOffset: number;
   fortranOrder: false;
   itemSize: number;
-  /** dims × itemSize */
+  /** dims × itemSize: a delivered row */
   rowBytes: number;
+  /** a row as stored in the file: rowBytes, or dims × 8 for a float64 file read with convert 'f64-to-f32' */
+  storedRowBytes: number;
+  /** set when the stored rows are converted as they are read */
+  convert?: DatasetConversion;
 }
 
 /** A parsed header of any array, before the dataset rules apply. */
@@ -102,11 +109,13 @@ export function parseNpyArrayHeader(buf: Uint8Array, fileSize?: number): NpyArra
 
 /**
  * Parse and validate the header of a dataset: a 2-D C-order array of little-endian float32 ('<f4') or float16 ('<f2')
- * whose data fills the rest of the file exactly.
+ * whose data fills the rest of the file exactly. With `convert: 'f64-to-f32'` a float64 ('<f8') array is accepted too:
+ * its layout delivers float32 rows (readers round each value to the nearest float32, as numpy's astype does).
  */
-export function parseNpyHeader(buf: Uint8Array, fileSize: number): DatasetLayout {
+export function parseNpyHeader(buf: Uint8Array, fileSize: number, opts: { convert?: DatasetConversion } = {}): DatasetLayout {
   const h = parseNpyArrayHeader(buf, fileSize);
-  const dtype = datasetDType(h.descr);
+  const converting = h.descr === '<f8' && opts.convert === 'f64-to-f32';
+  const dtype = converting ? 'f32' : datasetDType(h.descr);
   if (h.fortranOrder) {
     throw new DatasetFormatError('Fortran-order (column-major) .npy arrays are not supported; save a C-order array (np.ascontiguousarray)');
   }
@@ -115,9 +124,10 @@ export function parseNpyHeader(buf: Uint8Array, fileSize: number): DatasetLayout
   }
   const [rows, dims] = h.shape;
   const itemSize = dtype === 'f32' ? 4 : 2;
+  const storedItemSize = converting ? 8 : itemSize;
   if (rows === 0n) throw new DatasetFormatError(`dataset has no rows (shape ${shapeText(h.shape)})`);
   if (dims === 0n) throw new DatasetFormatError(`dataset rows have no dimensions (shape ${shapeText(h.shape)})`);
-  const need = rows * dims * BigInt(itemSize);
+  const need = rows * dims * BigInt(storedItemSize);
   const have = BigInt(fileSize - h.dataOffset);
   if (need !== have) {
     throw new DatasetFormatError(
@@ -127,7 +137,10 @@ export function parseNpyHeader(buf: Uint8Array, fileSize: number): DatasetLayout
   // need === have <= fileSize <= 2^53, so these conversions are exact
   const r = Number(rows);
   const d = Number(dims);
-  return { dtype, rows: r, dims: d, dataOffset: h.dataOffset, fortranOrder: false, itemSize, rowBytes: d * itemSize };
+  return {
+    dtype, rows: r, dims: d, dataOffset: h.dataOffset, fortranOrder: false, itemSize, rowBytes: d * itemSize,
+    storedRowBytes: d * storedItemSize, ...(converting ? { convert: 'f64-to-f32' as const } : {}),
+  };
 }
 
 function datasetDType(descr: string): DatasetDType {
@@ -137,6 +150,12 @@ function datasetDType(descr: string): DatasetDType {
     throw new DatasetFormatError(`big-endian data ('${descr}') is not supported; save it little-endian (arr.astype('<${descr.slice(1)}'))`);
   }
   if (/^[|<>=]?O\d*$/.test(descr)) throw new DatasetFormatError(`object arrays ('${descr}') are not supported`);
+  if (descr === '<f8') {
+    throw new DatasetFormatError(
+      "dtype '<f8' is not supported (float64, numpy's default); expected '<f4' (float32) or '<f2' (float16): save " +
+        "arr.astype(np.float32), or let kmfleet round it as it reads (spec dataset.convert: \"f64-to-f32\"; kmfleet fit --convert f64-to-f32)",
+    );
+  }
   throw new DatasetFormatError(`dtype '${descr}' is not supported; expected '<f4' (float32) or '<f2' (float16)`);
 }
 

@@ -62,7 +62,7 @@ export interface KmeansCheckpoint {
   dataVariance: number;
   /**
    * The engine plan the sums were added under (absent in checkpoints of older workers). Some CUDA results' last bits
-   * depend on its chunk rows (docs/design-deltas.md E5): a resume opens its engine with the same chunkRows
+   * depend on its chunk rows (docs/DESIGN.md, Numerics): a resume opens its engine with the same chunkRows
    * (worker/job-engine.ts) so the result stays bitwise equal to an uninterrupted run.
    */
   sumsPlan?: SumsPlan;
