@@ -162,6 +162,6 @@ export function defineCommands(program: Command): void {
       .description('serve the HTTP API for producers in any language (enqueue, wait, cancel, results, schedules; docs/api.md)')
       .option('--port <n>', 'HTTP port (0: any free port)', '8090')
       .option('--host <addr>', 'address to listen on; other than loopback only with a token (KMFLEET_API_TOKEN[_FILE])', '127.0.0.1')
-      .option('--allowed-host <name>', 'also serve requests whose Host header names this (repeatable)', (v: string, all: string[] = []) => [...all, v]),
+      .option('--allowed-host <name>', 'also serve requests whose Host is NAME (any port) or NAME:PORT (repeatable)', (v: string, all: string[] = []) => [...all, v]),
   ).action(lazy(() => import('./api.js')));
 }

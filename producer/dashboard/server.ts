@@ -13,9 +13,9 @@
  * The custom header on cancel cannot be sent cross-site without a CORS preflight, which this server never
  * answers: another site open in the same browser cannot cancel jobs.
  *
- * Every request must name this server in its Host header (allowed-hosts.ts), else 421 whatever the path: a page on
- * another site whose name is rebound to 127.0.0.1 (DNS rebinding) is same-origin with us, and would otherwise read
- * every endpoint and, with allowCancel, cancel jobs. Its requests carry its own name as Host.
+ * Every request must name this server in its Host header (producer/allowed-hosts.ts), else 421 whatever the path: a
+ * page on another site whose name is rebound to 127.0.0.1 (DNS rebinding) is same-origin with us, and would otherwise
+ * read every endpoint and, with allowCancel, cancel jobs. Its requests carry its own name as Host.
  */
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -26,7 +26,7 @@ import { fileURLToPath } from 'node:url';
 import type { KmfleetClient } from '../client.js';
 import { KmfleetInputError } from '../errors/kmfleet-error.js';
 import { RedisUnavailableError } from '../errors/index.js';
-import { hostAllowance } from './allowed-hosts.js';
+import { hostAllowance } from '../allowed-hosts.js';
 import { jobDetail, jobIterations, modelHistory, queueSnapshot } from './snapshot.js';
 
 export interface DashboardOptions {
@@ -41,7 +41,7 @@ export interface DashboardOptions {
   staticDir?: string;
   /**
    * Host names (`name` for any port, `name:port` for one) a reverse proxy forwards requests with, beyond the ones always
-   * answered: localhost, 127.0.0.1, [::1] and the address the server is bound to (allowed-hosts.ts).
+   * answered: localhost, 127.0.0.1, [::1] and the address the server is bound to (producer/allowed-hosts.ts).
    */
   allowedHosts?: readonly string[];
 }
@@ -110,7 +110,7 @@ export async function startDashboard(opts: DashboardOptions): Promise<DashboardS
   const allowCancel = opts.allowCancel ?? false;
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    if (!allowance.allows(req.headers.host)) {
+    if (!allowance.allows(req.headers.host, req.socket.localPort)) {
       throw new HttpError(421, `Host ${JSON.stringify(req.headers.host ?? '')} is not a name of this dashboard; behind a reverse proxy, start it with --allowed-host NAME`);
     }
     const url = new URL(req.url ?? '/', 'http://dashboard');
@@ -161,14 +161,12 @@ export async function startDashboard(opts: DashboardOptions): Promise<DashboardS
   });
   const host = opts.host ?? '127.0.0.1';
   // a mistyped allowed host fails here, before the port is taken
-  let allowance = hostAllowance({ host, port: opts.port ?? 8080, allowedHosts: opts.allowedHosts });
+  const allowance = hostAllowance({ host, allowedHosts: opts.allowedHosts });
   await new Promise<void>((ok, fail) => {
     server.once('error', fail);
     server.listen(opts.port ?? 8080, host, () => (server.off('error', fail), ok()));
   });
   const { port } = server.address() as AddressInfo;
-  // port 0 asked for any free port: the bound address is answered with the one given
-  allowance = hostAllowance({ host, port, allowedHosts: opts.allowedHosts });
   const shownHost = host.includes(':') ? `[${host}]` : host;
   return {
     server,

@@ -1,16 +1,18 @@
 /**
- * Which Host headers the dashboard answers (server.ts refuses the others with 421, on every path).
+ * Which Host headers kmfleet's HTTP servers answer: `kmfleet dashboard` (producer/dashboard/server.ts) and `kmfleet api`
+ * (api/server.ts) refuse the others with 421, on every path.
  *
  * A DNS-rebinding page is served from its own name, then points that name at 127.0.0.1: the browser treats the
  * dashboard as that page's origin, but still sends the page's name as Host. So only names that are ours are answered:
  *   - localhost, 127.0.0.1, [::1], on any port (an `ssh -L 9000:localhost:8080` tunnel arrives as localhost:9000);
- *   - the address the server is bound to, with the bound port (bound to 0.0.0.0 or ::, each address of this machine);
+ *   - the address the server is bound to, with the port the request came in on (bound to 0.0.0.0 or ::, each address
+ *     of this machine);
  *   - the names given as allowedHosts (`--allowed-host`): `name` for any port, `name:port` for that port only, for a
  *     reverse proxy that forwards its own public name.
  */
 import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
-import { InvalidArgumentError } from '../errors/index.js';
+import { InvalidArgumentError } from './errors/index.js';
 
 interface HostName {
   /** lowercase; IPv6 in brackets */
@@ -47,15 +49,18 @@ function boundNames(host: string): string[] {
 }
 
 export interface HostAllowance {
-  /** Whether a request with this Host header (undefined: none) is for this dashboard. */
-  allows(hostHeader: string | undefined): boolean;
+  /**
+   * Whether a request with this Host header (undefined: none) is for this server; `localPort` is the port it came in
+   * on (req.socket.localPort), which a Host naming the bound address must carry.
+   */
+  allows(hostHeader: string | undefined, localPort: number | undefined): boolean;
 }
 
 /**
- * The rule for a server bound to `host`:`port`. Throws InvalidArgumentError naming an allowedHosts entry that is not a
- * host name (a URL, a path, a space...), so a mistyped --allowed-host fails at start, not as refused requests.
+ * The rule for a server bound to `host`. Throws InvalidArgumentError naming an allowedHosts entry that is not a host
+ * name (a URL, a path, a space...), so a mistyped --allowed-host fails at start, not as refused requests.
  */
-export function hostAllowance(o: { host: string; port: number; allowedHosts?: readonly string[] }): HostAllowance {
+export function hostAllowance(o: { host: string; allowedHosts?: readonly string[] }): HostAllowance {
   const extra = (o.allowedHosts ?? []).map((v) => {
     const h = parseHost(v);
     if (!h) throw new InvalidArgumentError(`--allowed-host ${JSON.stringify(v)} must be a host name, optionally with :port (e.g. kmfleet.example.com or proxy:8443)`);
@@ -63,11 +68,11 @@ export function hostAllowance(o: { host: string; port: number; allowedHosts?: re
   });
   const bound = new Set(boundNames(o.host));
   return {
-    allows(hostHeader) {
+    allows(hostHeader, localPort) {
       const h = hostHeader === undefined ? null : parseHost(hostHeader);
       if (!h) return false;
       if (LOOPBACK.has(h.name)) return true;
-      if (bound.has(h.name) && (h.port ?? 80) === o.port) return true;
+      if (bound.has(h.name) && (h.port ?? 80) === localPort) return true;
       return extra.some((e) => e.name === h.name && (e.port === undefined || e.port === (h.port ?? 80)));
     },
   };
