@@ -13,11 +13,11 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
+import { hostAllowance } from '../producer/allowed-hosts.js';
 import type { KmfleetClient } from '../producer/client.js';
 import type { S3Handle } from '../worker/s3/client.js';
 import { HttpError, requestError, toErrorAnswer } from './errors.js';
 import { makeHandlers } from './handlers.js';
-import { HostCheck } from './host-check.js';
 import { streamJobEvents } from './job-events.js';
 import { DEFAULT_API_HOST, DEFAULT_API_PORT, isLoopbackAddress } from './listen.js';
 import { buildOpenApi } from './openapi.js';
@@ -34,7 +34,10 @@ export interface ApiOptions {
   port?: number;
   /** Bearer token every route but /healthz and /openapi.json requires; undefined = none (loopback only). */
   token?: string;
-  /** Host header names served besides the loopback names and `host` (the names clients use: a DNS name, an IP). */
+  /**
+   * Host header names served besides the loopback names and `host`: `name` (any port) or `name:port`, the names clients
+   * use (a DNS name, an IP); producer/allowed-hosts.ts.
+   */
   allowedHosts?: readonly string[];
   /** S3 client that signs output URLs; without it /v1/jobs/{id}/outputs answers 503. */
   s3?: S3Handle;
@@ -84,7 +87,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
       `refusing to listen on ${host} without a token: set ${TOKEN_ENV} or ${TOKEN_FILE_ENV} (or listen on 127.0.0.1)`,
     );
   }
-  const hostCheck = new HostCheck(host, opts.allowedHosts ?? []);
+  const allowance = hostAllowance({ host, allowedHosts: opts.allowedHosts });
   let openapi: unknown;
   const handlers = makeHandlers({ client: opts.client, s3: opts.s3, openapi: () => (openapi ??= buildOpenApi()) });
   const app = Fastify({
@@ -100,7 +103,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
 
   app.addHook('onRequest', async (req, reply) => {
     reply.headers(SECURITY_HEADERS);
-    if (!hostCheck.accepts(req.headers.host)) {
+    if (!allowance.allows(req.headers.host, req.socket.localPort)) {
       throw new HttpError(421, `Host ${JSON.stringify(req.headers.host ?? '')} is not served here (start kmfleet api with --allowed-host NAME)`);
     }
     if (opts.token && req.routeOptions.config.auth && !bearerMatches(req.headers.authorization, opts.token)) {
@@ -115,7 +118,7 @@ export function buildApi(opts: ApiOptions): FastifyInstance {
     return reply.code(answer.status).send(answer.body);
   });
   app.setNotFoundHandler(async (req, reply) => {
-    if (!hostCheck.accepts(req.headers.host)) return reply.code(421).send({ error: 'Host is not served here' });
+    if (!allowance.allows(req.headers.host, req.socket.localPort)) return reply.code(421).send({ error: 'Host is not served here' });
     return reply.code(404).send({ error: `no route ${req.method} ${req.url.split('?')[0]}` });
   });
 

@@ -1,6 +1,7 @@
 /**
  * The `kmfleet` CLI: builds the commander program from cli/commands/index.ts and maps failures to exit codes:
- *   0 success · 1 failure (engine, device, I/O, a bug) · 2 bad input (options, dataset, spec, centroids) · 130 interrupted
+ *   0 success · 1 failure (the job failed or was cancelled, engine, device, I/O, a bug) · 2 bad input (options, dataset,
+ *   spec, centroids) · 3 Redis could not be used · 4 timed out waiting (the job goes on) · 130 interrupted
  * An error is one line on stderr: "kmfleet: error: <message>".
  */
 import { Command, CommanderError } from 'commander';
@@ -10,19 +11,32 @@ export function buildProgram(): Command {
   const program = new Command('kmfleet')
     .description('exact k-means on GPU workers: fit local files, generate datasets, run and feed the fleet')
     .showHelpAfterError('(run with --help for usage)')
+    .addHelpText('after', `\n${EXIT_CODES_HELP}`)
     .exitOverride();
   defineCommands(program);
   for (const cmd of program.commands) cmd.exitOverride();
   return program;
 }
 
+export const EXIT_CODES_HELP = `Exit codes:
+    0    done (wait: the job completed)
+    1    failed: the job failed, was cancelled or is not found; a local fit failed
+    2    bad input: options, spec, dataset file
+    3    could not use Redis: down, refused, wrong password, TLS (the job's fate is unknown)
+    4    timed out waiting (--timeout): the job goes on
+    130  interrupted`;
+
 /** Errors that mean "your input is wrong": exit code 2. Matched by name so that no module is loaded for this. */
 const INPUT_ERRORS = new Set(['DatasetFormatError', 'KmeansSpecError', 'InvalidArgumentError', 'NonFiniteInputError', 'UsageError']);
+
+/** Outcomes a script must tell from a failed job (producer/errors/kmfleet-error.ts: the SDK errors' exitCode). */
+const OWN_CODES: Record<string, number> = { RedisUnavailableError: 3, WaitTimeoutError: 4 };
 
 export function exitCodeOf(err: unknown): number {
   if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
   const e = err as { name?: string; code?: string };
   if (e?.name === 'KmeansAbortedError') return 130; // interrupted (SIGINT), like a shell
+  if (e?.name && OWN_CODES[e.name] !== undefined) return OWN_CODES[e.name];
   if (e && (INPUT_ERRORS.has(e.name ?? '') || ['ENOENT', 'EISDIR', 'ENOTDIR', 'EEXIST', 'EACCES'].includes(e.code ?? ''))) return 2;
   return 1;
 }

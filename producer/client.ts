@@ -104,8 +104,14 @@ export class KmfleetClient {
   private async doConnect(): Promise<void> {
     this.lastError = undefined;
     try {
-      if (this.redis.status === 'wait') await this.redis.connect();
-      else if (this.redis.status !== 'ready') {
+      const status = this.redis.status;
+      // A connection of ours that an earlier connect() gave up on is left 'reconnecting' or 'end' by disconnect(), and
+      // emits nothing more: connecting again is the retry (waiting for its 'ready' would wait, with nothing left to
+      // keep the process alive, for an event that never comes).
+      const idle = status === 'wait' || (this.ownsRedis && !['ready', 'connecting', 'connect'].includes(status));
+      if (idle) await this.redis.connect();
+      else if (status === 'end') throw this.lastError ?? new Error('Connection is closed.');
+      else if (status !== 'ready') {
         // A caller-owned connection that is (re)connecting: wait for it, unless it gives up.
         await new Promise<void>((resolve, reject) => {
           const onReady = () => (this.redis.off('end', onEnd), resolve());
@@ -210,7 +216,7 @@ export class KmfleetClient {
 
   /**
    * Resolves with the job's result when it completes; rejects with JobFailedError, JobCancelledError,
-   * JobNotFoundError or WaitTimeoutError. Polls the job's state, so nothing is missed however late it
+   * JobNotFoundError, WaitTimeoutError, or RedisUnavailableError (Redis not reached at all, or lost for over 10 s). Polls the job's state, so nothing is missed however late it
    * starts listening (a job already finished resolves at once).
    */
   async wait(jobId: string, options: WaitOptions = {}): Promise<JobResult> {
@@ -219,14 +225,17 @@ export class KmfleetClient {
     const pollMs = opts.pollMs ?? 200;
     let lastSeen = '';
     let transientSince: number | undefined;
+    let reached = false;
     for (;;) {
       let info: JobInfo | null;
       try {
         info = await this.get(jobId);
         transientSince = undefined;
+        reached = true;
       } catch (err) {
-        // A blip of Redis (failover, restart) should not end a long wait; a longer outage does.
-        if (!(err instanceof RedisUnavailableError)) throw err;
+        // A blip of Redis (failover, restart) should not end a long wait; a longer outage does, and a Redis never
+        // reached (a wrong REDIS_URL) ends it at once.
+        if (!(err instanceof RedisUnavailableError) || !reached) throw err;
         transientSince ??= Date.now();
         if (Date.now() - transientSince > 10_000) throw err;
         await sleep(pollMs, opts.signal);

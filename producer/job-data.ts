@@ -20,6 +20,9 @@ export interface JobData {
   scheduler?: string;
 }
 
-/** Job ids are idempotency keys; BullMQ refuses ':' and integer-looking ids, Redis keys need no braces. */
-export const JOB_ID_RE = /^(?!\d+$)[A-Za-z0-9._-]{1,128}$/;
-export const JOB_ID_RULE = '1-128 characters [A-Za-z0-9._-], not only digits';
+/**
+ * Job ids are idempotency keys; BullMQ refuses ':' and integer-looking ids, Redis keys need no braces. A job's outputs
+ * go under <output>/<jobId>/, so `.` and `..` are refused: a server that resolves dot-segments would climb out.
+ */
+export const JOB_ID_RE = /^(?!\d+$)(?!\.\.?$)[A-Za-z0-9._-]{1,128}$/;
+export const JOB_ID_RULE = "1-128 characters [A-Za-z0-9._-], not only digits, not '.' or '..'";

@@ -5,6 +5,8 @@
  * Fields and defaults (a missing optional field gets its default; the parsed spec is always complete):
  *   version          1 (default 1). Specs are strict: unknown fields are errors, so a typo never goes unnoticed.
  *   dataset.uri      s3://bucket/key of the data: N rows × D dims.                               required
+ *                    (every s3:// URI here: no '.', '..' or empty key segments, no backslash, no %-escapes of them;
+ *                    producer/s3-uri.ts)
  *   dataset.format   npy (float32/float16 .npy, C order) | f32 | f16 (raw little-endian rows).  default npy
  *   dataset.dims     D; required for raw formats (no header); for npy, if given, must match the header.
  *   dataset.convert  'f64-to-f32': also accept a float64 .npy, rounded to float32 as it is read (npy only). optional
@@ -32,7 +34,7 @@ import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { SpecValidationError, type SpecIssue } from './errors/spec-validation-error.js';
 import { ALLOWED_BUCKETS_ENV, resolveLimits, type Limits, LIMIT_ENV } from './limits.js';
-import { parseS3ObjectUri, parseS3PrefixUri } from './s3-uri.js';
+import { parseS3ObjectUri, parseS3PrefixUri, s3UriProblem, type S3UriKind } from './s3-uri.js';
 
 import {
   BACKENDS,
@@ -129,20 +131,21 @@ function choice<T extends readonly [string, ...string[]]>(values: T) {
 export function jobSpecSchema(limits: Limits) {
   const dataset = z.strictObject(
     {
-      uri: z
-        .string({ error: 'must be an s3://bucket/key URI' })
-        .refine((v) => parseS3ObjectUri(v) !== null, { error: 'must be an s3://bucket/key URI' }),
+      uri: z.string({ error: 'must be an s3://bucket/key URI' }).superRefine(s3Uri('object')),
       format: choice(DATASET_FORMATS).default(SPEC_DEFAULTS.format),
       dims: int(1, limits.maxDims, ` (limit ${LIMIT_ENV.maxDims})`).optional(),
       convert: choice(DATASET_CONVERSIONS).optional(),
     },
     { error: 'must be an object { uri, format?, dims?, convert? }' },
   );
-  const init = z
-    .string({ error: `must be kmeans++, random, previous or an s3://bucket/key.npy URI of centroids` })
-    .refine((v) => (INIT_METHODS as readonly string[]).includes(v) || isCentroidsUri(v), {
-      error: `must be kmeans++, random, previous or an s3://bucket/key.npy URI of centroids`,
-    });
+  const initError = 'must be kmeans++, random, previous or an s3://bucket/key.npy URI of centroids';
+  const init = z.string({ error: initError }).superRefine((v, ctx) => {
+    if ((INIT_METHODS as readonly string[]).includes(v)) return;
+    // an s3:// URI with a bad part says which part; anything else gets the list of what init may be
+    const problem = v.startsWith('s3://') ? s3UriProblem(v, 'object') : initError;
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem === FORM_OBJECT ? initError : problem });
+    else if (!v.endsWith('.npy')) ctx.addIssue({ code: 'custom', message: initError });
+  });
   return z.strictObject(
     {
       version: z.literal(SPEC_VERSION, { error: `must be ${SPEC_VERSION} (this worker/producer speaks spec v1)` })
@@ -158,8 +161,8 @@ export function jobSpecSchema(limits: Limits) {
       precision: choice(PRECISIONS).default(SPEC_DEFAULTS.precision),
       output: z
         .string({ error: 'must be an s3://bucket[/prefix] URI' })
-        .refine((v) => parseS3PrefixUri(v) !== null, { error: 'must be an s3://bucket[/prefix] URI' })
-        .transform((v) => v.replace(/\/+$/, '')),
+        .superRefine(s3Uri('prefix'))
+        .transform((v) => v.replace(/\/$/, '')),
       name: z
         .string({ error: 'must be a model name of 1-128 characters [a-zA-Z0-9._-]' })
         .regex(MODEL_NAME_RE, { error: 'must be a model name of 1-128 characters [a-zA-Z0-9._-]' })
@@ -171,9 +174,14 @@ export function jobSpecSchema(limits: Limits) {
   );
 }
 
-function isCentroidsUri(v: string): boolean {
-  const loc = parseS3ObjectUri(v);
-  return loc !== null && loc.key.endsWith('.npy');
+const FORM_OBJECT = s3UriProblem('', 'object');
+
+/** A zod check that names what is wrong with an s3:// URI (the bucket, a '..' segment, ...), not only its form. */
+function s3Uri(kind: S3UriKind) {
+  return (v: string, ctx: z.RefinementCtx) => {
+    const problem = s3UriProblem(v, kind);
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem });
+  };
 }
 
 function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {

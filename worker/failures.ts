@@ -6,7 +6,7 @@ import { UnrecoverableError } from 'bullmq';
 import { InvalidArgumentError, NonFiniteInputError } from '../native/index.js';
 import { SpecValidationError } from '../producer/errors/spec-validation-error.js';
 import { DatasetFormatError, KmeansSpecError } from '../core/index.js';
-import { S3ObjectChangedError, S3ObjectNotFoundError } from './s3/errors.js';
+import { S3ObjectChangedError, S3ObjectNotFoundError, UnsafeS3UriError } from './s3/errors.js';
 
 /** A problem with the job itself, already phrased for the user. */
 export class JobInputError extends Error {
@@ -20,6 +20,7 @@ export class JobInputError extends Error {
 export function userFacingProblem(err: unknown): string | null {
   if (err instanceof JobInputError) return err.message;
   if (err instanceof SpecValidationError) return err.message;
+  if (err instanceof UnsafeS3UriError) return `invalid job: ${err.message}`;
   if (err instanceof DatasetFormatError) return `bad dataset: ${err.message}`;
   if (err instanceof S3ObjectNotFoundError) return `dataset not found: ${err.uri}`;
   if (err instanceof S3ObjectChangedError) return `dataset changed: ${err.message}`;

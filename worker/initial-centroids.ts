@@ -12,7 +12,7 @@ import { JobInputError } from './failures.js';
 import type { S3Handle } from './s3/client.js';
 import { S3ObjectNotFoundError } from './s3/errors.js';
 import { getObjectBuffer } from './s3/objects.js';
-import { parseS3Uri } from './s3/uri.js';
+import { parseS3UriOf } from './s3/uri.js';
 
 export interface ResolvedInit {
   init: 'kmeans++' | 'random' | Float32Array;
@@ -25,16 +25,18 @@ export interface ResolvedInit {
 export async function resolveInit(spec: JobSpec, redis: RedisClient, keys: Keys, s3: S3Handle): Promise<ResolvedInit> {
   if (spec.init === 'kmeans++' || spec.init === 'random') return { init: spec.init };
   let uri: string;
+  let field = 'init';
   if (spec.init === 'previous') {
     const latest = spec.name ? await readLatest(redis, keys, spec.name) : null;
     if (!latest) return { init: 'kmeans++', note: `model ${spec.name} has no result yet: kmeans++ with seed ${spec.seed}` };
     uri = latest.outputs.centroids;
+    field = `init (previous: the centroids of model ${spec.name}'s latest result)`;
   } else {
     uri = spec.init;
   }
   let buf: Buffer;
   try {
-    buf = await getObjectBuffer(s3, parseS3Uri(uri));
+    buf = await getObjectBuffer(s3, parseS3UriOf(field, uri, 'object'));
   } catch (err) {
     if (err instanceof S3ObjectNotFoundError) throw new JobInputError(`initial centroids not found: ${uri}`);
     throw err;

@@ -20,7 +20,7 @@ import { JobInputError } from './failures.js';
 import type { Logger } from './logger.js';
 import type { S3Handle } from './s3/client.js';
 import { assertBucketExists } from './s3/objects.js';
-import { parseS3Uri } from './s3/uri.js';
+import { parseS3UriOf } from './s3/uri.js';
 
 export interface OpenJobOptions {
   s3: S3Handle;
@@ -44,7 +44,7 @@ export interface OpenedJob {
 export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
   const { s3, spec, config } = o;
   const claiming = settle(o.store.claimJob());
-  const bucketCheck = settle(assertBucketExists(s3, parseS3Uri(spec.output).bucket));
+  const bucketCheck = settle(assertBucketExists(s3, parseS3UriOf('output', spec.output).bucket));
   const progressed = settle(o.progress());
   const opened = await settle(
     S3RowSource.open(s3, spec.dataset.uri, {

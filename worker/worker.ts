@@ -6,7 +6,7 @@
  *   installShutdownHandlers(w);                           // lifecycle.ts: SIGTERM → hand jobs back, exit in the grace
  *   ... await w.shutdown('SIGTERM');
  */
-import { Worker } from 'bullmq';
+import { UnrecoverableError, Worker } from 'bullmq';
 import * as native from '../native/index.js';
 import { CancelListener } from './cancel-listener.js';
 import { describeConnection } from '../producer/connection.js';
@@ -21,6 +21,7 @@ import { EngineReleases } from './engine-releases.js';
 import { LockLossRegistry } from './lock-loss.js';
 import { createProcessor, type OpenEngine } from './processor.js';
 import { createS3, type S3Handle } from './s3/client.js';
+import { jobIdKeyProblem } from './s3/uri.js';
 
 export class RedisPolicyError extends Error {
   /** `node`: the cluster node (host:port) whose policy evicts, in cluster mode */
@@ -104,7 +105,14 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
   const concurrency = config.concurrency ?? Math.max(1, devices.size);
   const lockLoss = new LockLossRegistry();
   const releases = new EngineReleases({ onError: (err, jobId) => logger.error({ err, jobId }, 'closing the engine of a finished job failed') });
-  const processor = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss, devices, releases });
+  const run = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss, devices, releases });
+  // A job put into Redis by hand may have an id ('..', 'a/b') that, as <output>/<jobId>/, names keys outside the
+  // output prefix: refused before anything runs (the producer refuses such ids at enqueue).
+  const processor: typeof run = (job, token, signal) => {
+    const problem = jobIdKeyProblem(job.id ?? '');
+    if (problem !== null) return Promise.reject(new UnrecoverableError(`invalid job: job id ${JSON.stringify(job.id)} ${problem}`));
+    return run(job, token, signal);
+  };
   const worker = new Worker(keys.queueName, processor, {
     connection: redis,
     prefix: keys.bullPrefix,

@@ -8,6 +8,7 @@ import { cliAction, withClient } from './connection.js';
 interface DashboardFlags extends ConnectionFlags {
   port: string;
   host: string;
+  allowedHost?: string[];
   allowCancel?: boolean;
 }
 
@@ -19,7 +20,7 @@ export const action = cliAction(async (flags: DashboardFlags) => {
   await withClient(flags, async (client) => {
     await client.connect(); // a down Redis is one clear error now, not an empty page later
     const { startDashboard } = await import('../../producer/dashboard/server.js');
-    const dash = await startDashboard({ client, host: flags.host, port, allowCancel: Boolean(flags.allowCancel) });
+    const dash = await startDashboard({ client, host: flags.host, port, allowCancel: Boolean(flags.allowCancel), allowedHosts: flags.allowedHost });
     process.stderr.write(`kmfleet dashboard: ${dash.url} (Redis ${client.where}${flags.allowCancel ? ', cancel on' : ''})\n`);
     await new Promise<void>((resolve) => {
       const stop = () => resolve();

@@ -101,7 +101,7 @@ export function defineCommands(program: Command): void {
   addConnectionOptions(
     program
       .command('wait')
-      .description('follow a job until it completes (live progress); exit 1 if it fails or is cancelled')
+      .description('follow a job until it completes (live progress); exit 0 completed, 1 failed or cancelled, 3 Redis unreachable, 4 --timeout passed')
       .argument('<jobId>', 'job id')
       .option('--timeout <ms>', 'give up after this many ms (the job goes on)', msOption('--timeout')),
   ).action(lazy(() => import('./wait.js')));
@@ -147,6 +147,12 @@ export function defineCommands(program: Command): void {
       .description('serve a web dashboard of the queue, job progress and convergence curves')
       .option('--port <n>', 'HTTP port', '8080')
       .option('--host <addr>', 'address to listen on (0.0.0.0 to expose it: there is no login)', '127.0.0.1')
+      .option(
+        '--allowed-host <name>',
+        'also answer requests whose Host is NAME or NAME:PORT, e.g. a reverse proxy\'s public name (repeatable); ' +
+          'only localhost, 127.0.0.1, [::1] and the bound address are answered otherwise (421: DNS rebinding)',
+        (v: string, prev: string[] = []) => [...prev, v],
+      )
       .option('--allow-cancel', 'show a cancel button on unfinished jobs'),
   ).action(lazy(() => import('./dashboard.js')));
 
@@ -156,6 +162,6 @@ export function defineCommands(program: Command): void {
       .description('serve the HTTP API for producers in any language (enqueue, wait, cancel, results, schedules; docs/api.md)')
       .option('--port <n>', 'HTTP port (0: any free port)', '8090')
       .option('--host <addr>', 'address to listen on; other than loopback only with a token (KMFLEET_API_TOKEN[_FILE])', '127.0.0.1')
-      .option('--allowed-host <name>', 'also serve requests whose Host header names this (repeatable)', (v: string, all: string[] = []) => [...all, v]),
+      .option('--allowed-host <name>', 'also serve requests whose Host is NAME (any port) or NAME:PORT (repeatable)', (v: string, all: string[] = []) => [...all, v]),
   ).action(lazy(() => import('./api.js')));
 }

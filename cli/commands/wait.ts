@@ -1,7 +1,8 @@
 /**
  * `kmfleet wait JOBID`: follows a job until it ends. On a terminal, one live line (bar, iteration/maxIter,
  * inertia, reassigned %, ETA); elsewhere plain lines at most once a second. Exit 0 when it completed, 1 when it
- * failed, was cancelled or the --timeout passed.
+ * failed or was cancelled, 3 when Redis could not be used (down longer than the client's grace, refused, password),
+ * 4 when the --timeout passed (the job goes on): cli/main.ts.
  */
 import type { KmfleetClient } from '../../producer/client.js';
 import type { JobProgress } from '../../producer/progress.js';

@@ -12,6 +12,10 @@
  * The page polls these every second. Path parameters are URL-encoded by the page (scheduler job ids hold ':').
  * The custom header on cancel cannot be sent cross-site without a CORS preflight, which this server never
  * answers: another site open in the same browser cannot cancel jobs.
+ *
+ * Every request must name this server in its Host header (producer/allowed-hosts.ts), else 421 whatever the path: a
+ * page on another site whose name is rebound to 127.0.0.1 (DNS rebinding) is same-origin with us, and would otherwise
+ * read every endpoint and, with allowCancel, cancel jobs. Its requests carry its own name as Host.
  */
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
@@ -22,6 +26,7 @@ import { fileURLToPath } from 'node:url';
 import type { KmfleetClient } from '../client.js';
 import { KmfleetInputError } from '../errors/kmfleet-error.js';
 import { RedisUnavailableError } from '../errors/index.js';
+import { hostAllowance } from '../allowed-hosts.js';
 import { jobDetail, jobIterations, modelHistory, queueSnapshot } from './snapshot.js';
 
 export interface DashboardOptions {
@@ -34,6 +39,11 @@ export interface DashboardOptions {
   allowCancel?: boolean;
   /** Directory of index.html, app.js, style.css; default: found next to this module or in the repo. */
   staticDir?: string;
+  /**
+   * Host names (`name` for any port, `name:port` for one) a reverse proxy forwards requests with, beyond the ones always
+   * answered: localhost, 127.0.0.1, [::1] and the address the server is bound to (producer/allowed-hosts.ts).
+   */
+  allowedHosts?: readonly string[];
 }
 
 export interface DashboardServer {
@@ -100,6 +110,9 @@ export async function startDashboard(opts: DashboardOptions): Promise<DashboardS
   const allowCancel = opts.allowCancel ?? false;
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (!allowance.allows(req.headers.host, req.socket.localPort)) {
+      throw new HttpError(421, `Host ${JSON.stringify(req.headers.host ?? '')} is not a name of this dashboard; behind a reverse proxy, start it with --allowed-host NAME`);
+    }
     const url = new URL(req.url ?? '/', 'http://dashboard');
     const parts = url.pathname.split('/').filter(Boolean);
     const method = req.method ?? 'GET';
@@ -147,6 +160,8 @@ export async function startDashboard(opts: DashboardOptions): Promise<DashboardS
     });
   });
   const host = opts.host ?? '127.0.0.1';
+  // a mistyped allowed host fails here, before the port is taken
+  const allowance = hostAllowance({ host, allowedHosts: opts.allowedHosts });
   await new Promise<void>((ok, fail) => {
     server.once('error', fail);
     server.listen(opts.port ?? 8080, host, () => (server.off('error', fail), ok()));

@@ -27,6 +27,7 @@ export class JobCancelledError extends KmfleetError {
 
 /** wait() gave up; the job itself goes on. */
 export class WaitTimeoutError extends KmfleetError {
+  override readonly exitCode = 4 as const;
   constructor(
     readonly jobId: string,
     readonly timeoutMs: number,

@@ -44,6 +44,8 @@ describe('kmfleet --help', () => {
     expect(r.code, r.stderr).toBe(0);
     const listed = [...r.stdout.matchAll(/^ {2}(\w+) /gm)].map((m) => m[1]).filter((c) => c !== 'help');
     expect(listed).toEqual(COMMANDS);
+    // scripts tell the outcomes of `kmfleet wait` apart by these
+    expect(r.stdout).toMatch(/Exit codes:\n {4}0 +done[^]*\n {4}1 +failed[^]*\n {4}2 +bad input[^]*\n {4}3 +could not use Redis[^]*\n {4}4 +timed out waiting/);
   });
 
   it('loads the command table only: no command module, engine, queue or S3 code', () => {

@@ -127,7 +127,7 @@ describe('kmfleet status / wait', () => {
     expect(r.stderr).toBe('kmfleet: error: job nope not found (never enqueued, removed, or expired)\n');
   });
 
-  it('wait --json prints the result; a failed job exits 1 with its reason; --timeout exits 1', async () => {
+  it('wait --json prints the result; a failed job exits 1 with its reason; --timeout exits 4', async () => {
     freshPrefix();
     await worker({ failWith: { message: 'dataset header is not npy', attempts: [1], unrecoverable: true }, iterationMs: 5 });
     const bad = await sdk().enqueue({ dataset: { uri: 's3://data-bkt/x.npy' }, k: 3, output: 's3://out-bkt', maxIter: 3 });
@@ -138,7 +138,7 @@ describe('kmfleet status / wait', () => {
     freshPrefix();
     const pending = await sdk().enqueue({ dataset: { uri: 's3://data-bkt/x.npy' }, k: 3, output: 's3://out-bkt' });
     const r2 = await kmfleet(['wait', pending.id, '--timeout', '300']);
-    expect(r2.code).toBe(1);
+    expect(r2.code).toBe(4);
     expect(r2.stderr).toMatch(/timed out after 300 ms waiting for job .* \(still waiting\)/);
     freshPrefix();
     const done = await sdk().enqueue({ dataset: { uri: 's3://data-bkt/x.npy' }, k: 3, output: 's3://out-bkt', maxIter: 4 }, { jobId: 'done-1' });
@@ -242,9 +242,9 @@ describe('kmfleet history', () => {
 });
 
 describe('connection errors', () => {
-  it('Redis down: one line, exit 1, no password; a malformed REDIS_URL: exit 2', async () => {
+  it('Redis down: one line, exit 3, no password; a malformed REDIS_URL: exit 2', async () => {
     const down = await kmfleet(['status', 'x'], { REDIS_URL: 'redis://:hunter2@127.0.0.1:1' });
-    expect(down.code).toBe(1);
+    expect(down.code).toBe(3);
     expect(down.stderr).toMatch(/^kmfleet: error: cannot use Redis at redis:\/\/127\.0\.0\.1:1: connect ECONNREFUSED.*\n$/);
     expect(down.stderr).not.toContain('hunter2');
     const bad = await kmfleet(['status', 'x'], { REDIS_URL: 'redis//hunter2@nowhere' });
@@ -253,7 +253,7 @@ describe('connection errors', () => {
     const pw = await startRedisServer({ password: 'hunter2' });
     try {
       const noPw = await kmfleet(['status', 'x'], { REDIS_URL: `redis://127.0.0.1:${pw.port}` });
-      expect(noPw.code).toBe(1);
+      expect(noPw.code).toBe(3);
       expect(noPw.stderr).toMatch(/NOAUTH|password/i);
       const withPw = await kmfleet(['status', 'x', '--redis-url', pw.url]);
       expect(withPw).toMatchObject({ code: 1, stderr: 'kmfleet: error: job x not found (never enqueued, removed, or expired)\n' });
@@ -272,7 +272,7 @@ describe('connection errors', () => {
       ]);
       expect(ok.code).toBe(0);
       expect(JSON.parse(ok.stdout)).toMatchObject({ id: 'tls-1', created: true });
-      expect(untrusted.code).toBe(1);
+      expect(untrusted.code).toBe(3);
       expect(untrusted.stderr).toMatch(/^kmfleet: error: cannot use Redis at rediss:\/\/127\.0\.0\.1:\d+: .*(self-signed|certificate)/);
       expect(untrusted.stderr).not.toContain('hunter2');
     } finally {

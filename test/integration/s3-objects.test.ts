@@ -17,8 +17,8 @@ describe('S3 objects against s3rver', () => {
   });
 
   it('parses and joins s3 uris', () => {
-    expect(parseS3Uri('s3://b/a/b.npy')).toEqual({ bucket: 'b', key: 'a/b.npy' });
-    expect(childOf('s3://b/out/', 'job1', 'summary.json')).toEqual({ bucket: 'b', key: 'out/job1/summary.json' });
+    expect(parseS3Uri('s3://bkt/a/b.npy')).toEqual({ bucket: 'bkt', key: 'a/b.npy' });
+    expect(childOf('s3://bkt/out/', 'job1', 'summary.json')).toEqual({ bucket: 'bkt', key: 'out/job1/summary.json' });
     expect(joinKey('', 'x')).toBe('x');
     expect(() => parseS3Uri('http://x')).toThrow(/s3:\/\//);
   });

@@ -43,8 +43,8 @@ describe('keys', () => {
   });
 
   it('job ids that users pick are idempotency keys BullMQ accepts', () => {
-    for (const ok of ['nightly-2026-11-22', 'a.b_c', 'x1']) expect(JOB_ID_RE.test(ok)).toBe(true);
-    for (const bad of ['', '123', 'a:b', 'a b', 'x'.repeat(129)]) expect(JOB_ID_RE.test(bad)).toBe(false);
+    for (const ok of ['nightly-2026-11-22', 'a.b_c', 'x1', '...', '.x']) expect(JOB_ID_RE.test(ok)).toBe(true);
+    for (const bad of ['', '123', 'a:b', 'a b', 'x'.repeat(129), '.', '..']) expect(JOB_ID_RE.test(bad)).toBe(false);
   });
 });
 

@@ -11,7 +11,7 @@
 import { checkReadRange, DatasetFormatError, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, parseNpyHeader, rawLayout, readConverted, type DatasetConversion, type DatasetDType, type DatasetLayout, type ReadHint, type RowSource } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
 import { headObject, readObjectStart, readRangeInto, type ObjectInfo } from '../s3/objects.js';
-import { formatS3Uri, parseS3Uri, type S3Location } from '../s3/uri.js';
+import { formatS3Uri, parseS3UriOf, type S3Location } from '../s3/uri.js';
 
 export type S3DatasetFormat = 'npy' | 'f32' | 'f16';
 
@@ -84,7 +84,7 @@ export class S3RowSource implements RowSource {
    * DatasetFormatError (both user errors), an ETag other than `expectEtag` with DatasetFormatError too.
    */
   static async open(s3: S3Handle, uri: string, options: S3RowSourceOptions): Promise<S3RowSource> {
-    const location = parseS3Uri(uri);
+    const location = parseS3UriOf('dataset.uri', uri, 'object');
     const start = options.format === 'npy' ? await readObjectStart(s3, location, NPY_PREFIX_BYTES + NPY_MAX_HEADER_BYTES, options.signal) : undefined;
     const info: ObjectInfo = start ?? (await headObject(s3, location, options.signal));
     if (options.expectEtag !== undefined && options.expectEtag !== info.etag) {

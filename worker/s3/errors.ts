@@ -34,3 +34,19 @@ export class S3ShortReadError extends Error {
     this.name = 'S3ShortReadError';
   }
 }
+
+/**
+ * An s3:// URI the worker refuses to use (producer/s3-uri.ts says why: a '..' segment, an empty segment, a bad bucket…):
+ * a user error naming the spec field, so a job put into Redis by hand fails as clearly as the producer would refuse it.
+ */
+export class UnsafeS3UriError extends Error {
+  readonly code = 'S3_UNSAFE_URI';
+  constructor(
+    readonly field: string,
+    readonly uri: string,
+    readonly problem: string,
+  ) {
+    super(`${field}: ${problem} (got ${JSON.stringify(uri)})`);
+    this.name = 'UnsafeS3UriError';
+  }
+}
