@@ -4,6 +4,7 @@
  * retry, no outputs). With --wait, returns once the job has actually stopped.
  */
 import { isCancelledReason } from '../../producer/cancel.js';
+import { WaitTimeoutError } from '../../producer/errors/index.js';
 import type { ConnectionFlags } from '../options.js';
 import { cliAction, CommandFailure, printJson, withClient } from './connection.js';
 
@@ -22,7 +23,7 @@ export const action = cliAction(async (jobId: string, flags: CancelFlags) => {
         const info = await c.get(jobId);
         finalState = info?.state ?? 'removed';
         if (!info || info.state === 'failed' || info.state === 'completed') break;
-        if (Date.now() > deadline) throw new CommandFailure(`job ${jobId} was signalled but is still ${info.state} after ${flags.timeout ?? 60_000} ms`);
+        if (Date.now() > deadline) throw new WaitTimeoutError(jobId, flags.timeout ?? 60_000, info.state); // exit 4, as `wait`
         await new Promise((r) => setTimeout(r, 200));
       }
     }

@@ -78,6 +78,17 @@ describe('kmfleet wait: exit codes', () => {
     await client.cancel('pending-2');
   });
 
+  it('cancel --wait whose job does not stop in time: 4, as wait', async () => {
+    // a schedule's upcoming job can't be removed: the cancel is signalled and the job stays queued (no worker here)
+    await client.schedule('hourly', { every: 3_600_000 }, SPEC);
+    const [upcoming] = await (await client.queue()).getJobs(['waiting', 'delayed', 'prioritized']);
+    expect(upcoming).toBeDefined();
+    const r = await kmfleet(['cancel', upcoming.id!, '--wait', '--timeout', '300'], env);
+    expect(r.code).toBe(4);
+    expect(r.stderr).toMatch(/kmfleet: error: timed out after 300 ms waiting for job .* \(still (waiting|delayed)\)/);
+    await client.unschedule('hourly');
+  });
+
   it('completed: 0; failed: 1; cancelled: 1', async () => {
     const ok = await startSimWorker(redis.connection, keyspace({ prefix: 'wx' }), { iterationMs: 5 });
     try {
