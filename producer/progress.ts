@@ -4,7 +4,8 @@
  */
 import type { IterationRecord } from './job-state.js';
 
-export const JOB_PHASES = ['opening', 'planning', 'initializing', 'iterating', 'assigning', 'writing', 'done'] as const;
+/** `queued`: no report from a worker yet (wait() and progress() say so instead of giving null). */
+export const JOB_PHASES = ['queued', 'opening', 'planning', 'initializing', 'iterating', 'assigning', 'writing', 'done'] as const;
 export type JobPhase = (typeof JOB_PHASES)[number];
 
 export interface JobProgress {
@@ -57,6 +58,11 @@ export function makeProgress(args: {
     etaMs,
     updatedAt: args.now ?? Date.now(),
   };
+}
+
+/** What a job that no worker has reported on yet shows: iteration 0 of its maxIter, nothing measured. */
+export function queuedProgress(maxIter: number, now = Date.now()): JobProgress {
+  return makeProgress({ phase: 'queued', iteration: 0, maxIter, now });
 }
 
 /** job.progress is 0 (BullMQ's default) until the worker reports; this tells a real report apart. */

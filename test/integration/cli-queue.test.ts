@@ -91,10 +91,10 @@ describe('kmfleet enqueue', () => {
     const s = await kmfleet(['status', 'daily-1', '--json']);
     expect(s.code).toBe(0);
     const info = JSON.parse(s.stdout);
-    expect(info).toMatchObject({ id: 'daily-1', state: 'prioritized' });
+    expect(info).toMatchObject({ id: 'daily-1', state: 'waiting' });
     expect(info.spec).toMatchObject({ k: 32, seed: 7, dataset: { format: 'f32', dims: 16 } });
     const human = await kmfleet(['status', 'daily-1']);
-    expect(human.stdout).toMatch(/^job daily-1: prioritized\n  spec      k=32 metric=l2/);
+    expect(human.stdout).toMatch(/^job daily-1: waiting\n  spec      k=32 metric=l2/);
     writeFileSync(join(tmp, 'bad.json'), '{ k: 3');
     const [missing, badJson, badId] = await Promise.all([
       kmfleet(['enqueue', '--spec', join(tmp, 'missing.json')]),
