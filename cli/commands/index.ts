@@ -85,7 +85,7 @@ export function defineCommands(program: Command): void {
     .description('validate a k-means job spec and add it to the queue (idempotent with --job-id)');
   addSpecOptions(enqueue)
     .option('--job-id <id>', 'idempotency key: the same id never makes a second job (default: a random UUID)')
-    .option('--priority <n>', '1 (highest) .. 2097152; default none (FIFO, ahead of prioritized jobs)')
+    .option('--priority <n>', '1 (highest) .. 2097152; lower runs first, FIFO among equals (default 1000)')
     .option('--wait', 'then follow the job until it ends (like `kmfleet wait`)')
     .option('--timeout <ms>', 'with --wait: give up waiting after this many ms', msOption('--timeout'));
   addConnectionOptions(enqueue).action(lazy(() => import('./enqueue.js')));
@@ -122,7 +122,7 @@ export function defineCommands(program: Command): void {
     .option('--tz <zone>', 'IANA time zone for --cron, e.g. Europe/Berlin (default UTC)')
     .option('--every <ms>', 'run every this many ms instead of a cron pattern')
     .option('--limit <n>', 'stop after this many runs')
-    .option('--priority <n>', '1 (highest) .. 2097152');
+    .option('--priority <n>', '1 (highest) .. 2097152 (default 1000)');
   addSpecOptions(schedule, 'previous');
   addConnectionOptions(schedule).action(lazy(() => import('./schedule.js')));
 
