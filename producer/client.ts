@@ -285,7 +285,7 @@ export class KmfleetClient {
         if (timeoutMs !== undefined && elapsed >= timeoutMs) throw new WaitTimeoutError(jobId, timeoutMs, info?.state ?? 'unknown');
         if (woken) continue; // an event came while the job was being read
         // Without a live event stream (or while it reconnects) the poll is all there is: poll at the fast pace.
-        const period = events && !events.lastError && info ? pollMs : Math.min(pollMs, 200);
+        const period = events?.live && info ? pollMs : Math.min(pollMs, 200);
         const left = timeoutMs === undefined ? period : Math.min(period, timeoutMs - elapsed);
         await new Promise<void>((resolve) => {
           const t = setTimeout(resolve, Math.max(1, left));
@@ -335,15 +335,21 @@ export class KmfleetClient {
     }
   }
 
-  /** The shared event stream of this client's queue (null where it can't start: waits then poll). */
+  /**
+   * The shared event stream of this client's queue, once it is read — or, if it is not within a second (Redis away for
+   * a moment), as it is: its waiters poll at the fast pace until it is live. Null where it can't start: waits poll.
+   */
   private async jobEvents(): Promise<JobEvents | null> {
     await this.connect();
     this.events ??= new JobEvents(this.redis, this.keys);
+    let timer: NodeJS.Timeout | undefined;
     try {
-      await this.events.whenReady();
+      await Promise.race([this.events.whenReady(), new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000)))]);
       return this.events;
     } catch {
       return null;
+    } finally {
+      clearTimeout(timer);
     }
   }
 

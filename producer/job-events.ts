@@ -26,21 +26,27 @@ export class JobEvents {
   private readonly events: QueueEvents;
   private readonly connection: Redis | Cluster;
   private readonly ready: Promise<void>;
-  /** The last connection error of the event stream (its waiters poll meanwhile). */
-  lastError: Error | undefined;
+  private started = false;
+  private broken = false;
 
   constructor(redis: RedisClient, keys: Keys) {
     this.connection = blockingDuplicate(redis);
-    this.connection.on('error', (err: Error) => (this.lastError = err));
+    this.connection.on('error', () => (this.broken = true));
+    this.connection.on('ready', () => (this.broken = false));
     this.events = new QueueEvents(keys.queueName, { connection: this.connection, prefix: keys.bullPrefix });
-    this.events.on('error', (err: Error) => (this.lastError = err));
-    this.ready = this.events.waitUntilReady().then(() => undefined);
+    this.events.on('error', () => (this.broken = true));
+    this.ready = this.events.waitUntilReady().then(() => void (this.started = true));
     this.ready.catch(() => undefined); // a waiter that awaits it gets the error; nobody else must
   }
 
   /** Resolves once the event stream is read (events after this point reach the listeners). */
   whenReady(): Promise<void> {
     return this.ready;
+  }
+
+  /** Whether events are flowing now: false before the stream is read and while its connection is down. */
+  get live(): boolean {
+    return this.started && !this.broken;
   }
 
   /** Calls `wake` on any event about the job; returns the unsubscribe. */
