@@ -16,7 +16,7 @@
 import { randomUUID } from 'node:crypto';
 import { Queue, type Job, type JobsOptions, type JobType } from 'bullmq';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { cancelRequested, CANCEL_REASON, clearCancel, isCancelledReason, requestCancel } from './cancel.js';
+import { cancelRequested, CANCEL_REASON, clearCancel, requestCancel } from './cancel.js';
 import {
   checkJobId,
   checkPriority,
@@ -36,22 +36,14 @@ import {
   type WaitOptions,
 } from './client-options.js';
 import { connectionFromEnv, describeConnection, parseRedisUrl, type RedisConnectionOptions } from './connection.js';
-import {
-  abortError,
-  InvalidArgumentError,
-  isAbortError,
-  JobCancelledError,
-  JobFailedError,
-  JobNotFoundError,
-  RedisUnavailableError,
-  WaitTimeoutError,
-} from './errors/index.js';
+import { InvalidArgumentError } from './errors/index.js';
 import { JOB_NAME, type JobData } from './job-data.js';
 import { clearJobState, type RedisClient } from './job-state.js';
 import { keyspace, type Keys } from './keys.js';
-import { resolveLimits, type Limits } from './limits.js';
 import { JobEvents } from './job-events.js';
-import { asJobProgress, queuedProgress } from './progress.js';
+import { followProgress, waitForJob, type WaitContext } from './job-wait.js';
+import { resolveLimits, type Limits } from './limits.js';
+import { asJobProgress } from './progress.js';
 import { toRedisUnavailable } from './redis-errors.js';
 import { clientConnectionOptions, createRedisClient } from './redis-factory.js';
 import { readHistory, readLatest, readModels, type JobResult } from './results.js';
@@ -233,70 +225,7 @@ export class KmfleetClient {
    * report — before the worker's first one, a `queued` report (iteration 0, nothing measured) — never null.
    */
   async wait(jobId: string, options: WaitOptions = {}): Promise<JobResult> {
-    const timeoutMs = options.timeoutMs ?? options.timeout;
-    const { signal, onProgress } = options;
-    const pollMs = options.pollMs ?? 1000;
-    const started = Date.now();
-    if (signal?.aborted) throw abortError(signal, `waiting for job ${jobId}`);
-    const events = await this.jobEvents();
-    let wake: (() => void) | undefined;
-    let woken = false;
-    const unsubscribe = events?.onJob(jobId, () => ((woken = true), wake?.()));
-    const onAbort = () => wake?.();
-    signal?.addEventListener('abort', onAbort, { once: true });
-    try {
-      let lastSeen = '';
-      let transientSince: number | undefined;
-      for (;;) {
-        woken = false;
-        let info: JobInfo | null | undefined; // undefined: not read (Redis is away for a moment)
-        try {
-          info = await this.get(jobId);
-          transientSince = undefined;
-        } catch (err) {
-          // A blip of Redis (failover, restart) should not end a long wait; a longer outage does.
-          if (!(err instanceof RedisUnavailableError)) throw err;
-          transientSince ??= Date.now();
-          if (Date.now() - transientSince > 10_000) throw err;
-        }
-        if (info === null) {
-          const reason = await this.guard(() => cancelRequested(this.redis, this.keys, jobId));
-          if (reason !== null) throw new JobCancelledError(jobId);
-          throw new JobNotFoundError(jobId, 'never enqueued, or removed');
-        }
-        if (info) {
-          const progress = info.progress ?? queuedProgress(info.spec?.maxIter ?? 0, info.timestamps.createdAt);
-          const seen = JSON.stringify([info.state, progress]);
-          if (seen !== lastSeen) {
-            lastSeen = seen;
-            onProgress?.(progress, info.state);
-          }
-          if (info.state === 'completed') {
-            if (!info.result) throw new JobFailedError(jobId, 'completed without a result', info.attemptsMade);
-            return info.result;
-          }
-          if (info.state === 'failed') {
-            if (isCancelledReason(info.failedReason)) throw new JobCancelledError(jobId);
-            throw new JobFailedError(jobId, info.failedReason ?? 'unknown reason', info.attemptsMade);
-          }
-        }
-        if (signal?.aborted) throw abortError(signal, `waiting for job ${jobId}`);
-        const elapsed = Date.now() - started;
-        if (timeoutMs !== undefined && elapsed >= timeoutMs) throw new WaitTimeoutError(jobId, timeoutMs, info?.state ?? 'unknown');
-        if (woken) continue; // an event came while the job was being read
-        // Without a live event stream (or while it reconnects) the poll is all there is: poll at the fast pace.
-        const period = events?.live && info ? pollMs : Math.min(pollMs, 200);
-        const left = timeoutMs === undefined ? period : Math.min(period, timeoutMs - elapsed);
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, Math.max(1, left));
-          wake = () => (clearTimeout(t), resolve());
-        });
-        wake = undefined;
-      }
-    } finally {
-      unsubscribe?.();
-      signal?.removeEventListener('abort', onAbort);
-    }
+    return waitForJob(this.waitContext, jobId, options);
   }
 
   /**
@@ -306,34 +235,15 @@ export class KmfleetClient {
    *
    *   for await (const p of client.progress(id)) console.log(p.state, p.iteration, p.inertia);
    */
-  async *progress(jobId: string, options: Omit<WaitOptions, 'onProgress'> = {}): AsyncGenerator<ProgressUpdate, void, undefined> {
-    const stop = new AbortController();
-    const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
-    const pending: ProgressUpdate[] = [];
-    let notify: (() => void) | undefined;
-    let finished = false;
-    let failure: { err: unknown } | undefined;
-    const waiting = this.wait(jobId, {
-      ...options,
-      signal,
-      onProgress: (p, state) => (pending.push({ ...p, state }), notify?.()),
-    }).then(
-      () => undefined,
-      (err: unknown) => void (failure = { err }),
-    ).finally(() => ((finished = true), notify?.()));
-    try {
-      for (;;) {
-        while (pending.length > 0) yield pending.shift()!;
-        if (finished) break;
-        await new Promise<void>((resolve) => (notify = resolve));
-        notify = undefined;
-      }
-      if (failure && !(stop.signal.aborted && isAbortError(failure.err))) throw failure.err;
-    } finally {
-      stop.abort();
-      await waiting;
-    }
+  progress(jobId: string, options: Omit<WaitOptions, 'onProgress'> = {}): AsyncGenerator<ProgressUpdate, void, undefined> {
+    return followProgress((o) => this.wait(jobId, o), options);
   }
+
+  private readonly waitContext: WaitContext = {
+    get: (jobId) => this.get(jobId),
+    cancelRequested: (jobId) => this.guard(() => cancelRequested(this.redis, this.keys, jobId)),
+    events: () => this.jobEvents(),
+  };
 
   /**
    * The shared event stream of this client's queue, once it is read — or, if it is not within a second (Redis away for
