@@ -2,19 +2,46 @@
  * The `kmfleet` CLI: builds the commander program from cli/commands/index.ts and maps failures to exit codes:
  *   0 success · 1 failure (the job failed or was cancelled, engine, device, I/O, a bug) · 2 bad input (options, dataset,
  *   spec, centroids) · 3 Redis could not be used · 4 timed out waiting (the job goes on) · 130 interrupted
- * An error is one line on stderr: "kmfleet: error: <message>".
+ * An error is one line on stderr: "kmfleet: error: <message>" — commander's own (a bad option) included.
  */
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { defineCommands } from './commands/index.js';
+
+/** The version in the package.json of the package this file belongs to (from cli/ or dist/cli/). */
+function packageVersion(): string {
+  for (let dir = dirname(fileURLToPath(import.meta.url)); dir !== dirname(dir); dir = dirname(dir)) {
+    const file = join(dir, 'package.json');
+    if (!existsSync(file)) continue;
+    const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: string; version?: string };
+    if (pkg.name === 'kmfleet') return pkg.version ?? 'unknown';
+  }
+  return 'unknown';
+}
+
+/** commander's "error: …" (sometimes with a "(Did you mean …?)" line) as kmfleet's one line, with a pointer to help. */
+function oneLine(cmd: Command) {
+  const help = cmd.parent ? `kmfleet ${cmd.name()} --help` : 'kmfleet --help';
+  return (text: string, write: (s: string) => void) => {
+    const msg = text.trim().replace(/^error: /, '').replace(/\s*\n\s*/g, ' ');
+    write(`kmfleet: error: ${msg} (see ${help})\n`);
+  };
+}
 
 export function buildProgram(): Command {
   const program = new Command('kmfleet')
     .description('exact k-means on GPU workers: fit local files, generate datasets, run and feed the fleet')
-    .showHelpAfterError('(run with --help for usage)')
+    .version(packageVersion(), '-V, --version', 'print the version')
     .addHelpText('after', `\n${EXIT_CODES_HELP}`)
     .exitOverride();
+  program.configureOutput({ outputError: oneLine(program) });
   defineCommands(program);
-  for (const cmd of program.commands) cmd.exitOverride();
+  for (const cmd of program.commands) {
+    cmd.exitOverride();
+    cmd.configureOutput({ outputError: oneLine(cmd) });
+  }
   return program;
 }
 
@@ -28,6 +55,14 @@ export const EXIT_CODES_HELP = `Exit codes:
 
 /** Errors that mean "your input is wrong": exit code 2. Matched by name so that no module is loaded for this. */
 const INPUT_ERRORS = new Set(['DatasetFormatError', 'KmeansSpecError', 'InvalidArgumentError', 'NonFiniteInputError', 'UsageError']);
+/** File errors, in words: Node's own messages read "ENOENT: no such file or directory, open '…'". */
+const FILE_ERRORS: Record<string, string> = {
+  ENOENT: 'no such file or directory',
+  EISDIR: 'is a directory',
+  ENOTDIR: 'not a directory',
+  EEXIST: 'already exists',
+  EACCES: 'permission denied',
+};
 
 /** Outcomes a script must tell from a failed job (producer/errors/kmfleet-error.ts: the SDK errors' exitCode). */
 const OWN_CODES: Record<string, number> = { RedisUnavailableError: 3, WaitTimeoutError: 4 };
@@ -37,8 +72,16 @@ export function exitCodeOf(err: unknown): number {
   const e = err as { name?: string; code?: string };
   if (e?.name === 'KmeansAbortedError') return 130; // interrupted (SIGINT), like a shell
   if (e?.name && OWN_CODES[e.name] !== undefined) return OWN_CODES[e.name];
-  if (e && (INPUT_ERRORS.has(e.name ?? '') || ['ENOENT', 'EISDIR', 'ENOTDIR', 'EEXIST', 'EACCES'].includes(e.code ?? ''))) return 2;
+  if (e && (INPUT_ERRORS.has(e.name ?? '') || (e.code ?? '') in FILE_ERRORS)) return 2;
   return 1;
+}
+
+export function messageOf(err: unknown): string {
+  const e = err as NodeJS.ErrnoException;
+  if (e instanceof Error && e.code && e.code in FILE_ERRORS && e.path && e.message.startsWith(`${e.code}:`)) {
+    return `${e.path}: ${FILE_ERRORS[e.code]}`;
+  }
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0];
 }
 
 export async function main(argv: string[] = process.argv): Promise<number> {
@@ -50,8 +93,7 @@ export async function main(argv: string[] = process.argv): Promise<number> {
     const code = exitCodeOf(err);
     // commander already printed its own usage errors (and help/version output)
     if (!(err instanceof CommanderError)) {
-      const msg = err instanceof Error ? err.message : String(err);
-      process.stderr.write(`kmfleet: error: ${msg.split('\n')[0]}\n`);
+      process.stderr.write(`kmfleet: error: ${messageOf(err)}\n`);
       if (code === 1 && process.env.KMFLEET_DEBUG && err instanceof Error) process.stderr.write(`${err.stack}\n`);
     }
     return code;

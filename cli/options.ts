@@ -38,12 +38,21 @@ export interface ConnectionFlags {
   json?: boolean;
 }
 
+const REDIS_URL_HELP = 'redis:// or rediss:// URL (default: $REDIS_URL, else redis://127.0.0.1:6379)';
+const PREFIX_HELP = `Redis key prefix (default: $KMFLEET_PREFIX, else ${DEFAULT_PREFIX})`;
+const QUEUE_HELP = `queue name (default: $KMFLEET_QUEUE, else ${DEFAULT_QUEUE})`;
+
+/** --redis-url, --prefix and --queue on the program itself, so that they may come before the command's name. */
+export function addGlobalConnectionOptions(program: Command): Command {
+  return program.option('--redis-url <url>', REDIS_URL_HELP).option('--prefix <prefix>', PREFIX_HELP).option('--queue <name>', QUEUE_HELP);
+}
+
 /** --redis-url, --prefix, --queue and --json, on a queue command. */
 export function addConnectionOptions(cmd: Command): Command {
   return cmd
-    .option('--redis-url <url>', 'redis:// or rediss:// URL (default: $REDIS_URL, else redis://127.0.0.1:6379)')
-    .option('--prefix <prefix>', `Redis key prefix (default: $KMFLEET_PREFIX, else ${DEFAULT_PREFIX})`)
-    .option('--queue <name>', `queue name (default: $KMFLEET_QUEUE, else ${DEFAULT_QUEUE})`)
+    .option('--redis-url <url>', REDIS_URL_HELP)
+    .option('--prefix <prefix>', PREFIX_HELP)
+    .option('--queue <name>', QUEUE_HELP)
     .option('--json', 'machine-readable output: one JSON document on stdout');
 }
 

@@ -60,3 +60,13 @@ export function humanCount(n: number): string {
   if (abs >= 1e3) return (n / 1e3).toFixed(1) + 'k';
   return String(Math.round(n));
 }
+
+/** 83_000 → "1m23s", 4_200 → "4.2s" */
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return '?';
+  const s = Math.round(ms / 1000);
+  if (s < 60) return ms < 10_000 ? `${(ms / 1000).toFixed(1)}s` : `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(s % 60).padStart(2, '0')}s`;
+  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, '0')}m`;
+}

@@ -308,6 +308,13 @@ export class Engine {
   }
 
   static async open(options: EngineOptions): Promise<Engine> {
+    if (options.backend === 'cuda') {
+      // Asked for CUDA where no GPU runs: say so, not what cudaGetDeviceCount says ("driver version is insufficient")
+      const gpu = loadAddon().gpuInfo();
+      if (!gpu.available && gpu.reason !== 'built without CUDA') {
+        throw new DeviceError(`backend 'cuda' requested but no GPU was found (${gpu.reason ?? 'no device'})`);
+      }
+    }
     const native = await later(() => loadAddon().open(options));
     return new Engine(native, options);
   }

@@ -43,11 +43,16 @@ export const DEFAULT_JOB_OPTIONS: JobsOptions = {
 };
 
 export const MAX_PRIORITY = 2_097_152;
+/**
+ * The priority of a job enqueued without one. BullMQ takes jobs without a priority before every prioritized job,
+ * which would run a job given priority 1 ("highest") after them; so every kmfleet job has one.
+ */
+export const DEFAULT_PRIORITY = 1000;
 
 export interface EnqueueOptions {
   /** Idempotency key: enqueueing the same id again returns the existing job. Default: a random UUID. */
   jobId?: string;
-  /** 1 (highest) .. 2,097,152; 0 or absent = no priority (FIFO, ahead of all prioritized jobs). */
+  /** 1 (highest) .. 2,097,152; lower runs first, FIFO among equals. 0 or absent: DEFAULT_PRIORITY (1000). */
   priority?: number;
   /** Start no earlier than this many ms from now. */
   delayMs?: number;
@@ -62,8 +67,11 @@ export interface JobHandle {
   specHash: string;
 }
 
-export type JobState =
-  | 'waiting' | 'prioritized' | 'delayed' | 'active' | 'completed' | 'failed' | 'waiting-children' | 'unknown';
+/**
+ * A job's state as BullMQ keeps it, except that `waiting` covers BullMQ's `prioritized` too: every kmfleet job has a
+ * priority (DEFAULT_PRIORITY when none is given), so "prioritized" would only mean "waiting for a worker".
+ */
+export type JobState = 'waiting' | 'delayed' | 'active' | 'completed' | 'failed' | 'waiting-children' | 'unknown';
 
 export interface JobInfo {
   id: string;
@@ -80,15 +88,21 @@ export interface JobInfo {
 }
 
 export interface WaitOptions {
-  /** Called whenever the progress (or state) changes. */
-  onProgress?: (progress: JobProgress | null, state: JobState) => void;
+  /**
+   * Called whenever the progress or the state changes, with the worker's last report — or, before its first, a
+   * `queued` one (iteration 0, nothing measured): never null.
+   */
+  onProgress?: (progress: JobProgress, state: JobState) => void;
   /** Give up after this many ms (WaitTimeoutError; the job goes on). Default: no limit. */
   timeoutMs?: number;
   /** Same as timeoutMs. */
   timeout?: number;
-  /** Poll period (default 200 ms). */
+  /**
+   * How often the job is re-read when no queue event came: a safety net for events lost in a reconnect (default
+   * 1000 ms; at most 200 ms while the event stream is down).
+   */
   pollMs?: number;
-  /** Aborts the wait (not the job). */
+  /** Aborts the wait (not the job): it rejects with an AbortError whose cause is the signal's reason. */
   signal?: AbortSignal;
 }
 
@@ -97,6 +111,32 @@ export interface WaitOptions {
  * nothing was cancelled.
  */
 export type CancelOutcome = 'removed' | 'signalled' | 'committed' | 'already-finished' | 'not-found';
+
+/** One item of KmfleetClient.progress(): the report and the job's state when it was read. */
+export type ProgressUpdate = JobProgress & { state: JobState };
+
+export interface ListOptions {
+  /** Which states, in this order (default: active, waiting, delayed, failed, completed). */
+  states?: JobState[];
+  /** At most this many jobs (default 50). */
+  limit?: number;
+}
+
+export interface RetryResult {
+  id: string;
+  /** 'retried': back in the queue; 'not-failed': only failed (or cancelled) jobs are retried. */
+  outcome: 'retried' | 'not-failed' | 'not-found';
+  state: JobState | null;
+}
+
+export interface RemoveResult {
+  id: string;
+  /** 'active': running, so not removed (cancel it first). */
+  outcome: 'removed' | 'active' | 'not-found';
+  state: JobState | null;
+}
+
+export type CancelOutcome = 'removed' | 'signalled' | 'already-finished' | 'not-found';
 
 export interface CancelResult {
   id: string;
@@ -111,8 +151,9 @@ export function checkJobId(jobId: string): void {
   }
 }
 
-export function checkPriority(priority: number | undefined): number | undefined {
-  if (priority === undefined || priority === 0) return undefined;
+/** The priority a job gets: the given one, or DEFAULT_PRIORITY for 0 or none. */
+export function checkPriority(priority: number | undefined): number {
+  if (priority === undefined || priority === 0) return DEFAULT_PRIORITY;
   if (!Number.isSafeInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
     throw new InvalidArgumentError(`priority must be an integer from 0 to ${MAX_PRIORITY} (1 = highest; got ${priority})`);
   }

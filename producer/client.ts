@@ -3,17 +3,20 @@
  * them, cancel them from any process, schedule recurring ones, and read a model's result history.
  *
  *   const km = new KmfleetClient();                       // REDIS_URL, prefix `kmfleet`, queue `jobs`
- *   const { id } = await km.enqueue({ dataset: { uri: 's3://b/x.npy' }, k: 64, output: 's3://b/out' }, { jobId: 'nightly-42' });
- *   const result = await km.wait(id, { onProgress: (p) => console.log(p.iteration, p.inertia) });
- *   await km.close();
+ *   try {
+ *     const { id } = await km.enqueue({ dataset: { uri: 's3://b/x.npy' }, k: 64, output: 's3://b/out' }, { jobId: 'nightly-42' });
+ *     const result = await km.wait(id, { onProgress: (p) => console.log(p.iteration, p.inertia) });  // p is never null
+ *   } finally {
+ *     await km.close();                                   // else its connections keep the process alive
+ *   }
  *
  * Producers fail fast: no offline queue and a short connect timeout, so a down Redis is one clear
  * RedisUnavailableError instead of a hang.
  */
 import { randomUUID } from 'node:crypto';
-import { Queue, type JobsOptions } from 'bullmq';
+import { Queue, type Job, type JobsOptions, type JobType } from 'bullmq';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { cancelRequested, CANCEL_REASON, isCancelledReason, requestCancel } from './cancel.js';
+import { cancelRequested, CANCEL_REASON, clearCancel, requestCancel } from './cancel.js';
 import {
   checkJobId,
   checkPriority,
@@ -26,20 +29,19 @@ import {
   type JobInfo,
   type JobState,
   type KmfleetClientOptions,
+  type ListOptions,
+  type ProgressUpdate,
+  type RemoveResult,
+  type RetryResult,
   type WaitOptions,
 } from './client-options.js';
 import { connectionFromEnv, describeConnection, parseRedisUrl, type RedisConnectionOptions } from './connection.js';
-import {
-  InvalidArgumentError,
-  JobCancelledError,
-  JobFailedError,
-  JobNotFoundError,
-  RedisUnavailableError,
-  WaitTimeoutError,
-} from './errors/index.js';
+import { InvalidArgumentError } from './errors/index.js';
 import { JOB_NAME, type JobData } from './job-data.js';
-import type { RedisClient } from './job-state.js';
+import { clearJobState, type RedisClient } from './job-state.js';
 import { keyspace, type Keys } from './keys.js';
+import { JobEvents } from './job-events.js';
+import { followProgress, waitForJob, type WaitContext } from './job-wait.js';
 import { resolveLimits, type Limits } from './limits.js';
 import { asJobProgress } from './progress.js';
 import { toRedisUnavailable } from './redis-errors.js';
@@ -56,11 +58,29 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 return redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 `;
 
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
-  });
+/** The states list() reads by default. */
+const LISTED_STATES: readonly JobState[] = ['active', 'waiting', 'delayed', 'failed', 'completed'];
+
+async function stateOf(job: Job): Promise<JobState> {
+  const state = await job.getState();
+  return state === 'prioritized' ? 'waiting' : ((state ?? 'unknown') as JobState);
+}
+
+function jobInfo(job: Job, state: JobState, cancel: string | null): JobInfo {
+  const data = job.data as Partial<JobData> | undefined;
+  return {
+    id: job.id!,
+    state: state ?? 'unknown',
+    progress: asJobProgress(job.progress),
+    result: state === 'completed' ? ((job.returnvalue as JobResult | null) ?? null) : null,
+    failedReason: job.failedReason || null,
+    attemptsMade: job.attemptsMade ?? 0,
+    cancelRequested: cancel,
+    spec: data?.spec ?? null,
+    scheduler: data?.scheduler ?? null,
+    timestamps: { createdAt: job.timestamp, startedAt: job.processedOn ?? null, finishedAt: job.finishedOn ?? null },
+  };
+}
 
 export class KmfleetClient {
   readonly keys: Keys;
@@ -70,6 +90,7 @@ export class KmfleetClient {
   private readonly redis: RedisClient;
   private readonly ownsRedis: boolean;
   private queueInstance: Queue | undefined;
+  private events: JobEvents | undefined;
   private ready: Promise<void> | undefined;
   private lastError: Error | undefined;
   private readonly jobOptions: JobsOptions;
@@ -181,7 +202,7 @@ export class KmfleetClient {
         this.keys.iterations(jobId), this.keys.checkpoint(jobId), this.keys.cancel(jobId),
       );
       // BullMQ's add is a no-op for an existing jobId; reading the job back tells which add won.
-      await queue.add(JOB_NAME, data, { jobId, ...(priority ? { priority } : {}), ...(opts.delayMs ? { delay: opts.delayMs } : {}) });
+      await queue.add(JOB_NAME, data, { jobId, priority, ...(opts.delayMs ? { delay: opts.delayMs } : {}) });
       const stored = await queue.getJob(jobId);
       const storedData = stored?.data as JobData | undefined;
       const created = !storedData || storedData.enqueueId === enqueueId;
@@ -195,77 +216,130 @@ export class KmfleetClient {
       const queue = await this.queue();
       let job = await queue.getJob(jobId);
       if (!job) return null;
-      const state = (await job.getState()) as JobState;
+      const state = await stateOf(job);
       // The hash was read before the state: a job that just finished needs a fresh read for its result.
       if (state === 'completed' || state === 'failed') job = (await queue.getJob(jobId)) ?? job;
-      const data = job.data as Partial<JobData> | undefined;
-      return {
-        id: jobId,
-        state: state ?? 'unknown',
-        progress: asJobProgress(job.progress),
-        result: state === 'completed' ? ((job.returnvalue as JobResult | null) ?? null) : null,
-        failedReason: job.failedReason || null,
-        attemptsMade: job.attemptsMade ?? 0,
-        cancelRequested: await cancelRequested(this.redis, this.keys, jobId),
-        spec: data?.spec ?? null,
-        scheduler: data?.scheduler ?? null,
-        timestamps: { createdAt: job.timestamp, startedAt: job.processedOn ?? null, finishedAt: job.finishedOn ?? null },
-      };
+      return jobInfo(job, state, await cancelRequested(this.redis, this.keys, jobId));
     });
   }
 
   /**
    * Resolves with the job's result when it completes; rejects with JobFailedError, JobCancelledError,
-   * JobNotFoundError, WaitTimeoutError, or RedisUnavailableError (Redis not reached at all, or lost for over 10 s). Polls the job's state, so nothing is missed however late it
-   * starts listening (a job already finished resolves at once).
+   * JobNotFoundError, WaitTimeoutError (its timeoutMs passed) or an AbortError (its signal). Woken by the queue's
+   * events (BullMQ QueueEvents) and re-reads the job on each, with a slow poll as a safety net, so nothing is missed
+   * however late it starts listening (a job already finished resolves at once). `onProgress` gets every new progress
+   * report — before the worker's first one, a `queued` report (iteration 0, nothing measured) — never null.
    */
   async wait(jobId: string, options: WaitOptions = {}): Promise<JobResult> {
-    const opts = { ...options, timeoutMs: options.timeoutMs ?? options.timeout };
-    const started = Date.now();
-    const pollMs = opts.pollMs ?? 200;
-    let lastSeen = '';
-    let transientSince: number | undefined;
-    let reached = false;
-    for (;;) {
-      let info: JobInfo | null;
-      try {
-        info = await this.get(jobId);
-        transientSince = undefined;
-        reached = true;
-      } catch (err) {
-        // A blip of Redis (failover, restart) should not end a long wait; a longer outage does, and a Redis never
-        // reached (a wrong REDIS_URL) ends it at once.
-        if (!(err instanceof RedisUnavailableError) || !reached) throw err;
-        transientSince ??= Date.now();
-        if (Date.now() - transientSince > 10_000) throw err;
-        await sleep(pollMs, opts.signal);
-        continue;
-      }
-      if (!info) {
-        const reason = await this.guard(() => cancelRequested(this.redis, this.keys, jobId));
-        if (reason !== null) throw new JobCancelledError(jobId);
-        throw new JobNotFoundError(jobId, 'never enqueued, or removed');
-      }
-      const seen = JSON.stringify([info.state, info.progress]);
-      if (seen !== lastSeen) {
-        lastSeen = seen;
-        opts.onProgress?.(info.progress, info.state);
-      }
-      if (info.state === 'completed') {
-        if (!info.result) throw new JobFailedError(jobId, 'completed without a result', info.attemptsMade);
-        return info.result;
-      }
-      if (info.state === 'failed') {
-        if (isCancelledReason(info.failedReason)) throw new JobCancelledError(jobId);
-        throw new JobFailedError(jobId, info.failedReason ?? 'unknown reason', info.attemptsMade);
-      }
-      if (opts.signal?.aborted) throw new WaitTimeoutError(jobId, Date.now() - started, info.state);
-      if (opts.timeoutMs !== undefined && Date.now() - started >= opts.timeoutMs) {
-        throw new WaitTimeoutError(jobId, opts.timeoutMs, info.state);
-      }
-      const left = opts.timeoutMs === undefined ? pollMs : Math.min(pollMs, opts.timeoutMs - (Date.now() - started));
-      await sleep(Math.max(1, left), opts.signal);
+    return waitForJob(this.waitContext, jobId, options);
+  }
+
+  /**
+   * The job's progress as an async iterator: every new report (a `queued` one first if no worker has reported yet),
+   * each with the job's state. Ends when the job completes; throws what wait() throws when it fails, is cancelled,
+   * or the signal aborts. Leaving the loop early stops listening.
+   *
+   *   for await (const p of client.progress(id)) console.log(p.state, p.iteration, p.inertia);
+   */
+  progress(jobId: string, options: Omit<WaitOptions, 'onProgress'> = {}): AsyncGenerator<ProgressUpdate, void, undefined> {
+    return followProgress((o) => this.wait(jobId, o), options);
+  }
+
+  private readonly waitContext: WaitContext = {
+    get: (jobId) => this.get(jobId),
+    cancelRequested: (jobId) => this.guard(() => cancelRequested(this.redis, this.keys, jobId)),
+    events: () => this.jobEvents(),
+  };
+
+  /**
+   * The shared event stream of this client's queue, once it is read — or, if it is not within a second (Redis away for
+   * a moment), as it is: its waiters poll at the fast pace until it is live. Null where it can't start: waits poll.
+   */
+  private async jobEvents(): Promise<JobEvents | null> {
+    await this.connect();
+    this.events ??= new JobEvents(this.redis, this.keys);
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([this.events.whenReady(), new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000)))]);
+      return this.events;
+    } catch {
+      return null;
+    } finally {
+      clearTimeout(timer);
     }
+  }
+
+  /**
+   * Jobs of the queue, state by state in the order of `states` (default active, waiting, delayed, failed, completed):
+   * waiting ones in the order they will run, delayed ones soonest first, finished ones latest first; at most `limit`
+   * in all. Without results (each `result` is null; get() has it), so that a long list stays cheap.
+   */
+  async list(opts: ListOptions = {}): Promise<JobInfo[]> {
+    const states = opts.states ?? LISTED_STATES;
+    for (const s of states) {
+      if (!LISTED_STATES.includes(s)) throw new InvalidArgumentError(`cannot list jobs in state ${JSON.stringify(s)} (one of ${LISTED_STATES.join(', ')})`);
+    }
+    const limit = opts.limit ?? 50;
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new InvalidArgumentError(`limit must be a positive integer (got ${limit})`);
+    return this.guard(async () => {
+      const queue = await this.queue();
+      const found: { job: Job; state: JobState }[] = [];
+      for (const state of states) {
+        const left = limit - found.length;
+        if (left <= 0) break;
+        // BullMQ runs its wait list before its prioritized set: that is the order they will run in
+        const types: JobType[] = state === 'waiting' ? ['waiting', 'prioritized'] : [state as JobType];
+        const asc = state === 'waiting' || state === 'delayed';
+        const jobs = (await queue.getJobs(types, 0, left - 1, asc)).filter((j): j is Job => Boolean(j?.id));
+        for (const job of jobs.slice(0, left)) found.push({ job, state });
+      }
+      const flags = found.length ? await this.redis.mget(found.map(({ job }) => this.keys.cancel(job.id!))) : [];
+      return found.map(({ job, state }, i) => ({ ...jobInfo(job, state, flags[i]), result: null }));
+    });
+  }
+
+  /**
+   * Runs a failed job again (a cancelled one included: its cancel flag is cleared), from its last checkpoint if it
+   * has one, with its attempts counted afresh. Jobs in other states are left alone ('not-failed').
+   */
+  async retry(jobId: string): Promise<RetryResult> {
+    return this.guard(async () => {
+      const queue = await this.queue();
+      const job = await queue.getJob(jobId);
+      if (!job) return { id: jobId, outcome: 'not-found', state: null };
+      const state = await stateOf(job);
+      if (state !== 'failed') return { id: jobId, outcome: 'not-failed', state };
+      await clearCancel(this.redis, this.keys, jobId);
+      await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+      return { id: jobId, outcome: 'retried', state };
+    });
+  }
+
+  /**
+   * Removes a job that is not running, and its per-job state in Redis (iteration history, checkpoint record, cancel
+   * flag); its outputs in S3 and its entry in a model's result history stay. A running job is left alone ('active':
+   * cancel it first). The next run of a schedule can't be removed (unschedule, or cancel that run).
+   */
+  async remove(jobId: string): Promise<RemoveResult> {
+    return this.guard(async () => {
+      const queue = await this.queue();
+      const job = await queue.getJob(jobId);
+      if (!job) return { id: jobId, outcome: 'not-found', state: null };
+      const state = await stateOf(job);
+      if (state === 'active') return { id: jobId, outcome: 'active', state };
+      if (job.repeatJobKey && state !== 'completed' && state !== 'failed') {
+        throw new InvalidArgumentError(`job ${jobId} is the next run of a schedule: unschedule it, or cancel this run`);
+      }
+      let removed = 0;
+      try {
+        removed = await queue.remove(jobId);
+      } catch (err) {
+        if (!/locked/i.test((err as Error).message)) throw err;
+      }
+      if (removed !== 1) return { id: jobId, outcome: 'active', state: 'active' }; // a worker took it meanwhile
+      await clearJobState(this.redis, this.keys, jobId);
+      return { id: jobId, outcome: 'removed', state };
+    });
   }
 
   /**
@@ -281,7 +355,7 @@ export class KmfleetClient {
       const queue = await this.queue();
       const job = await queue.getJob(jobId);
       if (!job) return { id: jobId, outcome: 'not-found', state: null };
-      const state = (await job.getState()) as JobState;
+      const state = await stateOf(job);
       if (state === 'completed' || state === 'failed') return { id: jobId, outcome: 'already-finished', state };
       if ((await requestCancel(this.redis, this.keys, jobId, reason)) === 'committed') return { id: jobId, outcome: 'committed', state };
       if (state === 'active') return { id: jobId, outcome: 'signalled', state };
@@ -315,7 +389,7 @@ export class KmfleetClient {
         await queue.upsertJobScheduler(name, repeatOpts, {
           name: JOB_NAME,
           data,
-          opts: { ...templateOptions(this.jobOptions), ...(priority ? { priority } : {}) },
+          opts: { ...templateOptions(this.jobOptions), priority },
         });
       } catch (err) {
         // cron-parser's complaints (BullMQ parses the pattern when it computes the next run)
@@ -361,6 +435,9 @@ export class KmfleetClient {
   async close(): Promise<void> {
     const q = this.queueInstance;
     this.queueInstance = undefined;
+    const events = this.events;
+    this.events = undefined;
+    if (events) await events.close();
     if (q) await q.close().catch(() => undefined);
     if (this.ownsRedis) {
       if (this.redis.status === 'ready') await this.redis.quit().catch(() => this.redis.disconnect());

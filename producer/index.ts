@@ -17,4 +17,5 @@ export * from './redis-factory.js';
 export * from './eviction-policy.js';
 export * from './errors/index.js';
 export * from './schedule.js';
+export * from './duration.js';
 export * from './client.js';

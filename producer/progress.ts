@@ -4,7 +4,8 @@
  */
 import type { IterationRecord } from './job-state.js';
 
-export const JOB_PHASES = ['opening', 'planning', 'initializing', 'iterating', 'assigning', 'writing', 'done'] as const;
+/** `queued`: no report from a worker yet (wait() and progress() say so instead of giving null). */
+export const JOB_PHASES = ['queued', 'opening', 'planning', 'initializing', 'iterating', 'assigning', 'writing', 'done'] as const;
 export type JobPhase = (typeof JOB_PHASES)[number];
 
 export interface JobProgress {
@@ -20,15 +21,75 @@ export interface JobProgress {
   reassignedFraction: number | null;
   /** Sum of squared centroid shifts in the last iteration (compared with tol × mean variance). */
   shift: number | null;
-  /** Time left if every remaining iteration runs (an upper bound: convergence may come sooner); null if unknown. */
+  /**
+   * Time left: the iterations the observed convergence still needs (the trend of the shift and of the reassigned
+   * fraction toward their stops), else every remaining iteration, plus the assign pass; null if unknown.
+   */
   etaMs: number | null;
   /** ms since epoch of this report. */
   updatedAt: number;
 }
 
+/** What the run has shown so far, for the ETA: one entry per iteration, and where it stops. */
+export interface ConvergenceTrend {
+  history: readonly { shift: number; reassignedFraction: number }[];
+  /** the run stops once the shift is at most this (tol × the data's mean variance); absent: not known yet */
+  shiftStop?: number;
+  /** the run stops once the reassigned fraction is at most this (tolReassign) */
+  reassignedStop?: number;
+  /** rows: a reassigned fraction below 1/rows means no row moved */
+  rows?: number;
+}
+
+/** Iterations the trend is fitted on: the last few, never the first (its shift is the init's, not Lloyd's pace). */
+const TREND_WINDOW = 8;
+
 /**
- * Builds a progress report. `msPerIteration` (e.g. the mean of the last few iterations) gives the ETA;
- * the assign pass and writes are estimated as one more iteration.
+ * Iterations until `series` reaches `stop`, if its recent values fall toward it: Lloyd's shifts and moved rows fall
+ * roughly geometrically, so a line is fitted (least squares) to their logarithms. Undefined when they do not fall.
+ */
+function iterationsToReach(series: number[], stop: number): number | undefined {
+  const last = series[series.length - 1];
+  if (last <= stop) return 0;
+  const from = Math.max(1, series.length - TREND_WINDOW);
+  const ys = series.slice(from).map(Math.log);
+  if (ys.length < 3 || !(stop > 0) || ys.some((y) => !Number.isFinite(y))) return undefined;
+  const n = ys.length;
+  const meanX = (n - 1) / 2;
+  const meanY = ys.reduce((a, y) => a + y, 0) / n;
+  let sxy = 0;
+  let sxx = 0;
+  ys.forEach((y, x) => ((sxy += (x - meanX) * (y - meanY)), (sxx += (x - meanX) ** 2)));
+  const slope = sxy / sxx;
+  if (!(slope < 0)) return undefined;
+  const fittedLast = meanY + slope * (n - 1 - meanX);
+  return Math.max(1, Math.ceil((Math.log(stop) - fittedLast) / slope));
+}
+
+/**
+ * Fit iterations still to come after `iteration`: the sooner of the stops the trend reaches, never more than maxIter
+ * allows; maxIter's bound when neither trend falls.
+ */
+export function iterationsLeft(trend: ConvergenceTrend, iteration: number, maxIter: number): number {
+  const bound = Math.max(0, maxIter - iteration);
+  const estimates: number[] = [];
+  if (trend.shiftStop !== undefined && Number.isFinite(trend.shiftStop)) {
+    const n = iterationsToReach(trend.history.map((h) => h.shift), trend.shiftStop);
+    if (n !== undefined) estimates.push(n);
+  }
+  if (trend.reassignedStop !== undefined) {
+    // tolReassign 0 stops when no row moved: a fraction under one row
+    const stop = Math.max(trend.reassignedStop, trend.rows ? 0.5 / trend.rows : 0);
+    const n = iterationsToReach(trend.history.map((h) => h.reassignedFraction), stop);
+    if (n !== undefined) estimates.push(n);
+  }
+  return estimates.length ? Math.min(bound, ...estimates) : bound;
+}
+
+/**
+ * Builds a progress report. `msPerIteration` (e.g. the mean of the last few iterations) gives the ETA, for the
+ * iterations `convergence` says are left (without it: every iteration up to maxIter); the assign pass and writes are
+ * estimated as one more iteration.
  */
 export function makeProgress(args: {
   phase: JobPhase;
@@ -37,14 +98,16 @@ export function makeProgress(args: {
   rows?: number;
   last?: IterationRecord;
   msPerIteration?: number;
+  convergence?: ConvergenceTrend;
   now?: number;
 }): JobProgress {
-  const { phase, iteration, maxIter, rows, last, msPerIteration } = args;
+  const { phase, iteration, maxIter, rows, last, msPerIteration, convergence } = args;
   let etaMs: number | null = null;
   if (phase === 'done') etaMs = 0;
   else if (msPerIteration !== undefined && msPerIteration >= 0) {
-    const left = phase === 'iterating' || phase === 'initializing' ? Math.max(0, maxIter - iteration) + 1 : 1;
-    etaMs = Math.round(left * msPerIteration);
+    const fitting = phase === 'iterating' || phase === 'initializing';
+    const fits = !fitting ? 0 : convergence ? iterationsLeft({ rows, ...convergence }, iteration, maxIter) : Math.max(0, maxIter - iteration);
+    etaMs = Math.round((fits + 1) * msPerIteration);
   }
   return {
     phase,
@@ -57,6 +120,11 @@ export function makeProgress(args: {
     etaMs,
     updatedAt: args.now ?? Date.now(),
   };
+}
+
+/** What a job that no worker has reported on yet shows: iteration 0 of its maxIter, nothing measured. */
+export function queuedProgress(maxIter: number, now = Date.now()): JobProgress {
+  return makeProgress({ phase: 'queued', iteration: 0, maxIter, now });
 }
 
 /** job.progress is 0 (BullMQ's default) until the worker reports; this tells a real report apart. */

@@ -3,14 +3,15 @@
  * makes a job `repeat:<name>:<millis>` whose data is the template's JobData (with `scheduler: name`).
  */
 import type { JobSchedulerJson, RepeatOptions } from 'bullmq';
+import { parseDuration } from './duration.js';
 import { InvalidArgumentError } from './errors/job-errors.js';
 import type { JobData } from './job-data.js';
 import type { JobSpec } from './spec.js';
 
-/** Exactly one of `cron` (5 or 6 fields, with optional `tz`) or `every` (ms). */
+/** Exactly one of `cron` (5 or 6 fields, with optional `tz`) or `every` (ms, or a duration: "15m", "1h"). */
 export interface RepeatInput {
   cron?: string;
-  every?: number;
+  every?: number | string;
   tz?: string;
   /** Stop after this many runs. */
   limit?: number;
@@ -44,12 +45,7 @@ export function parseRepeat(r: RepeatInput): Omit<RepeatOptions, 'key'> {
     throw new InvalidArgumentError(`limit must be a positive integer (got ${r.limit})`);
   }
   const limit = r.limit !== undefined ? { limit: r.limit } : {};
-  if (hasEvery) {
-    if (!Number.isSafeInteger(r.every) || (r.every as number) < 1) {
-      throw new InvalidArgumentError(`every must be a positive integer of ms (got ${r.every})`);
-    }
-    return { every: r.every, ...limit };
-  }
+  if (hasEvery) return { every: parseDuration(r.every as number | string, 'every'), ...limit };
   const fields = (r.cron as string).trim().split(/\s+/);
   if (fields.length < 5 || fields.length > 6) {
     throw new InvalidArgumentError(`cron ${JSON.stringify(r.cron)} must have 5 fields (or 6 with seconds)`);

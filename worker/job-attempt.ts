@@ -250,7 +250,7 @@ export class JobAttempt {
           const { iteration, inertia, reassigned, shift, ms } = report;
           const [written] = await Promise.all([
             appendIteration(redis, keys, this.jobId, { iteration, inertia, reassigned, shift, ms }, this.lock),
-            this.progress('iterating', report.iteration, cp.history),
+            this.progress('iterating', report.iteration, cp.history, cp.dataVariance),
           ]);
           // the job is gone from Redis (a restart without persistence) or another worker's: stop writing for it
           if (!written) throw new FencedError(this.jobId, 'lock-lost');
@@ -407,17 +407,20 @@ export class JobAttempt {
     this.running?.end(this.outcome === 'retried' && this.attempt >= attempts ? 'failed' : this.outcome);
   }
 
-  private async progress(phase: JobPhase, iteration: number, history: IterationReport[] = []): Promise<void> {
+  /** The job's progress; with the data's variance known (a checkpoint's), the ETA follows the observed convergence. */
+  private async progress(phase: JobPhase, iteration: number, history: IterationReport[] = [], dataVariance = NaN): Promise<void> {
     const recent = history.slice(-5);
     const last = history[history.length - 1];
+    const spec = this.spec;
     await this.job.updateProgress(
       makeProgress({
         phase,
         iteration,
-        maxIter: this.spec?.maxIter ?? 0,
+        maxIter: spec?.maxIter ?? 0,
         rows: this.source?.rows,
         last: last && { iteration: last.iteration, inertia: last.inertia, reassigned: last.reassigned, shift: last.shift, ms: last.ms },
         msPerIteration: recent.length ? recent.reduce((s, h) => s + h.ms, 0) / recent.length : undefined,
+        convergence: spec && { history, shiftStop: spec.tol * dataVariance, reassignedStop: spec.tolReassign },
       }),
     );
   }

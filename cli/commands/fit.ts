@@ -6,8 +6,9 @@
 import { readFile, rename, rm, mkdir, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { BackendChoice, Metric, Precision } from '../../native/index.js';
-import { LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansResult, type KmeansSpec } from '../../core/index.js';
-import { humanCount, ProgressLine } from '../progress.js';
+import { iterationsLeft } from '../../producer/progress.js';
+import { LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec } from '../../core/index.js';
+import { formatDuration, humanCount, ProgressLine } from '../progress.js';
 
 interface FitOptions {
   input: string;
@@ -54,7 +55,10 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
   if (outStat && !outStat.isDirectory()) {
     throw Object.assign(new Error(`--out ${opts.out} exists and is not a directory`), { code: 'ENOTDIR' });
   }
-  const source = await LocalFileSource.open(opts.input, { format: opts.format, dims: opts.dims, convert: opts.convert });
+  const source = await LocalFileSource.open(opts.input, { format: opts.format, dims: opts.dims, convert: opts.convert }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ENOENT') throw err;
+    throw Object.assign(new Error(`--input ${opts.input}: no such file`), { code: err.code });
+  });
   const progress = new ProgressLine({ json: opts.json });
   try {
     let init: KmeansSpec['init'];
@@ -85,12 +89,22 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
     const onSigint = () => ac.abort(new Error('interrupted'));
     process.once('SIGINT', onSigint);
     try {
-      const onIteration = (r: IterationReport) => progress.update(
-        `iter ${r.iteration}/${spec.maxIter}  inertia ${r.inertia.toPrecision(7)}  reassigned ${(100 * r.reassignedFraction).toFixed(3)}%` +
-          `  shift ${r.shift.toExponential(2)}  ${humanCount(source.rows / (r.ms / 1000))} rows/s`,
-        { event: 'iteration', ...r },
-      );
-      if (!opts.json) progress.update(`fit ${source.describe()}  k=${k}  ${engine.plan.backend}: ${engine.plan.device}, ${engine.plan.precision}`);
+      const onIteration = (r: IterationReport, cp: KmeansCheckpoint) => {
+        const recent = cp.history.slice(-5);
+        const msPerIteration = recent.reduce((sum, h) => sum + h.ms, 0) / recent.length;
+        const left = iterationsLeft(
+          { history: cp.history, shiftStop: spec.tol * cp.dataVariance, reassignedStop: spec.tolReassign, rows: source.rows },
+          r.iteration, spec.maxIter,
+        );
+        const etaMs = Math.round((left + 1) * msPerIteration); // + the assign pass
+        progress.update(
+          `iter ${r.iteration}/${spec.maxIter}  inertia ${r.inertia.toPrecision(7)}  reassigned ${(100 * r.reassignedFraction).toFixed(3)}%` +
+            `  shift ${r.shift.toExponential(2)}  ${humanCount(source.rows / (r.ms / 1000))} rows/s  eta ${formatDuration(etaMs)}`,
+          { event: 'iteration', ...r, etaMs },
+        );
+      };
+      // its own line: the progress line that follows rewrites itself, not this
+      if (!opts.json) process.stderr.write(`fit ${source.describe()}  k=${k}  ${engine.plan.backend}: ${engine.plan.device}, ${engine.plan.precision}\n`);
       const result = await runKmeans({ engine, source, spec, initRows, onIteration, signal: ac.signal });
       progress.done();
       return await writeOutputs(opts, source, spec, result, engine, started);

@@ -6,18 +6,26 @@
  */
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import {
-  addConnectionOptions, addSpecOptions, msOption, nonNegativeInt, nonNegativeNumber, positiveInt,
+  addConnectionOptions, addGlobalConnectionOptions, addSpecOptions, msOption, nonNegativeInt, nonNegativeNumber, positiveInt,
 } from '../options.js';
 
-/** The action of a command module, imported when the command runs (commander passes the arguments, then the options). */
+/**
+ * The action of a command module, imported when the command runs. Commander passes the arguments, the options and the
+ * command; the action gets the options merged with the global ones given before the command's name.
+ */
 function lazy(load: () => Promise<{ action: (...args: never[]) => Promise<void> }>): (...args: unknown[]) => Promise<void> {
   return async (...args) => {
+    const cmd = args[args.length - 1] as Command;
+    args[args.length - 2] = cmd.optsWithGlobals();
     const { action } = await load();
     await (action as (...a: unknown[]) => Promise<void>)(...args);
   };
 }
 
 export function defineCommands(program: Command): void {
+  // also accepted before the command's name: `kmfleet --redis-url redis://h:6379 status job-1`
+  addGlobalConnectionOptions(program);
+
   program
     .command('fit')
     .description('cluster a local .npy / raw f32 / raw f16 file; writes centroids.npy, assignments.npy and summary.json to --out')
@@ -25,7 +33,7 @@ export function defineCommands(program: Command): void {
     .option('--k <n>', 'number of clusters (default: the rows of --init centroids.npy)', positiveInt('--k'))
     .addOption(new Option('--metric <metric>', 'distance').choices(['l2', 'cosine']).default('l2'))
     .option('--init <method>', 'kmeans++ | random | a centroids .npy file (K×D)', 'kmeans++')
-    .option('--max-iter <n>', 'iterations at most', nonNegativeInt('--max-iter'), 300)
+    .option('--max-iter <n>', 'iterations at most (1 or more, as in a job spec)', positiveInt('--max-iter'), 300)
     .option('--tol <x>', "stop when the centroid shift Σ‖Δc‖² ≤ tol × mean feature variance (sklearn's tol)", nonNegativeNumber('--tol'), 1e-4)
     .option('--tol-reassign <x>', 'stop when the fraction of rows that changed cluster ≤ x (0: only when none did)', nonNegativeNumber('--tol-reassign', 1), 0)
     .option('--seed <n>', 'seed of the init', nonNegativeInt('--seed'), 0)
@@ -86,7 +94,7 @@ export function defineCommands(program: Command): void {
     .description('validate a k-means job spec and add it to the queue (idempotent with --job-id)');
   addSpecOptions(enqueue)
     .option('--job-id <id>', 'idempotency key: the same id never makes a second job (default: a random UUID)')
-    .option('--priority <n>', '1 (highest) .. 2097152; default none (FIFO, ahead of prioritized jobs)')
+    .option('--priority <n>', '1 (highest) .. 2097152; lower runs first, FIFO among equals (default 1000)')
     .option('--wait', 'then follow the job until it ends (like `kmfleet wait`)')
     .option('--timeout <ms>', 'with --wait: give up waiting after this many ms', msOption('--timeout'));
   addConnectionOptions(enqueue).action(lazy(() => import('./enqueue.js')));
@@ -121,9 +129,9 @@ export function defineCommands(program: Command): void {
     .argument('<name>', 'schedule name (also the default model name)')
     .option('--cron <expr>', 'cron pattern, 5 fields (6 with seconds), e.g. "0 3 * * *"')
     .option('--tz <zone>', 'IANA time zone for --cron, e.g. Europe/Berlin (default UTC)')
-    .option('--every <ms>', 'run every this many ms instead of a cron pattern')
+    .option('--every <duration>', 'run this often instead of a cron pattern: 15m, 1h, 1h30m, 90s, or ms')
     .option('--limit <n>', 'stop after this many runs')
-    .option('--priority <n>', '1 (highest) .. 2097152');
+    .option('--priority <n>', '1 (highest) .. 2097152 (default 1000)');
   addSpecOptions(schedule, 'previous');
   addConnectionOptions(schedule).action(lazy(() => import('./schedule.js')));
 

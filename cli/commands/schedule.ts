@@ -1,5 +1,5 @@
 /**
- * `kmfleet schedule NAME (--cron EXPR [--tz TZ] | --every MS) <spec flags>`: a recurring job (created or
+ * `kmfleet schedule NAME (--cron EXPR [--tz TZ] | --every DURATION) <spec flags>`: a recurring job (created or
  * replaced). Scheduled runs warm-start from the model's previous result: --init defaults to `previous` and
  * --name to NAME. `kmfleet schedules` lists them.
  */
@@ -24,7 +24,7 @@ export const action = cliAction(async (name: string, flags: ScheduleFlags) => {
   await withClient(flags, async (c) => {
     const info = await c.schedule(
       name,
-      { cron: flags.cron, every: toNumber(flags.every), tz: flags.tz, limit: toNumber(flags.limit) },
+      { cron: flags.cron, every: flags.every, tz: flags.tz, limit: toNumber(flags.limit) },
       spec,
       { priority: toNumber(flags.priority) },
     );

@@ -7,7 +7,10 @@ import type { JobProgress } from '../../producer/progress.js';
 import type { JobResult } from '../../producer/results.js';
 import type { JobSpec } from '../../producer/spec.js';
 import type { ConnectionFlags } from '../options.js';
+import { formatDuration } from '../progress.js';
 import { cliAction, CommandFailure, printJson, withClient } from './connection.js';
+
+export { formatDuration };
 
 export const action = cliAction(async (jobId: string, flags: ConnectionFlags) => {
   const info = await withClient(flags, (c) => c.get(jobId));
@@ -16,26 +19,20 @@ export const action = cliAction(async (jobId: string, flags: ConnectionFlags) =>
   else process.stdout.write(formatInfo(info));
 });
 
-export function formatDuration(ms: number): string {
-  if (!Number.isFinite(ms) || ms < 0) return '?';
-  const s = Math.round(ms / 1000);
-  if (s < 60) return ms < 10_000 ? `${(ms / 1000).toFixed(1)}s` : `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m${String(s % 60).padStart(2, '0')}s`;
-  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, '0')}m`;
-}
-
 const sci = (x: number | null) => (x === null ? '?' : Math.abs(x) >= 1e5 || (x !== 0 && Math.abs(x) < 1e-3) ? x.toExponential(3) : x.toPrecision(6));
 const iso = (ms: number | null) => (ms ? new Date(ms).toISOString() : '-');
 
-/** "iterating · iteration 12/300 · inertia 1.234e+5 · reassigned 3.21% · ETA 1m20s" (short: "12/300 · inertia ...") */
-export function formatProgress(p: JobProgress | null, short = false): string {
+/**
+ * "iterating · iteration 12/300 · inertia 1.234e+5 · reassigned 3.21% · ETA 1m20s" (short: "12/300 · inertia ...");
+ * `eta` false for a job that will not go on (failed, cancelled): its last report's ETA means nothing any more.
+ */
+export function formatProgress(p: JobProgress | null, short = false, eta = true): string {
   if (!p) return 'no progress reported yet';
   const parts = short ? [`${p.iteration}/${p.maxIter}`] : [`${p.phase}`, `iteration ${p.iteration}/${p.maxIter}`];
   if (p.inertia !== null) parts.push(`inertia ${sci(p.inertia)}`);
   if (p.reassignedFraction !== null) parts.push(`reassigned ${(p.reassignedFraction * 100).toFixed(2)}%`);
   else if (p.reassigned !== null) parts.push(`reassigned ${p.reassigned}`);
-  if (p.etaMs !== null) parts.push(`ETA ${formatDuration(p.etaMs)}`);
+  if (eta && p.etaMs !== null) parts.push(`ETA ${formatDuration(p.etaMs)}`);
   return parts.join(' · ');
 }
 
@@ -57,7 +54,8 @@ export function formatInfo(info: JobInfo): string {
   const lines = [`job ${info.id}: ${info.state}${info.attemptsMade ? ` (attempts ${info.attemptsMade})` : ''}`];
   if (info.spec) lines.push(`  spec      ${formatSpec(info.spec)}`);
   if (info.scheduler) lines.push(`  schedule  ${info.scheduler}`);
-  if (info.state !== 'completed') lines.push(`  progress  ${formatProgress(info.progress)}`);
+  const goesOn = info.state !== 'failed' && !info.cancelRequested;
+  if (info.state !== 'completed') lines.push(`  progress  ${formatProgress(info.progress, false, goesOn)}`);
   lines.push(`  created   ${iso(info.timestamps.createdAt)}  started ${iso(info.timestamps.startedAt)}  finished ${iso(info.timestamps.finishedAt)}`);
   if (info.cancelRequested && info.state !== 'completed') lines.push(`  cancel    requested (${info.cancelRequested})`);
   if (info.failedReason) lines.push(`  failed    ${info.failedReason}`);

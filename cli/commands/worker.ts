@@ -8,6 +8,9 @@ import { installShutdownHandlers } from '../../worker/lifecycle.js';
 import { startWorker } from '../../worker/worker.js';
 
 interface WorkerOptions {
+  /** global options (before the command's name) */
+  redisUrl?: string;
+  prefix?: string;
   concurrency?: number;
   queue?: string;
   backend?: 'cpu' | 'cuda';
@@ -16,6 +19,8 @@ interface WorkerOptions {
 
 export async function action(opts: WorkerOptions): Promise<void> {
   const env = { ...process.env };
+  if (opts.redisUrl) env.REDIS_URL = opts.redisUrl;
+  if (opts.prefix) env.KMFLEET_PREFIX = opts.prefix;
   if (opts.concurrency !== undefined) env.KMFLEET_CONCURRENCY = String(opts.concurrency);
   if (opts.queue) env.KMFLEET_QUEUE = opts.queue;
   if (opts.backend) env.KMFLEET_BACKEND = opts.backend;

@@ -10,3 +10,4 @@ export {
   WaitTimeoutError,
   InvalidArgumentError,
 } from './job-errors.js';
+export { abortError, isAbortError } from './abort-error.js';

@@ -108,7 +108,11 @@ describe('kmfleet fit', () => {
     const raw = join(dir, 'x.f32');
     writeFileSync(raw, Buffer.alloc(4 * 7));
     cases.push([['--input', raw, '--format', 'f32', '--dims', '2', '--k', '2'], /not a whole number of 2-dim rows/]);
-    cases.push([['--input', join(dir, 'missing.npy'), '--k', '2'], /ENOENT/]);
+    cases.push([['--input', join(dir, 'missing.npy'), '--k', '2'], /^kmfleet: error: --input \S*missing\.npy: no such file\n$/]);
+    cases.push([['--input', data, '--k', '2', '--init', join(dir, 'gone.npy')], /^kmfleet: error: \S*gone\.npy: no such file or directory\n$/]);
+    // as in a job spec (maxIter 1..): 0 iterations is refused, not a run of the init alone
+    cases.push([['--input', data, '--k', '2', '--max-iter', '0'], /^kmfleet: error: option '--max-iter <n>' argument '0' is invalid\. --max-iter must be a positive integer \(see kmfleet fit --help\)\n$/]);
+    cases.push([['--input', data, '--k', '2', '--bogus'], /^kmfleet: error: unknown option '--bogus' \(see kmfleet fit --help\)\n$/]);
     cases.push([['--input', data, '--k', String(N + 1)], /larger than the dataset/]);
     cases.push([['--input', data, '--k', '0'], /--k must be a positive integer/]);
     cases.push([['--input', data, '--k', '3', '--init', f8], /shape \(10, 4\); expected \(3, 8\)/]);
@@ -123,11 +127,49 @@ describe('kmfleet fit', () => {
       expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(2);
       expect(r.stderr).toMatch(re);
       // one error line, the last (a progress line may come before it)
-      const lines = r.stderr.trim().split('\n').filter((l) => !l.startsWith('(run with --help'));
+      const lines = r.stderr.trim().split('\n');
       expect(lines.filter((l) => /error/i.test(l)).length).toBe(1);
-      expect(lines.at(-1)).toMatch(/^(kmfleet: )?error: /);
+      expect(lines.at(-1)).toMatch(/^kmfleet: error: /);
       expect(existsSync(join(out, 'summary.json'))).toBe(false);
       expect(existsSync(out) ? readdirSync(out) : []).toEqual([]);
     }
+  });
+
+  it('keeps its header line on a terminal; its progress line shows an ETA', () => {
+    const out = join(dir, 'tty');
+    const cmd = [process.execPath, join(root, 'bin/kmfleet.js'), 'fit', '--input', data, '--k', String(K), '--out', out].join(' ');
+    const r = spawnSync('script', ['-qec', cmd, '/dev/null'], { cwd: dir, encoding: 'utf8', timeout: 120_000 });
+    expect(r.status, r.stdout).toBe(0);
+    // the header ends its own line before the first rewritten progress line
+    expect(r.stdout).toMatch(/(^|\n)fit \S*data\.npy .* k=10 {2}cpu: [^\r\n]*\r?\n\r\x1b\[2Kiter 1\/300 [^\r]* eta \d/);
+  });
+
+  it("estimates the time left from the run's convergence, not from maxIter", () => {
+    // overlapping blobs: a dozen iterations or so, long before maxIter
+    const slow = join(dir, 'overlap.npy');
+    expect(kmfleet('generate', '--rows', '20000', '--dims', '8', '--centers', '10', '--seed', '3', '--cluster-std', '3', '--out', slow).code).toBe(0);
+    const r = kmfleet('fit', '--input', slow, '--k', '10', '--seed', '1', '--out', join(dir, 'overlap'), '--json');
+    expect(r.code, r.stderr).toBe(0);
+    const events = r.stderr.trim().split('\n').map((l) => JSON.parse(l) as { iteration: number; ms: number; etaMs: number });
+    const { iterations } = JSON.parse(r.stdout);
+    expect(iterations).toBeGreaterThan(8);
+    expect(iterations).toBeLessThan(100);
+    // in fits of the time an iteration takes: what the run still needs (+ the assign pass) against what maxIter allows
+    const fits = events.slice(4).map((e, i) => {
+      const recent = events.slice(0, i + 5).slice(-5);
+      return [e.etaMs / (recent.reduce((a, x) => a + x.ms, 0) / recent.length), 300 - e.iteration + 1];
+    });
+    for (const [eta, bound] of fits) expect(eta).toBeLessThan(bound / 4);
+  });
+
+  it('--backend cuda where no GPU runs says so', async () => {
+    const { gpuInfo } = await import('../../native/index.js');
+    const gpu = gpuInfo();
+    if (gpu.available) return; // the GPU machine: nothing to check here
+    const r = kmfleet('fit', '--input', data, '--k', '2', '--backend', 'cuda', '--out', join(dir, 'cuda'));
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(gpu.reason === 'built without CUDA'
+      ? "kmfleet: error: backend 'cuda' requested but this addon was built without CUDA\n"
+      : `kmfleet: error: backend 'cuda' requested but no GPU was found (${gpu.reason})\n`);
   });
 });

@@ -56,6 +56,27 @@ describe('kmfleet --help', () => {
     expect([...packages]).toEqual(['commander']);
   });
 
+  it('--version prints the package version', () => {
+    const r = kmfleetTraced('--version');
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe(`${JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).version}\n`);
+  });
+
+  it('an option error is one kmfleet: error line pointing at the help, exit 2', () => {
+    const cases: [string[], string][] = [
+      [['status'], "kmfleet: error: missing required argument 'jobId' (see kmfleet status --help)\n"],
+      [['enqueue', '--nope'], "kmfleet: error: unknown option '--nope' (Did you mean --name?) (see kmfleet enqueue --help)\n"],
+      [['fit', '--input', 'x.npy', '--k', 'two', '--out', 'o'],
+        "kmfleet: error: option '--k <n>' argument 'two' is invalid. --k must be a positive integer (see kmfleet fit --help)\n"],
+      [['statsu'], "kmfleet: error: unknown command 'statsu' (Did you mean status?) (see kmfleet --help)\n"],
+      [['--redis-url'], "kmfleet: error: option '--redis-url <url>' argument missing (see kmfleet --help)\n"],
+    ];
+    for (const [args, stderr] of cases) {
+      const r = kmfleetTraced(...args);
+      expect(r, args.join(' ')).toMatchObject({ code: 2, stdout: '', stderr });
+    }
+  });
+
   it('a command\'s help shows its options without loading it; running it loads it', () => {
     const help = kmfleetTraced('fit', '--help');
     expect(help.code, help.stderr).toBe(0);

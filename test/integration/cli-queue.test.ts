@@ -91,10 +91,10 @@ describe('kmfleet enqueue', () => {
     const s = await kmfleet(['status', 'daily-1', '--json']);
     expect(s.code).toBe(0);
     const info = JSON.parse(s.stdout);
-    expect(info).toMatchObject({ id: 'daily-1', state: 'prioritized' });
+    expect(info).toMatchObject({ id: 'daily-1', state: 'waiting' });
     expect(info.spec).toMatchObject({ k: 32, seed: 7, dataset: { format: 'f32', dims: 16 } });
     const human = await kmfleet(['status', 'daily-1']);
-    expect(human.stdout).toMatch(/^job daily-1: prioritized\n  spec      k=32 metric=l2/);
+    expect(human.stdout).toMatch(/^job daily-1: waiting\n  spec      k=32 metric=l2/);
     writeFileSync(join(tmp, 'bad.json'), '{ k: 3');
     const [missing, badJson, badId] = await Promise.all([
       kmfleet(['enqueue', '--spec', join(tmp, 'missing.json')]),
@@ -185,6 +185,11 @@ describe('kmfleet cancel', () => {
     expect(await c.get('long-1')).toMatchObject({ state: 'failed', failedReason: 'cancelled', attemptsMade: 1 });
     expect(w.reached.get('long-1')).toBeLessThan(10_000);
     expect((await kmfleet(['cancel', 'long-1'])).stdout).toBe('job long-1 already failed; nothing to cancel\n');
+    // its last report had an ETA; a job that will not go on shows none
+    expect((await c.get('long-1'))!.progress!.etaMs).not.toBeNull();
+    const status = await kmfleet(['status', 'long-1']);
+    expect(status.stdout).toMatch(/\n  progress  iterating · iteration \d+\/10000 · inertia [^\n]*\n/);
+    expect(status.stdout).not.toMatch(/ETA/);
   });
 });
 
@@ -195,6 +200,9 @@ describe('kmfleet schedule / schedules / unschedule', () => {
     expect(r.code).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ name: 'nightly', cron: '0 3 * * *', tz: 'Europe/Berlin', spec: { init: 'previous', name: 'nightly', k: 8 } });
     expect((await kmfleet(['schedule', 'hourly', '--every', '3600000', ...specFlags, '--init', 'kmeans++'])).stdout).toMatch(/^scheduled hourly: every 1h00m, next /);
+    // a duration as people write it
+    expect((await kmfleet(['schedule', 'quarterly', '--every', '15m', ...specFlags, '--json'])).stdout).toMatch(/"every":900000/);
+    expect((await kmfleet(['unschedule', 'quarterly'])).code).toBe(0);
     const list = await kmfleet(['schedules', '--json']);
     expect(JSON.parse(list.stdout).map((s: { name: string }) => s.name)).toEqual(['hourly', 'nightly']);
     expect((await kmfleet(['schedules'])).stdout).toMatch(/^hourly: every 1h00m.*\n  k=8 init=kmeans\+\+ .*\nnightly: cron "0 3 \* \* \*" Europe\/Berlin/);
@@ -208,7 +216,7 @@ describe('kmfleet schedule / schedules / unschedule', () => {
     ]);
     for (const r of [noWhen, badEvery, badTz, badSpec]) expect(r.code).toBe(2);
     expect(noWhen.stderr).toMatch(/exactly one of cron or every/);
-    expect(badEvery.stderr).toMatch(/every must be a positive integer/);
+    expect(badEvery.stderr).toBe('kmfleet: error: every must be a duration such as 15m, 1h, 1h30m, 90s, or a positive number of ms (got "soon")\n');
     expect(badTz.stderr).toMatch(/unknown time zone/);
     expect(badSpec.stderr).toMatch(/invalid job spec.*k:/);
     expect((await kmfleet(['schedules'])).stdout).toMatch(/^nightly: /);
@@ -238,6 +246,22 @@ describe('kmfleet history', () => {
     expect(h.stdout).toMatch(/^2026-11-03T00:00:00.000Z  r3  k=8  iter=12  tol  inertia=42.5000  1.0s  s3:\/\/out-bkt\/r3\/centroids.npy/);
     expect((await kmfleet(['history', 'none'])).stdout).toBe('no results for model none\n');
     expect((await kmfleet(['history', 'emb', '--limit', '0'])).code).toBe(2);
+  });
+});
+
+describe('global options', () => {
+  it('--redis-url, --prefix and --queue may come before the command', async () => {
+    freshPrefix();
+    const { id } = await sdk().enqueue({ dataset: { uri: 's3://data-bkt/x.npy' }, k: 3, output: 's3://out-bkt' });
+    // the environment points elsewhere: only the options can find the job
+    const env = { REDIS_URL: 'redis://127.0.0.1:1', KMFLEET_PREFIX: 'elsewhere' };
+    const before = await kmfleet(['--redis-url', server.url, '--prefix', prefix, '--queue', 'jobs', 'status', id, '--json'], env);
+    expect(before.code, before.stderr).toBe(0);
+    expect(JSON.parse(before.stdout)).toMatchObject({ id, state: 'waiting' });
+    const after = await kmfleet(['status', id, '--json', '--redis-url', server.url, '--prefix', prefix], env);
+    expect(JSON.parse(after.stdout)).toMatchObject({ id });
+    const elsewhere = await kmfleet(['--prefix', 'nobody', '--redis-url', server.url, 'status', id]);
+    expect(elsewhere).toMatchObject({ code: 1, stderr: `kmfleet: error: job ${id} not found (never enqueued, removed, or expired)\n` });
   });
 });
 

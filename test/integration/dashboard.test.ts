@@ -114,13 +114,13 @@ describe('dashboard JSON API', () => {
   it('counts jobs by state and lists them with progress and failure reasons', async () => {
     const { status, body } = await getJson<QueueSnapshot>('/api/queue');
     expect(status).toBe(200);
-    // delayed: later-1 and the schedule's next run
-    expect(body.counts).toEqual({ waiting: 1, prioritized: 1, delayed: 2, active: 1, completed: 0, failed: 1 });
+    // delayed: later-1 and the schedule's next run; every SDK job has a priority (BullMQ's prioritized set)
+    expect(body.counts).toEqual({ waiting: 0, prioritized: 2, delayed: 2, active: 1, completed: 0, failed: 1 });
     const byId = new Map(body.jobs.map((j) => [j.id, j]));
     expect(body.jobs[0].id).toBe('run-1'); // active jobs first
     expect(byId.get('run-1')).toMatchObject({ state: 'active', name: 'emb-v2', k: 8, progress: { iteration: 5, maxIter: MAX_ITER, phase: 'iterating' } });
     expect(byId.get('broken-1')).toMatchObject({ state: 'failed', failedReason: EVIL });
-    expect(byId.get('next-1')?.state).toBe('waiting');
+    expect(byId.get('next-1')?.state).toBe('prioritized');
     expect(byId.get('urgent-1')?.state).toBe('prioritized');
     expect(byId.get('later-1')?.state).toBe('delayed');
     expect(body.schedules.map((s) => [s.name, s.cron])).toEqual([['nightly', '0 3 * * *']]);

@@ -86,13 +86,16 @@ describe('enqueue', () => {
     expect((await c.get('nightly-1'))!.spec!.k).toBe(8);
   });
 
-  it('gives each job a unique default id and honours priority', async () => {
+  it('gives each job a unique default id and a priority (BullMQ keeps both in its prioritized set)', async () => {
     const c = client();
     const a = await c.enqueue(spec());
     const b = await c.enqueue(spec(), { priority: 5 });
     expect(a.id).not.toBe(b.id);
     expect(a.id).toMatch(/^[0-9a-f-]{36}$/);
-    expect((await c.get(b.id))!.state).toBe('prioritized');
+    const queue = await c.queue();
+    expect(await queue.getJobCounts('waiting', 'prioritized')).toEqual({ waiting: 0, prioritized: 2 });
+    expect(((await queue.getJob(a.id))!).opts.priority).toBe(1000);
+    expect((await c.get(b.id))!.state).toBe('waiting');
     await expect(c.enqueue(spec(), { jobId: '42' })).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(c.enqueue(spec(), { jobId: 'a:b' })).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(c.enqueue(spec(), { priority: -1 })).rejects.toThrow(/priority/);
@@ -115,7 +118,7 @@ describe('get and wait', () => {
     const { id } = await c.enqueue(spec({ maxIter: 6 }));
     await worker(c, { iterationMs: 30 });
     const seen: JobProgress[] = [];
-    const result = await c.wait(id, { onProgress: (p) => p && seen.push(p), pollMs: 20, timeoutMs: 20_000 });
+    const result = await c.wait(id, { onProgress: (p) => seen.push(p), pollMs: 20, timeoutMs: 20_000 });
     expect(result).toMatchObject({ jobId: id, iterations: 6, stopReason: 'maxIter', k: 8 });
     expect(seen.length).toBeGreaterThan(1);
     const its = seen.map((p) => p.iteration);
@@ -383,7 +386,7 @@ describe('connection failures', () => {
     await c.close();
     expect(await r.ping()).toBe('PONG');
     const q = new Queue('jobs', { connection: r, prefix: '{shared}' });
-    expect(await q.getJobCountByTypes('waiting')).toBe(1);
+    expect(await q.getJobCountByTypes('waiting', 'prioritized')).toBe(1);
     await q.close();
     r.disconnect();
   });

@@ -29,6 +29,8 @@ export interface SimOptions {
   /** Throw this message on the given attempt numbers (1-based). */
   failWith?: { message: string; attempts: number[]; unrecoverable?: boolean };
   rows?: number;
+  /** Jobs at once (default 2). */
+  concurrency?: number;
 }
 
 export interface SimWorker {
@@ -111,7 +113,7 @@ export async function startSimWorker(connection: object, keys: Keys, sim: SimOpt
   const worker = new Worker<JobData, JobResult>(keys.queueName, processor, {
     connection: workerRedisOptions(connection),
     prefix: keys.bullPrefix,
-    concurrency: 2,
+    concurrency: sim.concurrency ?? 2,
   });
   worker.on('error', () => undefined);
   await worker.waitUntilReady();
