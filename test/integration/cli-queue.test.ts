@@ -153,16 +153,23 @@ describe('kmfleet status / wait', () => {
   it('draws a live progress bar on a terminal', async () => {
     freshPrefix();
     const { id } = await sdk().enqueue({ dataset: { uri: 's3://data-bkt/x.npy' }, k: 3, output: 's3://out-bkt', maxIter: 30 });
-    await worker({ iterationMs: 60 });
     const cmd = `${process.execPath} ${bin} wait ${id}`;
-    const out = await new Promise<Run>((resolve) => {
-      execFile('script', ['-qec', cmd, '/dev/null'], { env: { ...process.env, REDIS_URL: server.url, KMFLEET_PREFIX: prefix }, timeout: 30_000 },
+    let attached!: () => void;
+    const listening = new Promise<void>((resolve) => (attached = resolve));
+    const out = new Promise<Run>((resolve) => {
+      const child = execFile('script', ['-qec', cmd, '/dev/null'], { env: { ...process.env, REDIS_URL: server.url, KMFLEET_PREFIX: prefix }, timeout: 30_000 },
         (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }));
+      let seen = '';
+      child.stdout!.on('data', (d) => (seen += d) && /waiting for job/.test(seen) && attached());
     });
-    expect(out.code).toBe(0);
-    expect(out.stdout).toContain('\r\x1b[2K');
-    expect(out.stdout).toMatch(/\r\x1b\[2K\[#+\.*\] \d+\/30 · inertia [\d.e+]+ · reassigned [\d.]+% · ETA [\d.]+s\r/);
-    expect(out.stdout).toMatch(/job .*: completed/);
+    // the worker starts once the CLI is listening: on a loaded machine the whole job could otherwise end first
+    await Promise.race([listening, out]);
+    await worker({ iterationMs: 60 });
+    const run = await out;
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain('\r\x1b[2K');
+    expect(run.stdout).toMatch(/\r\x1b\[2K\[#+\.*\] \d+\/30 · inertia [\d.e+]+ · reassigned [\d.]+% · ETA [\d.]+s\r/);
+    expect(run.stdout).toMatch(/job .*: completed/);
   });
 });
 
