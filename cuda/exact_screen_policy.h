@@ -13,26 +13,9 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 namespace kmfleet {
 namespace cuda {
-
-// KMFLEET_EXACT_SCREEN=0: exact mode without the screen (A/B); =only: the screen alone (labels not exact: kmbench's
-// timing split only). Read at every assignment, so one process can A/B.
-inline bool exactScreenEnv(const char* value) {
-  const char* v = std::getenv("KMFLEET_EXACT_SCREEN");
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-// KMFLEET_SCREEN_REF=0: the screen without the previous pass's per-row best (the 32-bit-key epilogue on every pass;
-// A/B); =always: with it on every pass after the first screened one, whatever the policy says (tests). Read at every
-// pass.
-inline bool screenRefEnv(const char* value) {
-  const char* v = std::getenv("KMFLEET_SCREEN_REF");
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
 
 class ExactScreenPolicy {
  public:

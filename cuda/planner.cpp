@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include "exact_sums.h"
 #include "far_rows.h"
@@ -114,7 +113,7 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
     p.chunkRows = std::min(p.chunkRows, n);
   }
 
-  p.exactSums = exactSumsFits(n, int(d), int(k)) && !std::getenv("KMFLEET_CUDA_CHUNKED_SUMS");
+  p.exactSums = exactSumsFits(n, int(d), int(k));
   // exact sums: the resident rows' statistics and the pass's (fixed), their sort scratch (per chunk)
   const auto exactScratch = [&](std::int64_t rows) -> std::size_t {
     return p.exactSums ? exactScratchBytes(rows, int(k)) : 0;
@@ -149,11 +148,11 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   };
   const auto allFit = [&](std::size_t l) { return std::int64_t(budgetOf(l) / p.residentRowBytes) >= n; };
   // Rows streamed on every pass: more slots, beside the budget (~64 MiB each at the default chunk), so the copies
-  // run ahead of a compute that resident work may delay. KMFLEET_CUDA_SLOTS (2..16) overrides, for A/B runs.
+  // run ahead of a compute that resident work may delay. CudaSettings.slots (2..16) overrides it.
   {
     const std::size_t slotBytes = std::size_t(p.chunkRows) * (rowBytes + 8);
     int want = allFit(left) ? 2 : kStreamingSlots;
-    if (const char* v = std::getenv("KMFLEET_CUDA_SLOTS")) want = std::clamp(std::atoi(v), 2, 16);
+    if (cfg.cuda.slots > 0) want = std::clamp(cfg.cuda.slots, 2, 16);
     const std::size_t extra = std::size_t(want - 2) * slotBytes;
     if (want > 2 && extra <= left / 4) {
       p.slots = want;

@@ -39,7 +39,7 @@ struct MemoryPlan {
   std::size_t overlapBytes = 0;            // the partials + the chunk stream's own scratch (beside the budget)
   // Fit passes keep exact integer statistics (exact_sums.h): the resident rows' across passes (moved by the rows
   // whose label changed) and each pass's streamed chunks'. A function of the shape only (exactSumsFits), so a
-  // resumed run sums the same way; KMFLEET_CUDA_CHUNKED_SUMS=1 (A/B only) keeps accumulate()'s fp64 sums.
+  // resumed run sums the same way.
   bool exactSums = false;
 };
 

@@ -101,6 +101,42 @@ export interface EngineOptions {
   memoryBudget?: number;
   /** CUDA device ordinal */
   device?: number;
+  /**
+   * where a fit pass's centroid update runs: 'auto' (where the backend keeps the pass's sums: the device on CUDA) or
+   * 'host' (the same bits; tests compare the two)
+   */
+  update?: 'auto' | 'host';
+  /** settings of the CUDA backend for tests and measurements (ignored by the CPU backend); the defaults are production's */
+  cuda?: CudaOptions;
+}
+
+/**
+ * Settings of the CUDA backend. Every path they pick gives the same labels and, where the docs say so, the same bits:
+ * they exist so that tests can compare paths and a benchmark can time them, not to trade accuracy for speed.
+ */
+export interface CudaOptions {
+  /**
+   * the assignment kernel: 'auto' (the Hopper wgmma kernel where the build and the device have it and the padded
+   * dims are ≤ 256, else the portable mma.sync one) or 'portable' (the portable one everywhere; the plan's device says
+   * which runs)
+   */
+  assignKernel?: 'auto' | 'portable';
+  /**
+   * bytes of shared memory per block the portable kernel plans its layout for, when below the device's opt-in limit:
+   * 166912 runs an A100's layout on a larger GPU, 101376 an A10G's or L4's (default: the device's)
+   */
+  sharedMemoryLimit?: number;
+  /** exact fp32: screen the rows with one product first where the screen policy expects it to pay ('auto') or never ('off') */
+  exactScreen?: 'auto' | 'off';
+  /**
+   * exact fp32 on the Hopper kernel: the screen's keys relative to each resident row's best of the previous pass —
+   * 'auto' (the policy decides), 'off', or 'always' (every pass once a screen wrote them)
+   */
+  relativeKeys?: 'auto' | 'off' | 'always';
+  /** device slots for streamed chunks, 2–16 (default: the planner's, 2 when every row stays resident, else 4) */
+  slots?: number;
+  /** resident steps queued ahead of streamed chunks in a partly resident pass, ≥ 1 (default 2) */
+  residentAhead?: number;
 }
 
 export interface EnginePlan {

@@ -135,13 +135,10 @@ struct Operands {
   }
   OpKind op() const { return bf16 ? OpKind::BF16x1 : OpKind::F16x1; }
   bool runHopper() {
-    unsetenv("KMFLEET_ASSIGN_KERNEL");
     return assignRowsHopper(rows(), n, d, cents(), k, op(), labH, nullptr, nullptr, nullptr, ExactBound{}, ExactScreen{}, 0);
   }
   void runPortable() {
-    setenv("KMFLEET_ASSIGN_KERNEL", "mma", 1);
-    assignRows(rows(), n, d, cents(), k, op(), labM, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
-    unsetenv("KMFLEET_ASSIGN_KERNEL");
+    assignRows(AssignKernel{true, 0}, rows(), n, d, cents(), k, op(), labM, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   }
   // fp64 d' of row r to centroid j
   double dprime(long long r, int j) const {

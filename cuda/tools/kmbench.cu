@@ -4,9 +4,8 @@
 //   kmbench ooc [N D K]      out of core through the Backend: all / half (overlapped, and not) / no rows resident
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
 // KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs);
-// KMFLEET_CUDA_PER_CHUNK=1: the backend's resident rows chunk by chunk and farthest rows on every fit pass (the old path).
-// KMFLEET_CUDA_CHUNKED_SUMS=1 (bench, as for the backend): accumulate()'s fp64 sums over every row in each iteration
-// instead of the exact statistics moved by the changed rows.
+// KMBENCH_SMEM_LIMIT=B: the portable kernel plans for B bytes of shared memory per block (kernels.h AssignKernel:
+// 166912 an A100's layout, 101376 an A10G's or L4's).
 // KMBENCH_LEGACY=1 (bench): the update path as it was before the device-side centroid statistics — statistics
 // on the host, pageable copies, sums from the fp32 copy of 16-bit rows — for same-run A/B.
 // Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
@@ -35,6 +34,12 @@
 #include "cuda_check.h"
 
 using namespace kmfleet::cuda;
+
+// The assignment kernel's settings for every launch of this tool (KMBENCH_SMEM_LIMIT).
+static AssignKernel assignKernel() {
+  const char* v = std::getenv("KMBENCH_SMEM_LIMIT");
+  return AssignKernel{false, v ? std::atoi(v) : 0};
+}
 
 
 __host__ __device__ __forceinline__ unsigned long long mix(unsigned long long z) {  // splitmix64
@@ -144,8 +149,8 @@ struct Problem {
   bool opsQueued = false;            // cf's operands are queued since cf last changed
   unsigned* hScreened = nullptr;     // pinned: the pass's flagged and screened-out totals, down with counts and inertia
   // The fit pass's statistics as the backend keeps them for resident rows (exact_sums.h; the planner's
-  // MemoryPlan::exactSums, KMFLEET_CUDA_CHUNKED_SUMS=1 for accumulate() as before): moved by the rows whose label
-  // changed when the last pass changed at most 30 % of them, else added afresh. Benchmarks only (updateExact).
+  // MemoryPlan::exactSums): moved by the rows whose label changed when the last pass changed at most 30 % of them,
+  // else added afresh. Benchmarks only (updateExact).
   bool exactSums = false;
   ExactStats stats{};
   ExactScratch exactScratch{};
@@ -204,7 +209,7 @@ struct Problem {
     legacy = envFlag("KMBENCH_LEGACY");
   }
   void allocExact() {
-    exactSums = exactSumsFits(n, d, k) && !std::getenv("KMFLEET_CUDA_CHUNKED_SUMS");
+    exactSums = exactSumsFits(n, d, k);
     if (!exactSums) return;
     allocExactStats(stats, k, d);
     allocExactScratch(exactScratch, n, k);
@@ -303,14 +308,14 @@ struct Problem {
     CK(cudaMemsetAsync(flaggedCount, 0, 8, 0));
     // a screened pass leaves each row's best for the next one's screen (as the backend's resident rows), which keys
     // on them when the policy says so
-    const bool screened = op == OpKind::F16x3 && screen.screen() && !exactScreenEnv("0");
-    rows.screenRelative = refsWritten && (screen.relative() || forceRelative || screenRefEnv("always")) && !screenRefEnv("0");
+    const bool screened = op == OpKind::F16x3 && screen.screen();
+    rows.screenRelative = refsWritten && (screen.relative() || forceRelative) && !neverRelative;
     usedRelative = screened && rows.screenRelative;
-    assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, screen.screen() ? candCount : nullptr,
-               flaggedCount + 1, 0);
+    assignRows(assignKernel(), rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr,
+               screen.screen() ? candCount : nullptr, flaggedCount + 1, 0);
     refsWritten = refsWritten || screened;
     if (op == OpKind::F16x3) {
-      candidateRows(rows, n, d, cops, k, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
+      candidateRows(assignKernel(), rows, n, d, cops, k, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
       recheckRows(v, d, cf, k, flagged, flaggedCount, n, candCount, cand, labels, 0);
     }
   }
@@ -391,6 +396,7 @@ struct Problem {
   bool refsWritten = false;   // a screen wrote rows.screenRef
   bool usedRelative = false;  // the last assignment's screen keyed on them (kScreenRef)
   bool forceRelative = false; // checks: key on them whenever they are there
+  bool neverRelative = false; // checks: never key on them
   unsigned screenedNow() {  // exact mode on Hopper: rows the one-product screen passed to the three products
     unsigned f = 0;
     CK(cudaMemcpy(&f, flaggedCount + 1, 4, cudaMemcpyDeviceToHost));
@@ -687,8 +693,53 @@ static int checkScreenPolicy() {
   return ok ? 0 : 1;
 }
 
+// The screen really decides rows: its labels alone (kernels.h screenRows) differ from the exact ones in a few rows.
+// On the Hopper kernel relative keys really change them too: the screen alone keyed on the last pass's per-row best,
+// after the centroids moved, against the plain screen. Else the tests that compare screened and unscreened passes
+// bit for bit (test/gpu/cuda-exact-screen.test.ts) would prove nothing.
+static int checkScreenRuns() {
+  const long long n = 100003;
+  const int d = 64, k = 512;
+  Problem P;
+  P.alloc(n, d, k, OpKind::F16x3, InType::F32);
+  P.generate(0, 311, 0.f, false);
+  for (size_t i = 0; i < P.hc.size(); ++i) P.hc[i] += 0.01f * std::sin(static_cast<float>(i));
+  P.setCentroids();
+  const auto differing = [&](const std::vector<int>& a, const std::vector<int>& b) {
+    long long c = 0;
+    for (long long r = 0; r < n; ++r) c += a[r] != b[r] ? 1 : 0;
+    return c;
+  };
+  const auto screenAlone = [&](bool relative) {
+    P.rows.screenRelative = relative;
+    screenRows(assignKernel(), P.rows, n, d, P.cops, k, P.labels, P.candCount, P.flaggedCount + 1, 0);
+    CK(cudaDeviceSynchronize());
+    P.rows.screenRelative = false;
+    return toHost<int>(P.labels, n);
+  };
+  P.assign();  // exact, screened (the policy's first pass); it leaves each row's best for a relative screen
+  CK(cudaDeviceSynchronize());
+  const std::vector<int> exact = toHost<int>(P.labels, n);
+  const long long screenDiffer = differing(exact, screenAlone(false));
+  bool ok = screenDiffer > 0 && screenDiffer < n / 20;  // one fp16 product is close: few rows differ
+  long long relativeDiffer = -1;  // not applicable: the portable kernel screens on plain keys only
+  if (std::strcmp(assignKernelName(assignKernel(), d), "wgmma") == 0) {
+    P.hostCentroids();
+    for (size_t i = 0; i < P.hc.size(); ++i) P.hc[i] += 0.003f * std::cos(static_cast<float>(i) * 0.7f);
+    P.onDevice = false;
+    P.setCentroids();
+    const std::vector<int> relative = screenAlone(true);  // first: each screen writes the rows' best anew
+    relativeDiffer = differing(relative, screenAlone(false));
+    ok &= relativeDiffer > 0 && relativeDiffer < n / 20;
+  }
+  std::printf("%-4s the screen decides rows: screen alone vs exact %lld rows differ, relative vs plain keys %lld\n",
+              ok ? "ok" : "FAIL", screenDiffer, relativeDiffer);
+  P.release();
+  return ok ? 0 : 1;
+}
+
 static int runCheck() {
-  int fails = checkCentroidStats() + checkScreenPolicy();
+  int fails = checkCentroidStats() + checkScreenPolicy() + checkScreenRuns();
   const OpKind ops[] = {OpKind::F16x3, OpKind::F16x1, OpKind::BF16x1};
   struct S { long long n; int d, k; };
   const S shapes[] = {{3001, 1, 7},    {5003, 3, 7},     {4099, 17, 1},   {10007, 17, 1000}, {20011, 100, 7},
@@ -842,22 +893,16 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   };
   const float mmaMs = timeIt([&] {
     CK(cudaMemsetAsync(P.flaggedCount, 0, 8, 0));
-    assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr,
+    assignRows(assignKernel(), P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr,
                P.screen.screen() ? P.candCount : nullptr, P.flaggedCount + 1, 0);
   });
-  // exact mode: the one-product screen alone (KMFLEET_EXACT_SCREEN=only; 0 when the policy has it off)
+  // exact mode: the one-product screen alone (kernels.h screenRows; 0 when the policy has it off)
   float screenMs = 0.f;
   if (op == OpKind::F16x3 && P.screen.screen()) {
-    const char* was = std::getenv("KMFLEET_EXACT_SCREEN");
-    const std::string saved = was ? was : "";
-    setenv("KMFLEET_EXACT_SCREEN", "only", 1);
     screenMs = timeIt([&] {
       CK(cudaMemsetAsync(P.flaggedCount, 0, 8, 0));
-      assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr, P.candCount,
-                 P.flaggedCount + 1, 0);
+      screenRows(assignKernel(), P.rows, n, d, P.cops, k, P.labels, P.candCount, P.flaggedCount + 1, 0);
     });
-    if (was) setenv("KMFLEET_EXACT_SCREEN", saved.c_str(), 1);
-    else unsetenv("KMFLEET_EXACT_SCREEN");
   }
   const float distMs = 0.f;  // fused into the sums for D ≤ 256
   // the statistics: with exact sums, the next pass's move (the assignments above labelled the rows for the updated
@@ -959,13 +1004,18 @@ static double h2dBandwidth() {
 // engine's division, as done here).
 struct PassStages { double begin = 0, resident = 0, gpu = 0, finish = 0, update = 0; int passes = 0; };
 
+// chunkRows, slots: the plan's unless > 0 (KMBENCH_CHUNK also sets the chunk rows)
 static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long long budget, long long* residentOut,
-                     long long* chunkOut, kmfleet::DType dtype = kmfleet::DType::F32, PassStages* stages = nullptr) {
+                     long long* chunkOut, kmfleet::DType dtype = kmfleet::DType::F32, PassStages* stages = nullptr,
+                     long long chunkRows = 0, int slots = 0) {
   using namespace kmfleet;
   EngineConfig cfg;
   cfg.rows = n; cfg.dims = d; cfg.k = k; cfg.dtype = dtype; cfg.backend = BackendKind::Cuda;
   cfg.precision = prec; cfg.memoryBudget = budget;
+  cfg.chunkRows = chunkRows;
   if (const char* cr = std::getenv("KMBENCH_CHUNK")) cfg.chunkRows = std::atoll(cr);  // A/B of the chunk size
+  cfg.cuda.slots = slots;
+  cfg.cuda.sharedMemoryLimit = assignKernel().sharedMemoryLimit;
   std::unique_ptr<Backend> b = makeCudaBackend(cfg, &hostPool());
   const Plan& pl = b->plan();
   *residentOut = pl.residentRows;
@@ -1112,29 +1162,24 @@ static int runOoc(int argc, char** argv) {
                                                        kmfleet::Metric::L2);
     long long res = 0, chunk = 0;
     double compute = 0;
-    // Variants for same-run A/B (environment of the backend: cuda_backend.h and its files, planner.cpp; KMBENCH_CHUNK): the
-    // shipped plan (128 MiB chunks when rows stream on every pass, 4 slots), its 64 MiB chunks, stop 8's slots (2),
-    // the schedule before the overlap.
-    struct Variant { int frac; const char* path; std::vector<std::pair<const char*, const char*>> env; };
+    // Variants timed in the same run: the shipped plan (128 MiB chunks when rows stream on every pass, 4 slots), its
+    // 64 MiB chunks, and 64 MiB chunks with 2 slots.
+    struct Variant { int frac; const char* path; long long chunkRows; int slots; };
     const std::vector<Variant> variants = {
-        {100, "", {}},
-        {50, "", {}},
-        {50, " path=chunk-64MiB", {{"KMBENCH_CHUNK", "131072"}}},
-        {50, " path=chunk-64MiB-2-slots", {{"KMBENCH_CHUNK", "131072"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
-        {50, " path=no-overlap", {{"KMFLEET_CUDA_NO_OVERLAP", "1"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
-        {0, "", {}},
-        {0, " path=chunk-64MiB-2-slots", {{"KMBENCH_CHUNK", "131072"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
+        {100, "", 0, 0},
+        {50, "", 0, 0},
+        {50, " path=chunk-64MiB", 131072, 0},
+        {50, " path=chunk-64MiB-2-slots", 131072, 2},
+        {0, "", 0, 0},
+        {0, " path=chunk-64MiB-2-slots", 131072, 2},
     };
     for (const Variant& v : variants) {
       const int frac = v.frac;
       const long long budget = frac == 100 ? -1 : static_cast<long long>(rrb * size_t(n) * frac / 100);
       double ms = 0;
-      for (const auto& [name, value] : v.env) setenv(name, value, 1);
       try {
-        ms = oocRun(n, d, k, prec, budget, &res, &chunk);
-        for (const auto& [name, value] : v.env) unsetenv(name);
+        ms = oocRun(n, d, k, prec, budget, &res, &chunk, kmfleet::DType::F32, nullptr, v.chunkRows, v.slots);
       } catch (const kmfleet::EngineError& e) {
-        for (const auto& [name, value] : v.env) unsetenv(name);
         std::printf("RESULT_OOC kernel=%s%s n=%lld d=%d k=%d error=\"%s\"\n", pn, v.path, n, d, k, e.what());
         continue;
       }
