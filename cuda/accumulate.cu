@@ -202,7 +202,7 @@ struct LaneColumns {
   // The lane's columns of the centroid, widened to fp64 once. The empty asm makes each value opaque, so the compiler
   // keeps the doubles instead of converting the floats again for every row: under the kernels' register cap it did,
   // and F2F.F64.F32 issues at a quarter of the fp64 add rate: 7.8 of them a row, half of them these, took ~70 % of the
-  // f16 sums kernel's cycles (ncu, 10M×128 fp16, 2026-11-25; cuda/NOTES.md "Stop 14").
+  // f16 sums kernel's cycles (ncu, 10M×128 fp16).
   __device__ static void centroidColumns(const float* cRow, int d, int lane, double* cd) {
 #pragma unroll
     for (int t = 0; t < T; ++t)
@@ -270,7 +270,7 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
 #pragma unroll
       for (int t = 0; t < T; ++t) load(x, t, &val[r][t * V]);
     }
-    if constexpr (R == 4 && T == 1) {  // (D > 128: the extra registers cost more than the shuffles save, 0.37 → 0.39 ms)
+    if constexpr (R == 4 && T == 1) {  // (D > 128: the extra registers cost more than the shuffles save)
       double q[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int r = 0; r < 4; ++r) add(val[r], q[r]);

@@ -18,7 +18,7 @@
 //                   −d' straight from them.
 // The compared quantity is assign_kernel.cu's: d' is a positive per-row multiple of ‖x−c‖² − ‖x‖². The plain and
 // screen epilogues compare keys — d' with its 5 low bits replaced by the column's place among the thread's 32
-// (one LOP3 and one FMNMX a value instead of a compare and two selects: 10M×128×1024 fp16 4.84–4.88 → 4.56–4.73 ms).
+// (one LOP3 and one FMNMX a value instead of a compare and two selects).
 // Values within 2⁻¹⁸ of each other (exact duplicates included) are then ordered by that place before their index:
 // deterministic, not always the lowest index (the portable kernel's tie rule). That is inside the products' own
 // error in these modes; the screen's margin test allows for it, and exact mode's epilogue compares the values
@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
     }
   };
   // ‖c‖² of the thread's 32 columns of a tile, loaded after the previous tile's epilogue so that their latency passes
-  // while this tile's products are issued and run (exact screen 10M×128×1024 6.75–6.86 → 6.63–6.65 ms; fp16 the same)
+  // while this tile's products are issued and run
   auto loadCn = [&](float2 (&c)[16], int tile) {
     const int base = tile * kTileN + 2 * (lane & 3);
 #pragma unroll
@@ -486,8 +486,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       if constexpr (kStart) {
         // plain: acc = −g·‖c‖², exact (g = s_r·s_c/2 is a power of two) unless it leaves fp32's range, where d' itself
         // did before; the products then leave u = x̂·ĉ − g·‖c‖² = −d'. 128 independent multiplies before this tile's
-        // turn instead of an FFMA at the head of every value's chain in the epilogue: 10M×128×1024 fp16 assignment
-        // 4.43–4.57 → 4.31–4.39 ms (cuda/NOTES.md "Stop 14").
+        // turn instead of an FFMA at the head of every value's chain in the epilogue.
         // kScreenRef: acc = ρ − g·‖c‖² (one rounding; the bound allows for it and for the products' accumulation
         // onto it), so the products leave u = ρ − d'.
 #pragma unroll
@@ -506,7 +505,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       wgFence();
       // Both halves' products per k-step, back to back on the same B descriptor. (Issuing half 0's products
       // in one commit group and half 1's in the next, to overlap half 0's epilogue with half 1's products,
-      // measured slower on the H200: 10M×128×1024 fp16 5.2 → 5.4 ms, 1M×256×4096 3.2 → 3.7 ms.)
+      // measured slower.)
       for (int kc = 0; kc < p.nK; ++kc) {
         if (ct == 0) barWait(sm.aFull + ab * kMaxChunks + kc, aPhase);  // this block's rows, chunk kc
         const RingPos lo = pos.next(p.stages);

@@ -265,7 +265,7 @@ class CudaBackend final : public Backend {
   bool statsHoldPrev_ = false;   // statsRes_ = the resident rows under resPrevLabels_
   // The share of resident rows whose label changed in the last pass that counted them. A move costs about twice a
   // fresh add's work per changed row (an entry at each end) plus a counting sort: past ~1/3 of the rows adding all
-  // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Stop 19"). Either way the same bits.
+  // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Exact statistics"). Either way the same bits.
   double lastChangedShare_ = 0;
   ExactStats statsRes_;          // the resident rows
   ExactStats statsPass_;         // this pass's streamed chunks, then (finishPass) the pass's total

@@ -16,12 +16,11 @@ constexpr std::size_t kMiB = 1024 * 1024;
 constexpr std::int64_t kMaxChunkRows = 1 << 24;      // kernels index a chunk with int
 // Of input rows: long enough copies for full PCIe speed, and chunks of enough rows that the sums' segments (one per
 // chunk and cluster, since the chunk boundaries fix the order of the additions) are not mostly fixed costs: at
-// 1M×256×4096 fp32, 64 MiB chunks (65,536 rows) left ~16 rows a segment and the resident rows' sums took 0.75 ms,
-// 256 MiB 0.45 (H200, stop 16).
+// 1M×256×4096 fp32, 64 MiB chunks (65,536 rows) leave ~16 rows a segment.
 constexpr std::size_t kTargetChunkBytes = 128 * kMiB;
 // Rows streamed on every pass: each streamed chunk pays fixed costs (its sums' sort and segments, the farthest-row
 // candidates, a persistent assignment kernel's ramp) beside the resident compute; twice the rows halve them
-// (H200, 16.8M×128, K=4096, half resident, exact fp32: 1.16 → 1.09× max(compute, H2D); cuda/NOTES.md).
+// (cuda/NOTES.md "Streaming and residency").
 constexpr std::size_t kStreamingChunkBytes = 128 * kMiB;
 constexpr std::int64_t kMaxOverlapPartials = 512;    // per-chunk partials of the overlapped streamed chunks
 

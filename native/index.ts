@@ -1,9 +1,10 @@
 /**
  * The one TypeScript module that wraps the native addon (DESIGN.md: worker → native through one module).
  *
- * CONTRACT (fixed by the lead; the native helper implements it, everyone else codes against it):
+ * The contract (the worker, the CLI and the tests code against it; native/src implements it):
  *
- *   const engine = await Engine.open({ rows, dims, k, metric, dtype, backend, precision, chunkRows, threads, memoryBudget });
+ *   const engine = await Engine.open({ rows, dims, k, metric, dtype, backend, precision, chunkRows, threads, memoryBudget,
+ *                                      device, update, cuda });   (update, cuda: settings for tests and measurements)
  *   engine.plan                      -> what the planner chose (backend, device, chunkRows, buffers, residentRows, precision)
  *   engine.buffer(i)                 -> Buffer over engine-owned host memory (pinned on CUDA), chunkRows*dims*bytes long
  *   engine.setCentroids(f32 K×D)     -> replace the current centroids (validated: shape, finiteness)
@@ -36,7 +37,7 @@
  *
  *   Errors are instances of the classes below (never a crash, never a NaN centroid).
  *
- * IMPLEMENTATION NOTES (native helper; additions to the contract, nothing removed):
+ * Notes on the contract:
  *   - The addon is build/Release/kmfleet_native.node under the package root (found by walking up from this file
  *     to the package.json named "kmfleet": works from native/ and from dist/native/); env KMFLEET_ADDON (an
  *     absolute path) overrides it, e.g. build-cpu/Release/kmfleet_native.node. Loaded on first use.

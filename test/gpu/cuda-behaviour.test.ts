@@ -108,7 +108,7 @@ describe('bitwise reproducibility', () => {
   });
 
   // exact sums (cuda/exact_sums.h): the fit passes' statistics are exact integers, so neither the chunk size nor the
-  // resident split changes a bit of the centroids or the inertia (before them, the chunk size did: design-deltas E5)
+  // resident split changes a bit of the centroids or the inertia
   it('any chunk size, resident or streamed, gives the same centroids and inertia', async () => {
     const runs: { c: Float32Array; inertia: number[]; chunk: number; resident: number }[] = [];
     for (const [chunkRows, memoryBudget] of [[4096, undefined], [1000, undefined], [n, undefined], [777, 0], [8192, 3 * 8192 * 200]] as const) {
