@@ -25,7 +25,7 @@
 // through a ring of two pinned pieces (the DMA of piece i+1 overlaps the host's copy of piece i).
 //
 // This header (internal to cuda/) declares the class; its member functions live one concept a file:
-//   cuda_backend.cu     construction (plan, environment switches), begin/finish/abort of a pass, per-pass statistics,
+//   cuda_backend.cu     construction (plan, EngineConfig.cuda settings), begin/finish/abort of a pass, per-pass statistics,
 //                       makeCudaBackend (cuda_bridge.h)
 //   backend_buffers.cu  device and pinned buffers, streams and events: allocate() and release()
 //   pass_centroids.cu   the centroid side: upload through pinned staging, μ, operands + statistics, the fit update

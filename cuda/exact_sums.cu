@@ -24,7 +24,7 @@
 //      so callers on several streams (each with its own ExactScratch) may add into the same ExactStats at once.
 //   3. exactFinish (once a pass): one warp per cluster turns the integers into fp64 sums (correctly rounded) and an
 //      exact inertia (384-bit integers, rounded once).
-// cuda/tools/exact_sums_check.cu checks all of it bit for bit against host big-integer references.
+// bench/gpu/tools/exact_sums_check.cu checks all of it bit for bit against host big-integer references.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 

@@ -1,5 +1,5 @@
 // Host-side launchers of the CUDA kernels (no engine types here: the backend and the standalone
-// harness cuda/tools/kmbench.cu both drive the kernels through this header).
+// harness bench/gpu/tools/kmbench.cu both drive the kernels through this header).
 //
 // Data flow of one chunk of n rows (all device pointers, one stream):
 //   prepareRows   raw rows (f32/f16/bf16) → values (fp32 xf, unit length for cosine; or the 16-bit rows kept as

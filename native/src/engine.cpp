@@ -341,7 +341,7 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
     spec.distances = distances ? distances_.data() : nullptr;
     spec.farthest = static_cast<int>(far);
     spec.cancel = &cancelFlag_;
-    // the update where the totals are (backend.h DeviceUpdate); KMFLEET_HOST_UPDATE=1 keeps it on the host (A/B, tests)
+    // the update where the totals are (backend.h DeviceUpdate); EngineConfig.hostUpdate keeps it on the host (tests)
     spec.keepSums = mode == PassMode::Fit && !cfg_.hostUpdate && backend_->updatesOnDevice();
     spec.centroidsFromUpdate = fromUpdate;
     const double t1 = nowMs();

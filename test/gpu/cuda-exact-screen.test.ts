@@ -7,7 +7,7 @@
 // 16-bit keys; cuda.relativeKeys 'off' turns that off, 'always' forces it): the screened engine below runs it from its
 // second pass on, stale guesses included. That the screen and the relative keys really decide rows (their labels
 // alone differ from the exact ones) is checked on the kernels, where the screen can run alone: kmbench check
-// ("the screen decides rows", cuda/tools/kmbench.cu checkScreenRuns).
+// ("the screen decides rows", bench/gpu/tools/kmbench.cu checkScreenRuns).
 import { describe, expect, it } from 'vitest';
 
 import type { Engine, PassResult } from '../../native/index.js';

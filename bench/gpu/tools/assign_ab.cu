@@ -2,7 +2,7 @@
 // float64 reference, then both timed on the same operands.
 //
 //   assign_ab check        awkward shapes, fp16 and bf16: labels vs fp64 (sampled rows) and vs the portable kernel
-//   assign_ab bench [N D K ...]   ms and TFLOP/s of each kernel (default: the ANCHORS.md shapes)
+//   assign_ab bench [N D K ...]   ms and TFLOP/s of each kernel (default: the shapes of bench/RESULTS.md)
 //
 // Operands are drawn directly as 16-bit values (rows and centroids with a per-row power-of-two scale of 1), so the
 // compared quantity is d' = ½‖c‖² − x·c with ‖c‖² in fp32 — what both kernels see in the engine.

@@ -1,14 +1,13 @@
 // kmbench: standalone check + benchmark of the CUDA kernels (no Node, no engine).
 //   kmbench check            awkward shapes × every operand kind, against a float64 CPU reference
-//   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
-//   kmbench ooc [N D K]      out of core through the Backend: all / half (overlapped, and not) / no rows resident
+//   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (the shapes of bench/RESULTS.md)
+//   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
 // KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs);
 // KMBENCH_SMEM_LIMIT=B: the portable kernel plans for B bytes of shared memory per block (kernels.h AssignKernel:
 // 166912 an A100's layout, 101376 an A10G's or L4's).
-// KMBENCH_LEGACY=1 (bench): the update path as it was before the device-side centroid statistics — statistics
-// on the host, pageable copies, sums from the fp32 copy of 16-bit rows — for same-run A/B.
-// Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
+// KMBENCH_HOST_UPDATE=1 (bench, pass, ooc): the fit update on the host, as the engine's update: 'host' option.
+// Build: scripts/build-cuda-tools (nvcc with the backend's cuda/*.cu, cuda/planner.cpp and this file).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -22,13 +21,13 @@
 #include <thread>
 #include <vector>
 
-#include "../centroid_update.h"
-#include "../exact_screen_policy.h"
-#include "../exact_sums.h"
-#include "../kernels.h"
-#include "../label_changes.h"
-#include "../operands.h"
-#include "../planner.h"
+#include "centroid_update.h"
+#include "exact_screen_policy.h"
+#include "exact_sums.h"
+#include "kernels.h"
+#include "label_changes.h"
+#include "operands.h"
+#include "planner.h"
 #include "cuda_bridge.h"
 #include "thread_pool.h"
 #include "cuda_check.h"
@@ -134,7 +133,6 @@ struct Problem {
   CentroidStatsDevice* cstats = nullptr;
   CentroidStats* hstats = nullptr;  // pinned
   float* hcPinned = nullptr;        // pinned staging of the centroids
-  bool legacy = false;
   // the device update (centroid_update.cu, as the backend's updateOnDevice): next centroids, fp64 μ, shift, scatter
   float* cfNext = nullptr;
   double* mu64 = nullptr;
@@ -206,7 +204,6 @@ struct Problem {
     CK(cudaEventCreateWithFlags(&centroidsDown, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&statsReady, cudaEventDisableTiming));
     CK(cudaHostAlloc(&hScreened, 8, cudaHostAllocPortable));
-    legacy = envFlag("KMBENCH_LEGACY");
   }
   void allocExact() {
     exactSums = exactSumsFits(n, d, k);
@@ -259,7 +256,7 @@ struct Problem {
     else prepareRows(rows.xf, InType::F32, n, d, op, false, 0, mu, rows, RowFlags{bad, bad + 1, nullptr}, 0);
     CK(cudaGetLastError());
     // as the backend reads them (xf stays for the CPU reference)
-    vals = keepsRows16(in, cosine) && !legacy ? RowValues{raw, in} : RowValues{rows.xf, InType::F32};
+    vals = keepsRows16(in, cosine) ? RowValues{raw, in} : RowValues{rows.xf, InType::F32};
     // initial centroids: rows spread over the data
     hc.resize(static_cast<size_t>(k) * d);
     spreadRows<<<static_cast<unsigned>((static_cast<long long>(k) * d + 255) / 256), 256>>>(rows.xf, n, d, k, cf);
@@ -270,11 +267,6 @@ struct Problem {
     if (onDevice) {  // cf holds the last device update's centroids, their operands queued behind it
       if (!opsQueued) queueCentroidOps();
       CK(cudaEventSynchronize(statsReady));
-    } else if (legacy) {  // before: pageable upload, statistics on the host
-      CK(cudaMemcpy(cf, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
-      const CentroidStats st = centroidStats(hc.data(), hmu.data(), k, d);
-      prepareCentroids(cf, mu, k, d, op, st.scale, bhi, blo, cnorm, 0);
-      *hstats = st;
     } else {
       CK(cudaEventSynchronize(centroidsDown));  // the staging may still be in a copy down
       const size_t total = hc.size() * 4, piece = size_t(1) << 20;
@@ -291,7 +283,7 @@ struct Problem {
     opsQueued = false;
     cops.bhi = bhi; cops.blo = blo; cops.cnorm = cnorm; cops.cf = cf; cops.scale = hstats->scale;
     cops.maxNorm = hstats->maxNorm;
-    cops.hiNorm = hstats->hiNorm;  // 0 on the legacy path (host statistics): the screen's worst-case bound
+    cops.hiNorm = hstats->hiNorm;
     cops.loNorm = hstats->loNorm;
     cops.shifted = true;
   }
@@ -377,9 +369,7 @@ struct Problem {
     onDevice = true;
     hcBehind = true;
     queueCentroidOps();
-    if (eagerCentroids) hostCentroids();  // A/B: as until stop 15, the engine copied them after every update
   }
-  bool eagerCentroids = envFlag("KMBENCH_EAGER_CENTROIDS");  // KMBENCH_EAGER_CENTROIDS=1: the A/B arm
   // hc up to date (the backend's copyUpdatedCentroids): before the host reads or changes it
   void hostCentroids() {
     if (!hcBehind) return;
@@ -778,8 +768,8 @@ static int runCheck() {
 // inertia and the screen's totals down under one wait; then the update on the device (the backend's updateOnDevice:
 // next centroids and shift, the data-variance terms in the first update only, as the job's driver asks for them once;
 // the centroids come down behind it without a wait, and the next operands are queued). KMBENCH_HOST_UPDATE=1: the
-// update as before the device update (centroids up, sums down, division on the host) for same-run A/B; an iteration
-// that leaves a cluster empty takes that path too (the engine re-seeds on the host). Host-side stages: prep (until
+// update on the host (sums down, division on the host, centroids up) for same-run A/B; an iteration that leaves a
+// cluster empty takes that path too (the engine re-seeds on the host). Host-side stages: prep (until
 // the statistics are back: an upload, or the wait for operands queued after the last update), down (the sums on the
 // host path), div (the update: device kernels and the shift's wait, or the host division).
 struct HostStages { double prep = 0, down = 0, div = 0; };
@@ -789,7 +779,7 @@ static double msSince(std::chrono::steady_clock::time_point t) {
 static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsigned* flagged, HostStages* st) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t kd = static_cast<size_t>(P.k) * P.d;
-  const bool hostUpdate = P.legacy || envFlag("KMBENCH_HOST_UPDATE");
+  const bool hostUpdate = envFlag("KMBENCH_HOST_UPDATE");
   const bool trace = envFlag("KMBENCH_TRACE");  // per iteration on stderr: wall ms, the exact screen's share and kind
   for (int it = 0; it < iters; ++it) {
     const auto ti = std::chrono::steady_clock::now();
@@ -840,24 +830,15 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   P.alloc(n, d, k, op, in);
   P.allocExact();  // the iterations sum as the backend's fit pass does
   P.generate(blobs, 42, 0.f, false);
-  // the sums' destination: pinned (as the backend's download ring), or pageable as before (legacy)
-  std::vector<double> hsv;
-  std::vector<long long> hcv;
+  // the sums' destination: pinned, as the backend's download ring
   double* hs = nullptr;
   long long* hcnt = nullptr;
-  if (P.legacy) {
-    hsv.resize(static_cast<size_t>(k) * d);
-    hcv.resize(k);
-    hs = hsv.data();
-    hcnt = hcv.data();
-  } else {
-    CK(cudaHostAlloc(&hs, static_cast<size_t>(k) * d * 8, cudaHostAllocPortable));
-    CK(cudaHostAlloc(&hcnt, static_cast<size_t>(k) * 8, cudaHostAllocPortable));
-  }
+  CK(cudaHostAlloc(&hs, static_cast<size_t>(k) * d * 8, cudaHostAllocPortable));
+  CK(cudaHostAlloc(&hcnt, static_cast<size_t>(k) * 8, cudaHostAllocPortable));
   unsigned f0 = 0, f1 = 0;
   // Iterations 1–4 warm up (module load, first touch, the exact screen's policy settling: a pass whose cost differs
-  // from the later ones must not be subtracted out); 5–14 are timed. (Until stop 14: a run of 13 minus a run of 3,
-  // which the policy's first passes biased once they cost more than the later ones.)
+  // from the later ones must not be subtracted out); 5–14 are timed, not a long run minus a short one, which the
+  // policy's first passes bias when they cost more than the later ones.
   iterate(P, 1, hs, hcnt, &f0, nullptr);
   const int W = 3, L = 10;
   const double tw = iterate(P, W, hs, hcnt, nullptr, nullptr);
@@ -866,10 +847,8 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   const unsigned screenedLast = P.screenedNow();
   const double ms = tl / L;
   const double prepMs = hsL.prep / L, downMs = hsL.down / L, divMs = hsL.div / L;
-  if (!P.legacy) {
-    cudaFreeHost(hs);
-    cudaFreeHost(hcnt);
-  }
+  cudaFreeHost(hs);
+  cudaFreeHost(hcnt);
   // assignment alone, for the split
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -913,22 +892,19 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
     exactMoveRows(P.vals, n, d, P.labels, P.prevLabels, true, P.exactScratch, P.stats, 0);
     exactFinish(P.stats, P.cf, false, P.sums, P.counts, P.inertia, 0);
   }) / 2 : timeIt([&] { P.update(false); });
-  // the centroid side on the device alone (statistics + operands; legacy: operands only)
-  const float cprepMs = timeIt([&] {
-    if (P.legacy) prepareCentroids(P.cf, P.mu, k, d, op, P.cops.scale, P.bhi, P.blo, P.cnorm, 0);
-    else prepareCentroidOps(P.cf, P.mu, k, d, op, P.cstats, P.bhi, P.blo, P.cnorm, 0);
-  });
+  // the centroid side on the device alone (statistics + operands)
+  const float cprepMs = timeIt([&] { prepareCentroidOps(P.cf, P.mu, k, d, op, P.cstats, P.bhi, P.blo, P.cnorm, 0); });
   // the device update's kernels alone (centroid_update.cu: next centroids, shift, data-variance terms)
   const float updMs = timeIt([&] { clusterUpdate(P.updateArgs(), 0); });
   const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
   std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f iters_2_4_ms=%.3f relative=%d assign_ms=%.3f tflops=%.1f "
               "recheck_first=%.5f%% recheck_last=%.5f%% screened_last=%.2f%% screen_now=%d screen_ms=%.3f mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f "
               "host_prep_ms=%.3f host_down_ms=%.3f host_div_ms=%.3f centroid_kernels_ms=%.3f update_kernels_ms=%.3f rows=%s sums=%s "
-              "changed_last=%.2f%%%s\n",
+              "changed_last=%.2f%%\n",
               opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16", blobs ? "blobs" : "random", n,
               d, k, ms, tw / W, P.usedRelative ? 1 : 0, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, 100.0 * screenedLast / n, P.screen.screen() ? 1 : 0, screenMs, mmaMs, am - mmaMs, distMs, sumMs, prepMs, downMs,
               divMs, cprepMs, updMs, P.vals.type == InType::F32 ? "f32" : "16bit", P.exactSums ? "exact" : "accumulate",
-              changedLast, P.legacy ? " legacy=1" : "");
+              changedLast);
   std::fflush(stdout);
   P.release();
 }
@@ -980,7 +956,7 @@ static int runBench(int argc, char** argv) {
 
 // ---------------------------------------------------------------- out of core, through the Backend
 // The engine's loop without the engine: host buffers filled once with normal data (as if the rows were
-// already in pinned memory, like the ANCHORS.md out-of-core row), then passes feeding every non-resident
+// already in pinned memory), then passes feeding every non-resident
 // chunk. Reports ms/pass for all-resident (compute), half resident and none resident, and the H2D bandwidth.
 static double h2dBandwidth() {
   const size_t bytes = size_t(1) << 30;
@@ -1023,9 +999,8 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   std::vector<float> c(static_cast<size_t>(k) * d);
   // Chunk `ci`'s rows (normal values, seeded by the chunk) into host buffer `buf`. The buffers are filled once with
   // chunks 0, 1, …; when every row is resident the first pass also fills each later chunk with its own rows (all N
-  // distinct, as the Engine's and kmbench bench's; until stop 16 the few buffers' rows repeated over all N). When
-  // some rows stream, each streamed chunk keeps its buffer's rows on every pass (data already in pinned memory,
-  // like the ANCHORS.md out-of-core row: no generation inside the timed passes).
+  // distinct, as the Engine's and kmbench bench's). When some rows stream, each streamed chunk keeps its buffer's
+  // rows on every pass (data already in pinned memory: no generation inside the timed passes).
   auto fillChunk = [&](int buf, long long ci) {
     std::vector<float> h(static_cast<size_t>(pl.chunkRows) * d);
     // the chunk's own stream: seeds 12345 + ci straight into the LCG gave neighbouring chunks correlated rows
@@ -1113,9 +1088,9 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   };
   pass();  // first pass: feeds everything, retains the resident rows
   pass();  // and one more before timing (the first pass that reads the resident rows)
-  // The median of 8 passes, each timed alone (finishPass returns once the pass's device work is done). A long run
-  // minus a short one, as before, came out shorter than the device's own time per pass on the H200 (10M×128×1024
-  // fp16: 5.75 ms/pass against 7.0 ms of device work): the two runs' passes did not cost the same.
+  // The median of 8 passes, each timed alone (finishPass returns once the pass's device work is done): a long run
+  // minus a short one comes out shorter than the device's own time per pass, the two runs' passes not costing the
+  // same.
   std::vector<double> times;
   for (int i = 0; i < 8; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
