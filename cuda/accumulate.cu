@@ -143,9 +143,7 @@ __global__ void clusterKernel(const void* xv, int d, const int* sortedIndex, con
 // distance per row; per-warp column sums combined over warps 0..W−1: every addition in a fixed order.
 constexpr int kFusedMaxDims = 256;
 constexpr int W = 4;  // warps per block (128 threads)
-#ifndef KMFLEET_FUSED_ROWS
-#define KMFLEET_FUSED_ROWS 4  // rows per warp step in fusedSegment (H200, 10M×128: 2 → 2.01 ms, 4 → 1.92, 8 → 2.04)
-#endif
+constexpr int kFusedRows = 4;  // rows per warp step in fusedSegment (measured faster than 2 or 8)
 
 // A row's fp64 distance: its lanes' partial sums added pairwise over lane bits 0, 1, 2, 3, 4 in that order (xor
 // butterflies). fp64 addition is commutative bit for bit, so one row alone (warpSum64) and four rows reduced together
@@ -176,15 +174,9 @@ struct FusedShared {
   double wsum[W * C];
   double col[C];
 };
-#ifndef KMFLEET_SUMS_PIN_CENTROID
-#define KMFLEET_SUMS_PIN_CENTROID 1  // A/B: 0 lets the compiler convert the centroid's floats again per row
-#endif
 // Blocks per SM of the fused segment kernels for D ≤ 128 (T·V ≤ 4): registers capped at 56, which the kernel needs
 // without the cap until the optional distance store is added (62–86 then, fewer blocks per SM).
-#ifndef KMFLEET_SUMS_BLOCKS_PER_SM
-#define KMFLEET_SUMS_BLOCKS_PER_SM 9
-#endif
-constexpr int kFusedBlocksPerSM = KMFLEET_SUMS_BLOCKS_PER_SM;
+constexpr int kFusedBlocksPerSM = 9;
 
 // The columns of a row one lane covers in the fused kernels (see fusedSegment), its loads and its share of the
 // row's fp64 distance. fusedSegment and sumsDistancesKernel both use them, so the two give the same bits.
@@ -210,7 +202,7 @@ struct LaneColumns {
   // The lane's columns of the centroid, widened to fp64 once. The empty asm makes each value opaque, so the compiler
   // keeps the doubles instead of converting the floats again for every row: under the kernels' register cap it did,
   // and F2F.F64.F32 issues at a quarter of the fp64 add rate: 7.8 of them a row, half of them these, took ~70 % of the
-  // f16 sums kernel's cycles (ncu, 10M×128 fp16, 2026-11-25; cuda/NOTES.md "Stop 14").
+  // f16 sums kernel's cycles (ncu, 10M×128 fp16).
   __device__ static void centroidColumns(const float* cRow, int d, int lane, double* cd) {
 #pragma unroll
     for (int t = 0; t < T; ++t)
@@ -218,9 +210,7 @@ struct LaneColumns {
       for (int v = 0; v < V; ++v) {
         const int j = column(lane, t, v);
         double c = j < d ? static_cast<double>(cRow[j]) : 0.0;
-#if KMFLEET_SUMS_PIN_CENTROID
-        asm volatile("" : "+d"(c));
-#endif
+        asm volatile("" : "+d"(c));  // keeps the converted value: else the compiler converts the float again per row
         cd[t * V + v] = c;
       }
   }
@@ -270,7 +260,7 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
   };
   // R rows of the warp per step (i, i+W, …): their loads are all in flight before the first sum; the column
   // sums still add row i, then i+W, … — the order of one row per step, so the same bits.
-  constexpr int R = KMFLEET_FUSED_ROWS;
+  constexpr int R = kFusedRows;
   int i = warp;
   for (; i + (R - 1) * W < m; i += R * W) {
     float val[R][TV];
@@ -280,7 +270,7 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
 #pragma unroll
       for (int t = 0; t < T; ++t) load(x, t, &val[r][t * V]);
     }
-    if constexpr (R == 4 && T == 1) {  // (D > 128: the extra registers cost more than the shuffles save, 0.37 → 0.39 ms)
+    if constexpr (R == 4 && T == 1) {  // (D > 128: the extra registers cost more than the shuffles save)
       double q[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int r = 0; r < 4; ++r) add(val[r], q[r]);
@@ -338,16 +328,12 @@ __device__ double fusedSegment(const void* xv, int d, const int* sortedIndex, in
 
 // The fused kernels' columns per lane (fusedSegment): f(T, V) as integral constants. V = 4 when D % 4 == 0 and
 // the rows start 4-value aligned (cudaMalloc'd arrays, whole rows: always), so one load per lane reads 4 values;
-// T groups cover D ≤ 128 or ≤ 256 with the fewest registers. KMFLEET_SUMS_SCALAR=1: V = 1 (A/B of the loads only;
-// distances then add their columns in the other order).
+// T groups cover D ≤ 128 or ≤ 256 with the fewest registers. (V is part of the distances' bits: it orders the
+// additions of a row's columns.)
 template <typename F>
 void withFusedShape(RowValues x, int d, F&& f) {
-  static const bool scalar = [] {
-    const char* v = std::getenv("KMFLEET_SUMS_SCALAR");
-    return v && *v && *v != '0';
-  }();
   const std::size_t vecBytes = 4 * (x.type == InType::F32 ? 4 : 2);
-  const bool vec = !scalar && d % 4 == 0 && reinterpret_cast<std::uintptr_t>(x.p) % vecBytes == 0;
+  const bool vec = d % 4 == 0 && reinterpret_cast<std::uintptr_t>(x.p) % vecBytes == 0;
   using I1 = std::integral_constant<int, 1>;
   using I2 = std::integral_constant<int, 2>;
   using I4 = std::integral_constant<int, 4>;

@@ -50,7 +50,6 @@
 #include <string>
 
 #include "device_facts.h"
-#include "exact_screen_policy.h"
 #include "kernels.h"
 #ifdef KMFLEET_HOPPER
 #include "assign_wgmma.h"
@@ -61,10 +60,7 @@ namespace cuda {
 namespace {
 
 constexpr int BM = kBlockRows, BN = kBlockCentroids;
-#ifndef KMFLEET_ASSIGN_STAGES
-#define KMFLEET_ASSIGN_STAGES 3
-#endif
-constexpr int STAGES = KMFLEET_ASSIGN_STAGES;  // cp.async pipeline depth (kmbench A/B: -DKMFLEET_ASSIGN_STAGES=4)
+constexpr int STAGES = 3;  // cp.async pipeline depth
 constexpr int THREADS = 128;
 static_assert(BM == BN, "A and B tiles share one layout");
 static_assert(kDimChunk % 64 == 0, "Dp must hold whole 64-dim chunks");
@@ -472,16 +468,12 @@ void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s, dim3 gri
 
 }  // namespace
 
-std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident) {
-  // per-block opt-in limit of this device: 227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86/89.
-  // KMFLEET_CUDA_SMEM_LIMIT (bytes) lowers the limit the portable kernel plans for, so that a machine with more
-  // shared memory runs the layouts a smaller one would (sm_86/89: 101376, sm_80: 166912); read once per process.
-  static const long cap = [] {
-    const char* v = std::getenv("KMFLEET_CUDA_SMEM_LIMIT");
-    return v ? std::atol(v) : 0L;
-  }();
+std::size_t assignSharedBytes(OpKind op, int dp, int sharedMemoryLimit, bool* aResident) {
+  // per-block opt-in limit of this device: 227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86/89. A lower
+  // sharedMemoryLimit lets a machine with more shared memory run the layouts a smaller one would (sm_86/89: 101376,
+  // sm_80: 166912).
   int optin = currentDeviceFacts().smemOptin;
-  if (cap > 0 && cap < optin) optin = static_cast<int>(cap);
+  if (sharedMemoryLimit > 0 && sharedMemoryLimit < optin) optin = sharedMemoryLimit;
   const int terms = opTerms(op);
   const int bk = bkFor(op == OpKind::F16x3);
   const std::size_t tileBytes = static_cast<std::size_t>(BM) * bk * 2;
@@ -494,8 +486,8 @@ std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident) {
 }
 
 namespace {
-AssignArgs makeArgs(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                    std::size_t* smemBytesOut) {
+AssignArgs makeArgs(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
+                    OpKind op, std::size_t* smemBytesOut) {
   const int dp = static_cast<int>(padDims(d));
   AssignArgs a{};
   a.ahi = static_cast<const unsigned short*>(rows.ahi);
@@ -510,7 +502,7 @@ AssignArgs makeArgs(const RowOps& rows, std::int64_t n, int d, const CentroidOps
   (void)op;
   a.kp = static_cast<int>(padCentroids(k));
   bool res = false;
-  const std::size_t smemBytes = assignSharedBytes(op, dp, &res);
+  const std::size_t smemBytes = assignSharedBytes(op, dp, kernel.sharedMemoryLimit, &res);
   a.aResident = res ? 1 : 0;
   a.halfScaleC = c.scale * 0.5f;
   const double cmaxS = static_cast<double>(c.scale) * c.maxNorm;  // ĉmax
@@ -546,28 +538,33 @@ AssignArgs withScreenBound(AssignArgs a, const CentroidOps& c, const RowOps& row
 }
 }  // namespace
 
-const char* assignKernelName(int d) {
+const char* assignKernelName(const AssignKernel& kernel, int d) {
 #ifdef KMFLEET_HOPPER
-  if (hopperAssignTakes(d)) return "wgmma";
+  if (!kernel.portable && hopperAssignTakes(d)) return "wgmma";
 #else
+  (void)kernel;
   (void)d;
 #endif
   return "mma.sync";
 }
 
-void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
-                std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
+namespace {
+// assignRows and screenRows: screenAlone stops after the screen's launch (its labels are not exact)
+void assign(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
+            OpKind op, std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+            std::int32_t* screened, unsigned int* screenedCount, bool screenAlone, cudaStream_t s) {
   if (n <= 0) return;
   std::size_t smemBytes = 0;
-  AssignArgs a = makeArgs(rows, n, d, c, k, op, &smemBytes);
+  AssignArgs a = makeArgs(kernel, rows, n, d, c, k, op, &smemBytes);
 #ifdef KMFLEET_HOPPER
   // wgmma on compute capability 9.0 when it takes the shape, with the same error bound (exact mode: screened by
   // one product first when the caller gave the scratch)
   const AssignArgs sb = withScreenBound(a, c, rows);
-  if (assignRowsHopper(rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr,
+  if (!kernel.portable &&
+      assignRowsHopper(rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr,
                        ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax},
-                       ExactScreen{screened, screenedCount, ExactBound{sb.epsX, sb.epsC, sb.epsG, sb.epsM, sb.cmax, sb.epsL}},
+                       ExactScreen{screened, screenedCount, ExactBound{sb.epsX, sb.epsC, sb.epsG, sb.epsM, sb.cmax, sb.epsL},
+                                   screenAlone},
                        s))
     return;
 #endif
@@ -575,17 +572,17 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
   a.flagged = flagged;
   a.flaggedCount = flaggedCount;
   a.flaggedThr = flaggedThr;
-  if (op == OpKind::F16x3 && screened && screenedCount && !exactScreenEnv("0")) {
+  if (op == OpKind::F16x3 && screened && screenedCount) {
     // 1. one product (the hi operands, 64-dim stages) over every row: labels, and the rows its bound can't decide
     std::size_t screenSmem = 0;
-    AssignArgs sa = withScreenBound(makeArgs(rows, n, d, c, k, OpKind::F16x1, &screenSmem), c, rows);
+    AssignArgs sa = withScreenBound(makeArgs(kernel, rows, n, d, c, k, OpKind::F16x1, &screenSmem), c, rows);
     sa.labels = labels;
     sa.flagged = screened;
     sa.flaggedCount = screenedCount;
     sa.flaggedThr = nullptr;
     cudaMemsetAsync(screenedCount, 0, sizeof(unsigned), s);
     launch<false, kScreenMode>(sa, screenSmem, s);
-    if (exactScreenEnv("only")) return;
+    if (screenAlone) return;
     // 2. the three products for those rows (their count is on the device: a few waves of blocks loop over them)
     a.rowIds = screened;
     a.nDevice = screenedCount;
@@ -599,13 +596,25 @@ void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c,
     case OpKind::F16x3: launch<false, kExactMode>(a, smemBytes, s); break;
   }
 }
+}  // namespace
 
-void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
+void assignRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
+                OpKind op, std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+                std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
+  assign(kernel, rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr, screened, screenedCount, false, s);
+}
+
+void screenRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
+                std::int32_t* labels, std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
+  assign(kernel, rows, n, d, c, k, OpKind::F16x3, labels, nullptr, nullptr, nullptr, screened, screenedCount, true, s);
+}
+
+void candidateRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
                    const std::int32_t* flagged, const unsigned int* flaggedCount, const float* flaggedThr,
                    int* candCount, int* cand, cudaStream_t s) {
   if (maxRows <= 0) return;
   std::size_t smemBytes = 0;
-  AssignArgs a = makeArgs(rows, maxRows, d, c, k, OpKind::F16x3, &smemBytes);
+  AssignArgs a = makeArgs(kernel, rows, maxRows, d, c, k, OpKind::F16x3, &smemBytes);
   a.flagged = const_cast<int*>(flagged);
   a.flaggedCount = const_cast<unsigned*>(flaggedCount);
   a.flaggedThr = const_cast<float*>(flaggedThr);

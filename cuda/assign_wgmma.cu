@@ -18,7 +18,7 @@
 //                   −d' straight from them.
 // The compared quantity is assign_kernel.cu's: d' is a positive per-row multiple of ‖x−c‖² − ‖x‖². The plain and
 // screen epilogues compare keys — d' with its 5 low bits replaced by the column's place among the thread's 32
-// (one LOP3 and one FMNMX a value instead of a compare and two selects: 10M×128×1024 fp16 4.84–4.88 → 4.56–4.73 ms).
+// (one LOP3 and one FMNMX a value instead of a compare and two selects).
 // Values within 2⁻¹⁸ of each other (exact duplicates included) are then ordered by that place before their index:
 // deterministic, not always the lowest index (the portable kernel's tie rule). That is inside the products' own
 // error in these modes; the screen's margin test allows for it, and exact mode's epilogue compares the values
@@ -40,28 +40,11 @@
 
 #include "assign_wgmma.h"
 #include "device_facts.h"
-#include "exact_screen_policy.h"
 
 namespace kmfleet {
 namespace cuda {
 namespace {
 
-// A/B knobs for tools/assign_ab builds (defaults = the shipped kernel): KMFLEET_WGMMA_PINGPONG=0 lets the two
-// consumers issue freely; KMFLEET_WGMMA_EPILOGUE=1 replaces the epilogue by a token read of the accumulators
-// (wrong labels: the products-only ceiling); KMFLEET_WGMMA_KEYS=0 puts back the plain and screen epilogues that
-// compare values (a compare and two selects a value; stop 12's kernel).
-#ifndef KMFLEET_WGMMA_PINGPONG
-#define KMFLEET_WGMMA_PINGPONG 1
-#endif
-#ifndef KMFLEET_WGMMA_EPILOGUE
-#define KMFLEET_WGMMA_EPILOGUE 0
-#endif
-#ifndef KMFLEET_WGMMA_INIT
-#define KMFLEET_WGMMA_INIT 1  // 0: the plain epilogue computes d' = g·‖c‖² − acc per value (stop 13's kernel)
-#endif
-#ifndef KMFLEET_WGMMA_KEYS
-#define KMFLEET_WGMMA_KEYS 1
-#endif
 constexpr int kConsumers = 2;
 // M = m64 halves per consumer: 2 (256-row blocks) in general; 1 (128-row blocks) for exact fp32 with Dp > 128, whose
 // hi + lo rows of a 256-row block would not fit beside the centroid ring.
@@ -316,12 +299,13 @@ __global__ void __launch_bounds__(kThreadsH, 1)
   constexpr int kGatherThreads = 96;  // producer warps 1–3
   extern __shared__ unsigned char smemRaw[];
   constexpr int kBlockRowsH = blockRowsH(M), kAChunkBytes = aChunkBytes(M), kRowsPerConsumer = 64 * M;
-  constexpr bool kPingPong = KMFLEET_WGMMA_PINGPONG && M == 2;
+  // the two consumers take turns issuing their products (named barriers) where both have 256-row halves
+  constexpr bool kPingPong = M == 2;
   // keys: the plain and screen epilogues compare d' with the column in its low bits (see below); exact mode doesn't
-  constexpr bool kKeys = KMFLEET_WGMMA_KEYS && KMFLEET_WGMMA_EPILOGUE != 1 && (MODE == kPlain || MODE == kScreen);
+  constexpr bool kKeys = MODE == kPlain || MODE == kScreen;
   // plain mode: the accumulators start at −g·‖c‖² instead of 0, so the products leave u = −d' in them and the
   // epilogue makes keys straight from the accumulators (see the tile loop)
-  constexpr bool kInit = KMFLEET_WGMMA_INIT && kKeys && MODE == kPlain;
+  constexpr bool kInit = MODE == kPlain;
   // kScreenRef starts them at ρ − g·‖c‖² (ρ: the row's previous best d'), so they end at u = ρ − d'
   constexpr bool kStart = kInit || REF;
   const SharedLayout sm = carve(smemRaw, p, TERMS, kAChunkBytes);
@@ -430,7 +414,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
     }
   };
   // ‖c‖² of the thread's 32 columns of a tile, loaded after the previous tile's epilogue so that their latency passes
-  // while this tile's products are issued and run (exact screen 10M×128×1024 6.75–6.86 → 6.63–6.65 ms; fp16 the same)
+  // while this tile's products are issued and run
   auto loadCn = [&](float2 (&c)[16], int tile) {
     const int base = tile * kTileN + 2 * (lane & 3);
 #pragma unroll
@@ -502,8 +486,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       if constexpr (kStart) {
         // plain: acc = −g·‖c‖², exact (g = s_r·s_c/2 is a power of two) unless it leaves fp32's range, where d' itself
         // did before; the products then leave u = x̂·ĉ − g·‖c‖² = −d'. 128 independent multiplies before this tile's
-        // turn instead of an FFMA at the head of every value's chain in the epilogue: 10M×128×1024 fp16 assignment
-        // 4.43–4.57 → 4.31–4.39 ms (cuda/NOTES.md "Stop 14").
+        // turn instead of an FFMA at the head of every value's chain in the epilogue.
         // kScreenRef: acc = ρ − g·‖c‖² (one rounding; the bound allows for it and for the products' accumulation
         // onto it), so the products leave u = ρ − d'.
 #pragma unroll
@@ -522,7 +505,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       wgFence();
       // Both halves' products per k-step, back to back on the same B descriptor. (Issuing half 0's products
       // in one commit group and half 1's in the next, to overlap half 0's epilogue with half 1's products,
-      // measured slower on the H200: 10M×128×1024 fp16 5.2 → 5.4 ms, 1M×256×4096 3.2 → 3.7 ms.)
+      // measured slower.)
       for (int kc = 0; kc < p.nK; ++kc) {
         if (ct == 0) barWait(sm.aFull + ab * kMaxChunks + kc, aPhase);  // this block's rows, chunk kc
         const RingPos lo = pos.next(p.stages);
@@ -573,18 +556,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       const int colBase = ct * kTileN + 2 * (lane & 3);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        if constexpr (KMFLEET_WGMMA_EPILOGUE == 1 && !MARGIN) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = m * 2 + h;
-            const float v = fmaf(g[i], cn[i].x, -acc[m][h * 2]);
-            const bool lt = v < best[i];
-            best[i] = lt ? v : best[i];
-            bestIdx[i] = lt ? colBase : bestIdx[i];
-          }
-        } else if constexpr (kKeys && MODE == kPlain) {
-          // keys: u = acc − g·‖c‖² (= −d'; with kInit the accumulators already hold it) with its 5 low bits
-          // replaced by 31 − L, L = 2j + e the column's place
+        if constexpr (MODE == kPlain) {
+          // keys: u = acc (= −d': the accumulators started at −g·‖c‖²) with its 5 low bits replaced by 31 − L,
+          // L = 2j + e the column's place
           // among the thread's 32; one max per value picks the best column (among equal u ≥ 0, the thread's lowest).
           // The running best keeps −key (a d' again, for the merge below) and the tile it came from.
 #pragma unroll
@@ -596,8 +570,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const float a = acc[m][4 * j + 2 * h + e];
-                k[2 * j + e] = kInit ? withLowBits(a, p.keyMask, 31 - (2 * j + e))
-                                     : withLowBits(fmaf(-g[i], e ? cn[j].y : cn[j].x, a), p.keyMask, 31 - (2 * j + e));
+                k[2 * j + e] = withLowBits(a, p.keyMask, 31 - (2 * j + e));
               }
 #pragma unroll
             for (int w = 1; w < 32; w <<= 1)
@@ -640,7 +613,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             tileX[i] = (changed & 0xFFFFu) ? ct : tileX[i];
             tileY[i] = (changed >> 16) ? ct : tileY[i];
           }
-        } else if constexpr (kKeys && MODE == kScreen) {
+        } else if constexpr (MODE == kScreen) {
           // keys (d' with its 5 low bits replaced by L): best and second best by a tree of (low, high) pairs —
           // leaves min/max of two values, a merge low = min(l1, l2), high = min(max(l1, l2), min(h1, h2)) — then
           // merged with the running pair the same way. The margin test allows for the keys' rounding.
@@ -661,8 +634,9 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             best[i] = fminf(lo[0], best[i]);
             bestIdx[i] = lt ? ct : bestIdx[i];
           }
-        } else if constexpr (MARGIN) {
-          // exact (and, without keys, screen) modes: best and second best, in increasing column order (strict '<':
+        } else {
+          static_assert(MODE == kExact, "plain, screen and relative keys are above");
+          // exact mode: best and second best, in increasing column order (strict '<':
           // the lowest index wins)
 #pragma unroll
           for (int j = 0; j < 16; ++j)
@@ -678,33 +652,6 @@ __global__ void __launch_bounds__(kThreadsH, 1)
                 best[i] = lt ? v : best[i];
               }
             }
-        } else {
-          // per row a min-tree over the thread's 32 columns (left = lower column, the right one wins only when
-          // strictly smaller), then one compare with the running best
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = m * 2 + h;
-            float v[32];
-            int q[32];
-#pragma unroll
-            for (int j = 0; j < 16; ++j) {
-              v[2 * j] = fmaf(g[i], cn[j].x, -acc[m][4 * j + 2 * h]);
-              v[2 * j + 1] = fmaf(g[i], cn[j].y, -acc[m][4 * j + 2 * h + 1]);
-              q[2 * j] = j * 8;
-              q[2 * j + 1] = j * 8 + 1;
-            }
-#pragma unroll
-            for (int w = 1; w < 32; w <<= 1)
-#pragma unroll
-              for (int e = 0; e < 32; e += 2 * w) {
-                const bool right = v[e + w] < v[e];
-                v[e] = right ? v[e + w] : v[e];
-                q[e] = right ? q[e + w] : q[e];
-              }
-            const bool lt = v[0] < best[i];
-            best[i] = lt ? v[0] : best[i];
-            bestIdx[i] = lt ? colBase + q[0] : bestIdx[i];
-          }
         }
       }
       if constexpr (!kStart) loadCn(cn, nextTile);
@@ -820,11 +767,6 @@ bool makeMap(CUtensorMap* map, const void* base, std::int64_t outer, int dp, int
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-bool disabledByEnvironment() {  // read per call (cheap beside a launch): A/B tools flip it inside one process
-  const char* v = std::getenv("KMFLEET_ASSIGN_KERNEL");
-  return v != nullptr && std::strcmp(v, "mma") == 0;
-}
-
 
 template <bool BF16, int MODE, int M, bool GATHER>
 void launchHopper(const CUtensorMap (&maps)[4], const HopperArgs& a, std::size_t smem, int grid, cudaStream_t s) {
@@ -852,7 +794,7 @@ bool sizeLaunch(HopperArgs& a, int terms, int M, const DeviceFacts& dev, std::si
 }  // namespace
 
 bool hopperAssignTakes(int d) {
-  return !disabledByEnvironment() && static_cast<int>(padDims(d)) <= kMaxDp && currentDeviceFacts().hopper;
+  return static_cast<int>(padDims(d)) <= kMaxDp && currentDeviceFacts().hopper;
 }
 
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
@@ -863,16 +805,15 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   const DeviceFacts dev = currentDeviceFacts();
   const bool three = op == OpKind::F16x3;
   const int terms = three ? 2 : 1;
-  // 128-row blocks where 256 rows of hi + lo would not fit (KMFLEET_WGMMA_ROWS=128: for every exact shape, A/B only)
-  const char* rowsEnv = std::getenv("KMFLEET_WGMMA_ROWS");
-  const int M = three && (dp > 128 || (rowsEnv && std::strcmp(rowsEnv, "128") == 0)) ? 1 : 2;
+  // 128-row blocks where 256 rows of hi + lo would not fit
+  const int M = three && dp > 128 ? 1 : 2;
 
   HopperArgs a{};
   a.nK = dp / kChunk;
   std::size_t smem = 0;
   if (!sizeLaunch(a, terms, M, dev, &smem)) return false;
   // exact mode screened by one product first (rows and centroids: the hi operands, 256-row blocks)
-  const bool screened = three && screen.rows && screen.count && !exactScreenEnv("0");
+  const bool screened = three && screen.rows && screen.count;
   HopperArgs screenShape{};  // the screen's row buffers and ring (one product, 256-row blocks)
   screenShape.nK = a.nK;
   std::size_t screenSmem = 0;
@@ -925,7 +866,7 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
     if (sa.refIn) launchHopper<false, kScreenRef, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
     else launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
-    if (exactScreenEnv("only")) return true;
+    if (screen.alone) return true;
     // 2. the exact products over those rows only (gathered; their count is on the device)
     a.rowIds = screen.rows;
     a.nDevice = screen.count;

@@ -26,13 +26,12 @@ struct ExactScreen {
   std::int32_t* rows = nullptr;
   unsigned* count = nullptr;
   ExactBound bound;
+  bool alone = false;  // the screen only, no three products after it (kernels.h screenRows: its labels are not exact)
 };
 
 // Labels for n rows, as assignRows: F16x1, BF16x1 and, with the margin test against `bound` that appends the rows
-// to re-check to flagged/flaggedCount/flaggedThr, F16x3 (screened first when `screen` says so and
-// KMFLEET_EXACT_SCREEN is not 0). Returns false without launching anything when this path can't take the call: not
-// a compute capability 9.0 device, Dp > 256, or KMFLEET_ASSIGN_KERNEL=mma in the environment (the portable kernel,
-// for A/B runs).
+// to re-check to flagged/flaggedCount/flaggedThr, F16x3 (screened first when `screen` has its scratch). Returns false
+// without launching anything when this path can't take the call: not a compute capability 9.0 device, or Dp > 256.
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
                       std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                       const ExactBound& bound, const ExactScreen& screen, cudaStream_t s);

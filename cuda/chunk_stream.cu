@@ -180,11 +180,11 @@ void CudaBackend::assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t
   if (!count) count = flaggedCount_;
   check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
   // exact mode: candCount (candidateRows fills it later on this stream) holds the screened rows until then
-  assignRows(ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, count, f.thr, screenThisPass_ ? f.candCount : nullptr,
-             count + 1, s);
+  assignRows(kernel_, ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, count, f.thr,
+             screenThisPass_ ? f.candCount : nullptr, count + 1, s);
   check(cudaGetLastError(), "assignRows");
   if (mp_.op == OpKind::F16x3) {
-    candidateRows(ops, rows, d_, cops_, k_, f.flagged, count, f.thr, f.candCount, f.cand, s);
+    candidateRows(kernel_, ops, rows, d_, cops_, k_, f.flagged, count, f.thr, f.candCount, f.cand, s);
     recheckRows(rowValues(ops), d_, cf_, k_, f.flagged, count, rows, f.candCount, f.cand, labels, s);
     addFlagged(s, count);
   }

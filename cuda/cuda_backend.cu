@@ -1,4 +1,4 @@
-// The CUDA Backend (cuda_backend.h): construction (the memory plan, the environment's A/B switches), the pass's
+// The CUDA Backend (cuda_backend.h): construction (the memory plan, the settings of EngineConfig.cuda), the pass's
 // begin, finish (flags, totals, changed resident labels, farthest rows, statistics) and abort, makeCudaBackend.
 #include <cuda_runtime.h>
 
@@ -39,15 +39,13 @@ CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool) : cfg_(cfg),
   rowBytes_ = static_cast<std::size_t>(d_) * dtypeBytes(cfg.dtype);
   cosine_ = cfg.metric == Metric::Cosine;
   rows16_ = keepsRows16(inType(cfg.dtype), cosine_);
-  stats_ = std::getenv("KMFLEET_CUDA_STATS") != nullptr;
-  perChunk_ = std::getenv("KMFLEET_CUDA_PER_CHUNK") != nullptr;
-  noOverlap_ = std::getenv("KMFLEET_CUDA_NO_OVERLAP") != nullptr;
-  hostCountsChanges_ = std::getenv("KMFLEET_CUDA_HOST_REASSIGNED") != nullptr;
-  if (const char* v = std::getenv("KMFLEET_CUDA_AHEAD")) residentAhead_ = std::max(1, std::atoi(v));
+  stats_ = cfg.stats;
+  kernel_ = AssignKernel{cfg.cuda.portableKernel, cfg.cuda.sharedMemoryLimit};
+  residentAhead_ = std::max(1, cfg.cuda.residentAhead);
   plan_.backend = BackendKind::Cuda;
-  // the device and the assignment kernel its rows run on (a portable build, or KMFLEET_ASSIGN_KERNEL=mma, says so)
+  // the device and the assignment kernel its rows run on (a portable build, or CudaSettings.portableKernel, says so)
   plan_.device = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
-                 assignKernelName(d_) + ")";
+                 assignKernelName(kernel_, d_) + ")";
   plan_.precision = mp_.precision;
   plan_.chunkRows = mp_.chunkRows;
   plan_.buffers = mp_.buffers;
@@ -102,9 +100,10 @@ void CudaBackend::beginPass(const PassSpec& spec) {
     zeroExactStats(statsPass_, compute_);
     if (!moveThisPass_) zeroExactStats(statsRes_, compute_);
   }
-  screenThisPass_ = mp_.op == OpKind::F16x3 && screenPolicy_.screen();
-  screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ &&
-                            (screenPolicy_.relative() || screenRefEnv("always")) && !screenRefEnv("0");
+  screenThisPass_ = mp_.op == OpKind::F16x3 && cfg_.cuda.exactScreen && screenPolicy_.screen();
+  const RelativeKeys keys = cfg_.cuda.relativeKeys;
+  screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ && keys != RelativeKeys::Off &&
+                            (keys == RelativeKeys::Always || screenPolicy_.relative());
   if (muReady_ && !centroidsReady_) prepareCentroidOps();
 }
 
@@ -113,7 +112,7 @@ PassTotals CudaBackend::finishPass() {
   if (overlap_) pumpResident(true);  // the rest of the resident rows, then the streamed chunks' folds
   // Resident rows whose label changed since the previous pass that computed them (their labels are still on the
   // device): counted here instead of by the engine over the host arrays.
-  const bool countChanges = residentRan_ && prevLabelsValid_ && !hostCountsChanges_;
+  const bool countChanges = residentRan_ && prevLabelsValid_;
   if (countChanges) {
     check(cudaMemsetAsync(changedCount_, 0, sizeof(unsigned long long), compute_), "memset");
     countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, compute_);
@@ -164,7 +163,7 @@ PassTotals CudaBackend::finishPass() {
   // backend.h: the farthest rows only when a cluster came out empty (the engine reads them only then). Streamed
   // chunks offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64
   // distances kept on the device, chunk by chunk as they were fed: the same candidates as computed eagerly.
-  if (fit_ && spec_.farthest > 0 && (anyEmpty || perChunk_)) {
+  if (fit_ && spec_.farthest > 0 && anyEmpty) {
     if (residentRan_) residentFarthest();
     std::stable_sort(far_.begin(), far_.end(), [](const FarRow& a, const FarRow& b) {
       return a.distance > b.distance || (a.distance == b.distance && a.row < b.row);
@@ -238,7 +237,7 @@ void CudaBackend::abortPass() noexcept {
   exactThisPass_ = moveThisPass_ = false;  // statsHoldPrev_ stays false (beginPass): the next fit pass adds afresh
 }
 
-// KMFLEET_CUDA_STATS: CUDA events around each chunk's stages (assign + recheck, sums + distances, farthest),
+// EngineConfig.stats (KMFLEET_ENGINE_STATS): CUDA events around each chunk's stages (assign + recheck, sums + distances, farthest),
 // summed and printed by finishPass. Nothing recorded otherwise.
 void CudaBackend::stageMark(int i, cudaStream_t s) {
   if (!stats_) return;

@@ -25,7 +25,7 @@
 // through a ring of two pinned pieces (the DMA of piece i+1 overlaps the host's copy of piece i).
 //
 // This header (internal to cuda/) declares the class; its member functions live one concept a file:
-//   cuda_backend.cu     construction (plan, environment switches), begin/finish/abort of a pass, per-pass statistics,
+//   cuda_backend.cu     construction (plan, EngineConfig.cuda settings), begin/finish/abort of a pass, per-pass statistics,
 //                       makeCudaBackend (cuda_bridge.h)
 //   backend_buffers.cu  device and pinned buffers, streams and events: allocate() and release()
 //   pass_centroids.cu   the centroid side: upload through pinned staging, μ, operands + statistics, the fit update
@@ -204,6 +204,7 @@ class CudaBackend final : public Backend {
 
   EngineConfig cfg_;
   ThreadPool* pool_ = nullptr;  // the engine's (may be null): copyResidentOutputs
+  AssignKernel kernel_;         // which assignment kernel, the portable one's shared-memory plan (cfg_.cuda)
   MemoryPlan mp_;
   Plan plan_;
   std::int64_t n_ = 0;
@@ -264,7 +265,7 @@ class CudaBackend final : public Backend {
   bool statsHoldPrev_ = false;   // statsRes_ = the resident rows under resPrevLabels_
   // The share of resident rows whose label changed in the last pass that counted them. A move costs about twice a
   // fresh add's work per changed row (an entry at each end) plus a counting sort: past ~1/3 of the rows adding all
-  // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Stop 19"). Either way the same bits.
+  // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Exact statistics"). Either way the same bits.
   double lastChangedShare_ = 0;
   ExactStats statsRes_;          // the resident rows
   ExactStats statsPass_;         // this pass's streamed chunks, then (finishPass) the pass's total
@@ -294,13 +295,12 @@ class CudaBackend final : public Backend {
   // pass), valid when that pass was the engine's last completed one: finishPass counts the changed rows.
   int* resPrevLabels_ = nullptr;
   bool prevLabelsValid_ = false;
-  bool hostCountsChanges_ = false;  // KMFLEET_CUDA_HOST_REASSIGNED=1 (A/B only): leave the count to the engine
   unsigned long long* changedCount_ = nullptr;
   float* resDist_ = nullptr;
   double* resDist64_ = nullptr;  // this pass's fp64 distance of each resident row (farthest rows, finishPass)
-  // Whether a pass writes resDist64_ as it goes: D > 256 (rowDistances feeds the sums), or the old per-chunk device
-  // work (farthest rows every fit pass). Otherwise residentFarthest computes them when a cluster came out empty.
-  bool keepsResidentDistances() const { return !distancesFromSums(d_) || perChunk_; }
+  // Whether a pass writes resDist64_ as it goes: D > 256 (rowDistances feeds the sums). Otherwise residentFarthest
+  // computes them when a cluster came out empty.
+  bool keepsResidentDistances() const { return !distancesFromSums(d_); }
   ResidentAccumulateScratch racc_;  // rows > 0: processResidentWhole
   FlagScratch resFlag_;             // exact mode, processResidentWhole: flagged rows of a piece
   bool residentRan_ = false;        // processResident ran in this pass
@@ -319,14 +319,11 @@ class CudaBackend final : public Backend {
   long long* hGatherRows_ = nullptr;
   float* hGatherVals_ = nullptr;
   int gatherCap_ = 0;
-  bool stats_ = false;
-  // KMFLEET_CUDA_PER_CHUNK (A/B only): resident rows chunk by chunk and the farthest rows on every fit pass, the
-  // device work of the path before accumulateResident and the lazy farthest rows
-  bool perChunk_ = false;
+  bool stats_ = false;  // EngineConfig.stats: per-pass device times on stderr (stageMark)
   // Overlap of a partly resident pass (planner.h overlapPartials): streamed chunks on chunkStream_ (high priority)
-  // with their own scratch, sums into a ring of per-chunk partials folded on compute_ in chunk order.
-  // KMFLEET_CUDA_NO_OVERLAP=1 keeps the old path (streamed chunks behind the resident rows on compute_) for A/B.
-  bool noOverlap_ = false, overlap_ = false;
+  // with their own scratch, sums into a ring of per-chunk partials folded on compute_ in chunk order. Without the
+  // partials (they did not fit) streamed chunks run behind the resident rows on compute_.
+  bool overlap_ = false;
   cudaStream_t chunkStream_ = nullptr;
   cudaEvent_t passReady_ = nullptr;
   AccumulateScratch accS_;
@@ -341,7 +338,7 @@ class CudaBackend final : public Backend {
   std::int64_t resChunks_ = 0, resSteps_ = 0, resStep_ = 0;
   std::vector<cudaEvent_t> resStepDone_;      // per resident step, on compute_
   std::vector<std::size_t> pendingFolds_;     // partials waiting for the last resident step to be queued
-  // resident steps queued beyond the last one seen done (KMFLEET_CUDA_AHEAD for A/B), each ~one chunk's compute
+  // resident steps queued beyond the last one seen done (CudaSettings.residentAhead), each ~one chunk's compute
   std::int64_t residentAhead_ = 2;
   std::vector<std::array<cudaEvent_t, 4>> stageEv_;
   std::size_t stagesUsed_ = 0;

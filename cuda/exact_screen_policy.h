@@ -9,30 +9,13 @@
 // so the last screened pass decides: after one that passed on too many the screen stays off for 2 passes, then 4,
 // 8, … 256 after each further such pass (a clustered dataset stays clustered), and a good pass resets the wait.
 // It also decides whether a screened pass keys on each row's best of the previous one (relative(): kScreenRef, Dp ≤
-// 128, from the third screened pass; cuda/NOTES.md "Stop 15").
+// 256, from the third screened pass; cuda/NOTES.md "Relative keys").
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 namespace kmfleet {
 namespace cuda {
-
-// KMFLEET_EXACT_SCREEN=0: exact mode without the screen (A/B); =only: the screen alone (labels not exact: kmbench's
-// timing split only). Read at every assignment, so one process can A/B.
-inline bool exactScreenEnv(const char* value) {
-  const char* v = std::getenv("KMFLEET_EXACT_SCREEN");
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-// KMFLEET_SCREEN_REF=0: the screen without the previous pass's per-row best (the 32-bit-key epilogue on every pass;
-// A/B); =always: with it on every pass after the first screened one, whatever the policy says (tests). Read at every
-// pass.
-inline bool screenRefEnv(const char* value) {
-  const char* v = std::getenv("KMFLEET_SCREEN_REF");
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
 
 class ExactScreenPolicy {
  public:
@@ -47,12 +30,9 @@ class ExactScreenPolicy {
 
   bool screen() const { return off_ == 0; }
   // Whether a screened pass keys on each row's best from the previous screened pass (kScreenRef, Hopper), given
-  // that a screen left them for these rows. Only for Dp ≤ 256, where it was measured. At Dp = 256 (1M×256×4096,
-  // H200, same call, three runs each) the early passes lose (staler guesses pass on more rows, and a passed-on row
-  // costs three products in 128-row blocks): kmbench's mean of iterations 5–14 is unchanged (4.59–4.62 vs
-  // 4.60–4.63 ms), while the Backend's pass (median of passes 3–10, other data) gains, 4.55–4.58 → 4.36–4.38, and
-  // so does the Engine's iteration (median of 5–14), 5.19–5.29 → 4.83–5.18. (Stop 15's H100 loss through the Engine
-  // timed iterations 2–9, the early ones.)
+  // that a screen left them for these rows. Only for Dp ≤ 256, where it was measured to pay: at Dp = 256 the early
+  // passes lose (staler guesses pass on more rows, and a passed-on row costs three products in 128-row blocks), the
+  // later ones gain more.
   bool relative() const {
     return relativePays_ && screen() && plainScreens_ >= kPlainScreensFirst && relativeOff_ == 0;
   }

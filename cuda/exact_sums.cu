@@ -1,7 +1,7 @@
 // Exact per-cluster statistics (exact_sums.h): Σx̃ in 192-bit and Σ‖x̃‖² in 384-bit two's complement integers, a count,
-// kept across passes and brought up to date by the rows whose label changed. The technique is the one stop 18's
-// probe measured (cuda/NOTES.md "Stop 18"; the probe is gone, `exact_sums_check bench` times this code); this file
-// generalizes it to any D (1…4096), any K, fp32/fp16/bf16 rows, Σ‖x̃‖², and a sort that never waits on the host.
+// kept across passes and brought up to date by the rows whose label changed (cuda/NOTES.md "Exact statistics";
+// `exact_sums_check bench` times this code): any D (1…4096), any K, fp32/fp16/bf16 rows, Σ‖x̃‖², and a sort that
+// never waits on the host.
 //
 // The grid. A value x (fp16/bf16 widened to fp32 exactly) with biased exponent ex and 24-bit significand m (0 for
 // ex = 0: denormals are far below the grid) is m·2^(ex−150); on the 2^-96 grid that is the integer m·2^sh, sh = ex − 54.
@@ -24,7 +24,7 @@
 //      so callers on several streams (each with its own ExactScratch) may add into the same ExactStats at once.
 //   3. exactFinish (once a pass): one warp per cluster turns the integers into fp64 sums (correctly rounded) and an
 //      exact inertia (384-bit integers, rounded once).
-// cuda/tools/exact_sums_check.cu checks all of it bit for bit against host big-integer references.
+// bench/gpu/tools/exact_sums_check.cu checks all of it bit for bit against host big-integer references.
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 

@@ -1,5 +1,5 @@
 // Exact per-cluster statistics of the rows, kept across passes and updated by the rows whose label changed
-// (cuda/NOTES.md "Stop 18" lead, "Stop 19" integration).
+// (cuda/NOTES.md "Exact statistics").
 //
 // Every value x (fp32, or fp16/bf16 widened exactly) is truncated once, toward zero, onto a 2^-96 grid: x̃ = M·2^-96
 // with the integer M = m·2^s (m the ≤ 24-bit magnitude of the significand, s ≥ 0) — exact for |x| ≥ 2^-72, which is
@@ -25,7 +25,7 @@
 // Work per call, on one stream, no host synchronization (counts stay on the device):
 //   exactAddRows    rows [0, n) with their labels: sorted by label (cub's radix sort), then one warp per run of
 //                   sorted rows adds each lane's values
-//                   into shared-memory bins folded into the run's sums (stop 18's probe, cuda/NOTES.md),
+//                   into shared-memory bins folded into the run's sums,
 //                   runs merged with 64-bit atomics and carries.
 //   exactMoveRows   statistics that hold the rows under `prev` become those under `cur`: only rows with
 //                   prev[r] ≠ cur[r] are read, each added at cur[r] and subtracted at prev[r] (a counting sort with

@@ -1,5 +1,5 @@
 // Host-side launchers of the CUDA kernels (no engine types here: the backend and the standalone
-// harness cuda/tools/kmbench.cu both drive the kernels through this header).
+// harness bench/gpu/tools/kmbench.cu both drive the kernels through this header).
 //
 // Data flow of one chunk of n rows (all device pointers, one stream):
 //   prepareRows   raw rows (f32/f16/bf16) → values (fp32 xf, unit length for cosine; or the 16-bit rows kept as
@@ -32,10 +32,8 @@ enum class InType : int { F32 = 0, F16 = 1, BF16 = 2 };
 constexpr int kBlockRows = 128;      // rows per assignment block
 constexpr int kBlockCentroids = 128; // centroids per shared-memory tile
 constexpr int kDimChunk = 64;        // reduction-dimension chunk (the padding unit of D)
-#ifndef KMFLEET_SEGMENT_ROWS
-#define KMFLEET_SEGMENT_ROWS 256  // -D A/B builds only: the segment cut orders the sums' additions (their bits)
-#endif
-constexpr int kSegmentRows = KMFLEET_SEGMENT_ROWS;  // rows per fixed-order segment of the centroid sums
+// Rows per fixed-order segment of the centroid sums: the cut orders the sums' additions, so it is part of their bits.
+constexpr int kSegmentRows = 256;
 
 inline std::int64_t padDims(std::int64_t d) { return (d + kDimChunk - 1) / kDimChunk * kDimChunk; }
 inline std::int64_t padCentroids(std::int64_t k) { return (k + kBlockCentroids - 1) / kBlockCentroids * kBlockCentroids; }
@@ -63,8 +61,8 @@ struct RowOps {
   float* rowNormLo = nullptr;  // n, F16x3 (may be null): ‖xl‖ of the row's lo operand, rounded up (the screen's bound)
   // n, F16x3 (may be null): the Hopper screen writes each row's best there (‖x̃ − c̃‖² − ‖x̃‖², approximate) and, when
   // screenRelative, reads it first as the guess its 16-bit keys are relative to (the caller decides: a screen wrote
-  // them for these rows, its policy, KMFLEET_SCREEN_REF). Any finite contents keep the labels exact; stale ones only
-  // pass more rows on.
+  // them for these rows, its policy, CudaSettings.relativeKeys). Any finite contents keep the labels exact; stale ones
+  // only pass more rows on.
   float* screenRef = nullptr;
   bool screenRelative = false;
   void* x16 = nullptr;         // n × D raw 16-bit input rows (f16/bf16 data, l2) when xf is null
@@ -107,24 +105,37 @@ void prepareRows(const void* raw, InType in, std::int64_t n, int d, OpKind op, b
 
 constexpr int kCandidates = 16;  // candidate window capacity per flagged row (more → recheck over all K)
 
+// Which assignment kernel runs and how the portable one lays out its shared memory (EngineConfig.cuda, backend.h
+// CudaSettings). Both kernels give the same labels in exact mode; the settings let tests and tools compare them.
+struct AssignKernel {
+  bool portable = false;      // the portable mma.sync kernel even where the Hopper one could run
+  int sharedMemoryLimit = 0;  // bytes per block the portable kernel plans for, when below the device's opt-in limit
+};
+
 // assignRows: labels for n rows. With F16x3, rows whose margin is within the bound are appended to
 // flagged[] (count in *flaggedCount, window b1 + 2ε in flaggedThr[]) and must go through candidateRows +
 // recheckRows. screened (n ints) and *screenedCount (F16x3, may be null = no screen): scratch of the one-product
 // screen that spares most rows two of the three products (both kernels; assign_wgmma.h ExactScreen); free again once
 // the assignment's launches on s are done, so a caller may lend candidateRows' candCount (later on the same stream).
-void assignRows(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,
-                std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
+void assignRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
+                OpKind op, std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                 std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s);
 
+// Exact mode's one-product screen alone — the first launch of a screened F16x3 assignRows: labels from the hi·hi
+// product and the rows its bound can't decide (screened, *screenedCount). Its labels are NOT exact: the tools' checks
+// (that the screen decides rows) and timing splits only; no pass runs it alone.
+void screenRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
+                std::int32_t* labels, std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s);
+
 // Which assignment kernel assignRows runs for rows of d dims on the current device, as the engine's plan names it:
-// "wgmma" (the Hopper kernel: this build has it, the device is compute capability 9.0, Dp ≤ 256 and
-// KMFLEET_ASSIGN_KERNEL is not mma) or "mma.sync" (the portable one).
-const char* assignKernelName(int d);
+// "wgmma" (the Hopper kernel: this build has it, the device is compute capability 9.0, Dp ≤ 256 and the settings
+// don't ask for the portable one) or "mma.sync" (the portable one).
+const char* assignKernelName(const AssignKernel& kernel, int d);
 
 // candidateRows: the same tensor-core products again for the flagged rows only, appending every centroid
 // inside the row's window to cand[slot·kCandidates ..] (count candCount[slot], may exceed kCandidates).
 // maxRows bounds the flagged count (the grid size); the count itself is read on the device.
-void candidateRows(const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
+void candidateRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
                    const std::int32_t* flagged, const unsigned int* flaggedCount, const float* flaggedThr,
                    int* candCount, int* cand, cudaStream_t s);
 
@@ -202,8 +213,9 @@ void accumulateResident(RowValues x, int d, int k, const std::int32_t* labels, c
                         double* dist, float* dist32, bool sums, ResidentAccumulateScratch& a, double* sumsOut,
                         long long* countsOut, double* inertiaOut, cudaStream_t s);
 
-// Shared-memory bytes the assignment kernel needs for (op, Dp); 0 if it can't run (never for Dp <= 4096).
-std::size_t assignSharedBytes(OpKind op, int dp, bool* aResident = nullptr);
+// Shared-memory bytes the portable assignment kernel needs for (op, Dp) under the device's opt-in limit, or
+// sharedMemoryLimit when that is lower (0: none); aResident: whether the block's rows stay in shared memory.
+std::size_t assignSharedBytes(OpKind op, int dp, int sharedMemoryLimit = 0, bool* aResident = nullptr);
 
 }  // namespace cuda
 }  // namespace kmfleet

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include "exact_sums.h"
 #include "far_rows.h"
@@ -17,12 +16,11 @@ constexpr std::size_t kMiB = 1024 * 1024;
 constexpr std::int64_t kMaxChunkRows = 1 << 24;      // kernels index a chunk with int
 // Of input rows: long enough copies for full PCIe speed, and chunks of enough rows that the sums' segments (one per
 // chunk and cluster, since the chunk boundaries fix the order of the additions) are not mostly fixed costs: at
-// 1M×256×4096 fp32, 64 MiB chunks (65,536 rows) left ~16 rows a segment and the resident rows' sums took 0.75 ms,
-// 256 MiB 0.45 (H200, stop 16).
+// 1M×256×4096 fp32, 64 MiB chunks (65,536 rows) leave ~16 rows a segment.
 constexpr std::size_t kTargetChunkBytes = 128 * kMiB;
 // Rows streamed on every pass: each streamed chunk pays fixed costs (its sums' sort and segments, the farthest-row
 // candidates, a persistent assignment kernel's ramp) beside the resident compute; twice the rows halve them
-// (H200, 16.8M×128, K=4096, half resident, exact fp32: 1.16 → 1.09× max(compute, H2D); cuda/NOTES.md).
+// (cuda/NOTES.md "Streaming and residency").
 constexpr std::size_t kStreamingChunkBytes = 128 * kMiB;
 constexpr std::int64_t kMaxOverlapPartials = 512;    // per-chunk partials of the overlapped streamed chunks
 
@@ -114,7 +112,7 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
     p.chunkRows = std::min(p.chunkRows, n);
   }
 
-  p.exactSums = exactSumsFits(n, int(d), int(k)) && !std::getenv("KMFLEET_CUDA_CHUNKED_SUMS");
+  p.exactSums = exactSumsFits(n, int(d), int(k));
   // exact sums: the resident rows' statistics and the pass's (fixed), their sort scratch (per chunk)
   const auto exactScratch = [&](std::int64_t rows) -> std::size_t {
     return p.exactSums ? exactScratchBytes(rows, int(k)) : 0;
@@ -149,11 +147,11 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   };
   const auto allFit = [&](std::size_t l) { return std::int64_t(budgetOf(l) / p.residentRowBytes) >= n; };
   // Rows streamed on every pass: more slots, beside the budget (~64 MiB each at the default chunk), so the copies
-  // run ahead of a compute that resident work may delay. KMFLEET_CUDA_SLOTS (2..16) overrides, for A/B runs.
+  // run ahead of a compute that resident work may delay. CudaSettings.slots (2..16) overrides it.
   {
     const std::size_t slotBytes = std::size_t(p.chunkRows) * (rowBytes + 8);
     int want = allFit(left) ? 2 : kStreamingSlots;
-    if (const char* v = std::getenv("KMFLEET_CUDA_SLOTS")) want = std::clamp(std::atoi(v), 2, 16);
+    if (cfg.cuda.slots > 0) want = std::clamp(cfg.cuda.slots, 2, 16);
     const std::size_t extra = std::size_t(want - 2) * slotBytes;
     if (want > 2 && extra <= left / 4) {
       p.slots = want;

@@ -34,12 +34,13 @@ struct MemoryPlan {
   std::int64_t residentPiece = 0;
   // Partly resident passes: streamed chunks computed on their own stream while the resident rows are, each into
   // one of `overlapPartials` per-chunk partial buffers (a ring) folded into the totals in chunk order after the
-  // resident rows (resident_rows.cu, the overlap queue). 0: streamed chunks wait for the resident rows (the old path).
+  // resident rows (resident_rows.cu, the overlap queue). 0 (no room for them): streamed chunks run behind the
+  // resident rows on the compute stream.
   std::int64_t overlapPartials = 0;
   std::size_t overlapBytes = 0;            // the partials + the chunk stream's own scratch (beside the budget)
   // Fit passes keep exact integer statistics (exact_sums.h): the resident rows' across passes (moved by the rows
   // whose label changed) and each pass's streamed chunks'. A function of the shape only (exactSumsFits), so a
-  // resumed run sums the same way; KMFLEET_CUDA_CHUNKED_SUMS=1 (A/B only) keeps accumulate()'s fp64 sums.
+  // resumed run sums the same way.
   bool exactSums = false;
 };
 

@@ -18,13 +18,13 @@ void CudaBackend::processResident() {
   residentRan_ = true;  // finishPass finds the farthest resident rows from their kept distances, if asked
   // Streamed chunks of this pass go on chunkStream_ into per-chunk partials, folded on compute_ after the resident
   // rows: their copies and kernels no longer wait for the resident compute (see processChunk).
-  overlap_ = mp_.overlapPartials > 0 && !noOverlap_ && residentHeld_ < n_;
+  overlap_ = mp_.overlapPartials > 0 && residentHeld_ < n_;
   if (overlap_) {
     centroidsForCompute();
     check(cudaEventRecord(passReady_, compute_), "cudaEventRecord");  // centroid operands, zeroed totals and flags
     // The resident work is queued a few chunks ahead of the device, not all at once: ~20 launches a chunk would
     // fill the launch queue and block this thread (and the streamed chunks' copies) until most of it has run.
-    resWhole_ = !perChunk_ && racc_.rows > 0 && racc_.rows == residentHeld_;
+    resWhole_ = racc_.rows > 0 && racc_.rows == residentHeld_;
     resChunks_ = (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows;
     resSteps_ = resChunks_ + (resWhole_ ? 1 : 0);  // whole: a piece a chunk, then the one accumulate
     resStep_ = 0;
@@ -32,7 +32,7 @@ void CudaBackend::processResident() {
     if (resWhole_) { centroidsForCompute(); stageMark(0); }
     return pumpResident(false);
   }
-  if (!perChunk_ && racc_.rows > 0 && racc_.rows == residentHeld_) return processResidentWhole();
+  if (racc_.rows > 0 && racc_.rows == residentHeld_) return processResidentWhole();
   for (std::int64_t first = 0; first < residentHeld_; first += mp_.chunkRows) {
     if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
     const std::int64_t rows = std::min(mp_.chunkRows, residentHeld_ - first);

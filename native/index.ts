@@ -1,9 +1,10 @@
 /**
  * The one TypeScript module that wraps the native addon (DESIGN.md: worker → native through one module).
  *
- * CONTRACT (fixed by the lead; the native helper implements it, everyone else codes against it):
+ * The contract (the worker, the CLI and the tests code against it; native/src implements it):
  *
- *   const engine = await Engine.open({ rows, dims, k, metric, dtype, backend, precision, chunkRows, threads, memoryBudget });
+ *   const engine = await Engine.open({ rows, dims, k, metric, dtype, backend, precision, chunkRows, threads, memoryBudget,
+ *                                      device, update, cuda });   (update, cuda: settings for tests and measurements)
  *   engine.plan                      -> what the planner chose (backend, device, chunkRows, buffers, residentRows, precision)
  *   engine.buffer(i)                 -> Buffer over engine-owned host memory (pinned on CUDA), chunkRows*dims*bytes long
  *   engine.setCentroids(f32 K×D)     -> replace the current centroids (validated: shape, finiteness)
@@ -36,7 +37,7 @@
  *
  *   Errors are instances of the classes below (never a crash, never a NaN centroid).
  *
- * IMPLEMENTATION NOTES (native helper; additions to the contract, nothing removed):
+ * Notes on the contract:
  *   - The addon is build/Release/kmfleet_native.node under the package root (found by walking up from this file
  *     to the package.json named "kmfleet": works from native/ and from dist/native/); env KMFLEET_ADDON (an
  *     absolute path) overrides it, e.g. build-cpu/Release/kmfleet_native.node. Loaded on first use.
@@ -101,6 +102,42 @@ export interface EngineOptions {
   memoryBudget?: number;
   /** CUDA device ordinal */
   device?: number;
+  /**
+   * where a fit pass's centroid update runs: 'auto' (where the backend keeps the pass's sums: the device on CUDA) or
+   * 'host' (the same bits; tests compare the two)
+   */
+  update?: 'auto' | 'host';
+  /** settings of the CUDA backend for tests and measurements (ignored by the CPU backend); the defaults are production's */
+  cuda?: CudaOptions;
+}
+
+/**
+ * Settings of the CUDA backend. Every path they pick gives the same labels and, where the docs say so, the same bits:
+ * they exist so that tests can compare paths and a benchmark can time them, not to trade accuracy for speed.
+ */
+export interface CudaOptions {
+  /**
+   * the assignment kernel: 'auto' (the Hopper wgmma kernel where the build and the device have it and the padded
+   * dims are ≤ 256, else the portable mma.sync one) or 'portable' (the portable one everywhere; the plan's device says
+   * which runs)
+   */
+  assignKernel?: 'auto' | 'portable';
+  /**
+   * bytes of shared memory per block the portable kernel plans its layout for, when below the device's opt-in limit:
+   * 166912 runs an A100's layout on a larger GPU, 101376 an A10G's or L4's (default: the device's)
+   */
+  sharedMemoryLimit?: number;
+  /** exact fp32: screen the rows with one product first where the screen policy expects it to pay ('auto') or never ('off') */
+  exactScreen?: 'auto' | 'off';
+  /**
+   * exact fp32 on the Hopper kernel: the screen's keys relative to each resident row's best of the previous pass —
+   * 'auto' (the policy decides), 'off', or 'always' (every pass once a screen wrote them)
+   */
+  relativeKeys?: 'auto' | 'off' | 'always';
+  /** device slots for streamed chunks, 2–16 (default: the planner's, 2 when every row stays resident, else 4) */
+  slots?: number;
+  /** resident steps queued ahead of streamed chunks in a partly resident pass, ≥ 1 (default 2) */
+  residentAhead?: number;
 }
 
 export interface EnginePlan {

@@ -2,7 +2,7 @@
 # Would bound-based pruning (Hamerly / Yinyang) skip rows on the benchmark's random normal data? A Lloyd run (numpy
 # on the CPU; fp32 products, fp64 norms) that counts, per iteration, the rows Hamerly's test (d(x, c_old label) <
 # l − max drift) would skip and the share of Yinyang groups (K/64 groups of 64 centroids) rows would still search.
-#   python3 bench/gpu/bound_pruning_sim.py N D K      (stop 18: 65536 256 256, ~5 minutes on the build machine)
+#   python3 bench/gpu/bound_pruning_sim.py N D K      (e.g. 65536 256 256: ~5 minutes on a build machine)
 import numpy as np, sys
 rng=np.random.default_rng(1)
 N,D,K=int(sys.argv[1]),int(sys.argv[2]),int(sys.argv[3])

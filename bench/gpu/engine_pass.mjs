@@ -12,7 +12,7 @@
  * Each iteration is the job driver's: beginPass told where the feeds start, the previous iteration's centroids (its
  * checkpoint) read by the engine behind the begin while the pass computes, then finishPass. ms_per_iter is that whole
  * iteration, the read included; pass_ms ends at finishPass; centroids_read_ms is what the read added after it (~0
- * beside the pass; ENGINE_PASS_READ=after: the read after the pass, as before stop 17, for A/B); reassigned is the
+ * beside the pass; ENGINE_PASS_READ=after: the read after the pass, timed apart, for A/B); reassigned is the
  * share of rows whose label changed at the first and the last timed iteration; early_ms and early_reassigned are the
  * same for iterations 2–4 (rows resident, many labels still changing). Prints RESULT_ENGINE lines.
  */
@@ -44,8 +44,7 @@ class RowStream {
   }
   fill(bytes) {
     if (this.dtype === 'f16') {
-      // sign | exponent 12..14 (0.125 … 2) | random mantissa, for each half of a word (the values of stop 15's
-      // one-piece generator)
+      // sign | exponent 12..14 (0.125 … 2) | random mantissa, for each half of a word
       const h = new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >>> 1);
       for (let i = 0; i < h.length; i++) {
         if (this.high < 0) {
@@ -58,8 +57,8 @@ class RowStream {
         }
       }
     } else {
-      // standard normal values (Box–Muller), as kmbench's and the torch baseline's rows: the exact mode's screen
-      // passes on more rows of flatter data (sums of three uniforms, until stop 16: 15–16 % vs 12 % at 10M×128×1024)
+      // standard normal values (Box–Muller), as kmbench's and the torch baseline's rows (the exact mode's screen
+      // passes on more rows of flatter data, e.g. sums of three uniforms)
       const f = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >>> 2);
       for (let i = 0; i < f.length; i++) {
         if (this.spare !== undefined) {
@@ -122,7 +121,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
     engine.setCentroids(init);
     // As the job's driver (core/kmeans/driver.ts) on a device engine: beginPass says where the feeds start, and the
     // previous iteration's centroids (its checkpoint) are read by the engine right behind the begin while the pass
-    // computes. ENGINE_PASS_READ=after: the order before stop 17 (the read after the pass, timed apart), for A/B.
+    // computes. ENGINE_PASS_READ=after: the read after the pass, timed apart, for A/B.
     const readAfter = process.env.ENGINE_PASS_READ === 'after';
     const times = [], passes = [], finishes = [], engineMs = [], reads = [], reassigned = [];
     const early = [], earlyReassigned = [];  // iterations 2–4: rows resident, but many labels still changing
@@ -171,7 +170,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       `centroids_read=${readAfter ? 'after' : 'beside'} centroids_read_ms=${median(reads).toFixed(3)} ` +
       `begun_by_engine=${begunByEngine}/${times.length} ` +
       // the share of rows whose label changed, at the first and the last timed iteration (what sums kept up to date
-      // by the changed rows only would read: cuda/NOTES.md "Stop 18")
+      // by the changed rows read: cuda/NOTES.md "Exact statistics")
       `reassigned=${(100 * reassigned[0]).toFixed(2)}%..${(100 * reassigned[reassigned.length - 1]).toFixed(2)}% ` +
       `early_ms=${early.map((v) => v.toFixed(2)).join(',')} ` +
       `early_reassigned=${earlyReassigned.map((v) => (100 * v).toFixed(1) + '%').join(',')} ` +

@@ -65,7 +65,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
   explicit NativeEngine(const Napi::CallbackInfo& info) : Napi::ObjectWrap<NativeEngine>(info) {
     auto* holder = info[0].As<Napi::External<std::shared_ptr<EngineHolder>>>().Data();
     holder_ = *holder;
-    runner_ = std::make_unique<EngineRunner>(info.Env());
+    runner_ = std::make_unique<EngineRunner>(info.Env(), holder_->engine && holder_->engine->config().stats);
   }
 
   ~NativeEngine() override {

@@ -31,6 +31,18 @@ enum class PassMode { Fit, Assign };
 
 inline std::size_t dtypeBytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
+// Settings of the CUDA backend (native/index.ts CudaOptions): the defaults are what production runs; tests and
+// measurements change them to compare paths that must give the same bits. The CPU backend ignores them.
+enum class RelativeKeys { Policy, Off, Always };
+struct CudaSettings {
+  bool portableKernel = false;       // the portable mma.sync assignment kernel even where the Hopper one could run
+  int sharedMemoryLimit = 0;         // bytes per block the portable kernel plans for; 0: the device's opt-in limit
+  bool exactScreen = true;           // exact mode: screen with one product first where the screen policy says so
+  RelativeKeys relativeKeys = RelativeKeys::Policy;  // exact screen keyed on each resident row's last best
+  int slots = 0;                     // device slots for streamed chunks, 2..16; 0: the planner's
+  int residentAhead = 2;             // resident steps queued ahead of streamed chunks in a partly resident pass
+};
+
 // What the caller asked for (native/index.ts EngineOptions). 0 / -1 mean "the planner chooses".
 struct EngineConfig {
   std::int64_t rows = 0;
@@ -45,6 +57,9 @@ struct EngineConfig {
   int threads = 0;                // CPU threads; 0 = all cores
   std::int64_t memoryBudget = -1; // bytes for resident rows (device memory on CUDA, host on CPU); -1 = planner
   int device = 0;                 // CUDA ordinal
+  bool hostUpdate = false;        // the fit update on the host even where the backend could run it (the same bits)
+  bool stats = false;             // per-pass diagnostics on stderr (KMFLEET_ENGINE_STATS, docs/operations.md)
+  CudaSettings cuda;
 };
 
 // What the backend's planner chose (native/index.ts EnginePlan). Fixed for the engine's life.

@@ -1,4 +1,4 @@
-// What the engine needs from cuda/ (the CUDA engineer's static library `kmfleet_cuda`, built by cuda/CMakeLists.txt).
+// What the engine needs from cuda/ (the static library `kmfleet_cuda`, built by cuda/CMakeLists.txt).
 // Compiled in only when CMake found nvcc and KMFLEET_CUDA=ON: then KMFLEET_WITH_CUDA is defined.
 #pragma once
 

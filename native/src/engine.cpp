@@ -341,8 +341,8 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
     spec.distances = distances ? distances_.data() : nullptr;
     spec.farthest = static_cast<int>(far);
     spec.cancel = &cancelFlag_;
-    // the update where the totals are (backend.h DeviceUpdate); KMFLEET_HOST_UPDATE=1 keeps it on the host (A/B, tests)
-    spec.keepSums = mode == PassMode::Fit && !hostUpdate_ && backend_->updatesOnDevice();
+    // the update where the totals are (backend.h DeviceUpdate); EngineConfig.hostUpdate keeps it on the host (tests)
+    spec.keepSums = mode == PassMode::Fit && !cfg_.hostUpdate && backend_->updatesOnDevice();
     spec.centroidsFromUpdate = fromUpdate;
     const double t1 = nowMs();
     backend_->beginPass(spec);
@@ -449,7 +449,7 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   }
   const double tf4 = nowMs();
   r.ms = tf4 - passStartMs_;
-  if (statsEnabled_)
+  if (cfg_.stats)
     std::fprintf(stderr,
                  "[kmfleet engine] pass ms: copy centroids %.3f, backend begin %.3f, rows %.3f, backend finish %.3f, "
                  "labels diff %.3f, data variance %.3f, update %.3f; monotonic: begin %.3f, finish task %.3f, end %.3f\n",

@@ -155,15 +155,11 @@ class Engine {
   const std::vector<float>& passCentroids();
   std::vector<float> nextCentroids_;  // applyFit's result, swapped into centroids_ (no K×D allocation a pass)
   double passStartMs_ = 0;
-  // KMFLEET_ENGINE_STATS: each pass's host time per step on stderr (copy of the centroids, the backend's begin, rows,
-  // the backend's finish, the label diff, the data variance, the update), and when the engine thread began and ended
-  // it on the monotonic clock (process.hrtime's: a caller can time the hops to and from the engine thread). Nothing
-  // measured is changed by it.
-  bool statsEnabled_ = std::getenv("KMFLEET_ENGINE_STATS") != nullptr;
+  // EngineConfig.stats (KMFLEET_ENGINE_STATS): each pass's host time per step on stderr (copy of the centroids, the
+  // backend's begin, rows, the backend's finish, the label diff, the data variance, the update), and when the engine
+  // thread began and ended it on the monotonic clock (process.hrtime's: a caller can time the hops to and from the
+  // engine thread). Nothing measured is changed by it.
   double stat_[3] = {0, 0, 0};
-  // KMFLEET_HOST_UPDATE=1: the fit update on the host even when the backend could do it on its device (same bits:
-  // A/B and the test that compares them)
-  bool hostUpdate_ = std::getenv("KMFLEET_HOST_UPDATE") != nullptr;
 };
 
 // Greedy k-means++ (scikit-learn's _kmeans_plusplus) over n fp32 rows (already normalized for cosine). An engine

@@ -1,6 +1,7 @@
 #include "engine_options.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "engine_runner.h"
@@ -10,35 +11,64 @@ namespace {
 
 [[noreturn]] void throwJs(Napi::Env env, ErrorCode code, const std::string& msg) { throw makeJsError(env, code, msg); }
 
-std::int64_t intOption(Napi::Env env, const Napi::Object& o, const char* name, std::int64_t dflt, bool required) {
-  Napi::Value v = o.Get(name);
+// prefix: how the field is named in errors ("cuda." for the CudaOptions object's)
+std::int64_t intOption(Napi::Env env, const Napi::Object& o, const char* key, std::int64_t dflt, bool required,
+                       const std::string& prefix = "") {
+  const std::string name = prefix + key;
+  Napi::Value v = o.Get(key);
   if (v.IsUndefined() || v.IsNull()) {
-    if (required) throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " is required");
+    if (required) throwJs(env, ErrorCode::InvalidArgument, name + " is required");
     return dflt;
   }
-  if (!v.IsNumber()) throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " must be a number");
+  if (!v.IsNumber()) throwJs(env, ErrorCode::InvalidArgument, name + " must be a number");
   const double d = v.As<Napi::Number>().DoubleValue();
   if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9007199254740991.0)
-    throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " must be an integer, got " + std::to_string(d));
+    throwJs(env, ErrorCode::InvalidArgument, name + " must be an integer, got " + std::to_string(d));
   return static_cast<std::int64_t>(d);
 }
 
-std::string stringOption(Napi::Env env, const Napi::Object& o, const char* name, const char* dflt,
-                         std::initializer_list<const char*> allowed) {
-  Napi::Value v = o.Get(name);
+std::string stringOption(Napi::Env env, const Napi::Object& o, const char* key, const char* dflt,
+                         std::initializer_list<const char*> allowed, const std::string& prefix = "") {
+  const std::string name = prefix + key;
+  Napi::Value v = o.Get(key);
   std::string s = dflt ? dflt : "";
   if (!v.IsUndefined() && !v.IsNull()) {
-    if (!v.IsString()) throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " must be a string");
+    if (!v.IsString()) throwJs(env, ErrorCode::InvalidArgument, name + " must be a string");
     s = v.As<Napi::String>().Utf8Value();
   } else if (!dflt) {
-    throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " is required");
+    throwJs(env, ErrorCode::InvalidArgument, name + " is required");
   }
   std::string list;
   for (const char* a : allowed) {
     if (s == a) return s;
     list += std::string(list.empty() ? "" : ", ") + "'" + a + "'";
   }
-  throwJs(env, ErrorCode::InvalidArgument, std::string(name) + " must be one of " + list + ", got '" + s + "'");
+  throwJs(env, ErrorCode::InvalidArgument, name + " must be one of " + list + ", got '" + s + "'");
+}
+
+// The `cuda` sub-object (CudaOptions): every field optional, names prefixed "cuda." in errors.
+CudaSettings parseCuda(Napi::Env env, const Napi::Value& value) {
+  CudaSettings c;
+  if (value.IsUndefined() || value.IsNull()) return c;
+  if (!value.IsObject()) throwJs(env, ErrorCode::InvalidArgument, "cuda must be an object");
+  const Napi::Object o = value.As<Napi::Object>();
+  c.portableKernel = stringOption(env, o, "assignKernel", "auto", {"auto", "portable"}, "cuda.") == "portable";
+  const std::int64_t smem = intOption(env, o, "sharedMemoryLimit", 0, false, "cuda.");
+  if (smem < 0 || smem > (1 << 30))
+    throwJs(env, ErrorCode::InvalidArgument, "cuda.sharedMemoryLimit must be >= 0 bytes, got " + std::to_string(smem));
+  c.sharedMemoryLimit = static_cast<int>(smem);
+  c.exactScreen = stringOption(env, o, "exactScreen", "auto", {"auto", "off"}, "cuda.") == "auto";
+  const std::string rk = stringOption(env, o, "relativeKeys", "auto", {"auto", "off", "always"}, "cuda.");
+  c.relativeKeys = rk == "auto" ? RelativeKeys::Policy : rk == "off" ? RelativeKeys::Off : RelativeKeys::Always;
+  const std::int64_t slots = intOption(env, o, "slots", 0, false, "cuda.");  // 0 (or absent): the planner's
+  if (slots != 0 && (slots < 2 || slots > 16))
+    throwJs(env, ErrorCode::InvalidArgument, "cuda.slots must be 2..16, got " + std::to_string(slots));
+  c.slots = static_cast<int>(slots);
+  const std::int64_t ahead = intOption(env, o, "residentAhead", 2, false, "cuda.");
+  if (ahead < 1 || ahead > 1024)
+    throwJs(env, ErrorCode::InvalidArgument, "cuda.residentAhead must be 1..1024, got " + std::to_string(ahead));
+  c.residentAhead = static_cast<int>(ahead);
+  return c;
 }
 
 }  // namespace
@@ -74,6 +104,11 @@ EngineConfig parseConfig(Napi::Env env, const Napi::Value& value) {
   if (!o.Get("memoryBudget").IsUndefined() && c.memoryBudget < 0)
     throwJs(env, ErrorCode::InvalidArgument, "memoryBudget must be >= 0, got " + std::to_string(c.memoryBudget));
   c.device = static_cast<int>(intOption(env, o, "device", 0, false));
+  c.hostUpdate = stringOption(env, o, "update", "auto", {"auto", "host"}) == "host";
+  c.cuda = parseCuda(env, o.Get("cuda"));
+  // The one diagnostics switch (docs/operations.md): the engine's host steps, its promise hops and, on CUDA, the
+  // device time of each pass on stderr. Read when an engine opens.
+  c.stats = std::getenv("KMFLEET_ENGINE_STATS") != nullptr;
   return c;
 }
 

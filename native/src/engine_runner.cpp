@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <new>
 
 namespace kmfleet {
@@ -28,10 +27,8 @@ Napi::Error makeJsError(Napi::Env env, ErrorCode code, const std::string& messag
 struct EngineRunner::Shared {
   Napi::ThreadSafeFunction tsfn;
   int pending = 0;  // JS thread only
+  bool traceHops = false;  // each promise's hop from the engine thread to the JS thread, and its settling, on stderr
 };
-
-// KMFLEET_ENGINE_STATS: each promise's hop from the engine thread to the JS thread, and its settling, on stderr
-const bool kTraceHops = std::getenv("KMFLEET_ENGINE_STATS") != nullptr;
 
 struct EngineRunner::Task {
   Work work;
@@ -43,7 +40,8 @@ struct EngineRunner::Task {
   std::chrono::steady_clock::time_point doneAt;
 };
 
-EngineRunner::EngineRunner(Napi::Env env) : shared_(std::make_shared<Shared>()) {
+EngineRunner::EngineRunner(Napi::Env env, bool traceHops) : shared_(std::make_shared<Shared>()) {
+  shared_->traceHops = traceHops;
   shared_->tsfn = Napi::ThreadSafeFunction::New(env, Napi::Function(), "kmfleet-engine", 0, 1);
   shared_->tsfn.Unref(env);
   thread_ = std::thread([this] { loop(); });
@@ -134,7 +132,7 @@ void EngineRunner::loop() {
         owned->deferred->Resolve(value);
       else
         owned->deferred->Reject(makeJsError(env, out.code, out.message, out.row).Value());
-      if (kTraceHops) {
+      if (owned->shared->traceHops) {
         using ms = std::chrono::duration<double, std::milli>;
         std::fprintf(stderr, "[kmfleet runner] task done -> JS callback %.3f ms, settle %.3f ms\n",
                      ms(jsAt - owned->doneAt).count(), ms(std::chrono::steady_clock::now() - jsAt).count());

@@ -42,7 +42,8 @@ class EngineRunner {
   using Work = std::function<void(Outcome&)>;
   using Settle = std::function<Napi::Value(Napi::Env, const Outcome&)>;
 
-  explicit EngineRunner(Napi::Env env);
+  // traceHops: each promise's hop from the engine thread to the JS thread on stderr (EngineConfig.stats)
+  EngineRunner(Napi::Env env, bool traceHops);
   ~EngineRunner();
 
   // [js] Queue work; returns the Promise (or nullptr-less fire-and-forget when promise == false).

@@ -14,9 +14,9 @@ namespace kmfleet {
 // Σ_i ‖x_i − μ‖² = Σ_c [ Σ_{i∈c} ‖x_i − o_c‖² − n_c ‖μ_c − o_c‖² + n_c ‖μ_c − μ‖² ]  (o_c: the pass's centroid, a
 // shift that keeps the fp64 sums well conditioned; μ_c: the cluster's mean). For cosine the rows and centroids
 // are unit vectors, so Σ‖x − o‖² = 2·Σ(1 − cos).
-// Both functions below split their loops over the pool (at 1M×256×4096-sized K×D they took ~1 ms a pass on one
-// thread, as much as a GPU pass's sums): every per-cluster or per-dimension value is computed exactly as before, and
-// the cross-cluster totals are still added in cluster order on one thread, so the bits don't depend on the threads.
+// Both functions below split their loops over the pool (at 1M×256×4096-sized K×D one thread takes ~1 ms a pass, as
+// much as a GPU pass's sums): every per-cluster or per-dimension value is computed by one thread in a fixed order, and
+// the cross-cluster totals are added in cluster order on one thread, so the bits don't depend on the threads.
 // The pass's centroids for the host's update. A pass whose centroids the backend kept from its device update does not
 // copy them at its start (engine.cpp runBegin); centroids_ still holds them here, since nothing replaces it while a
 // pass is open.
@@ -41,7 +41,7 @@ double Engine::dataVariance(const PassTotals& t) {
     std::int64_t b = 0, e = 0;
     ThreadPool::range(D, tid, nt, 1, b, e);
     // clusters outer, this thread's dimensions inner: each cluster's slice is read in order (a column walk with a
-    // K×D stride took 3.3 ms at 4096×256 on the build machine); every mu[d] still adds the clusters in order
+    // K×D stride is several times slower); every mu[d] still adds the clusters in order
     double* m = mu.data();
     for (std::int64_t k = 0; k < K; ++k) {
       const double* row = t.sums.data() + k * D;

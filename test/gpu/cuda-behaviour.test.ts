@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 
 import {
-  CancelledError, Engine, InvalidArgumentError, NonFiniteInputError, OutOfMemoryError, type PassResult, type Precision,
+  CancelledError, type CudaOptions, Engine, InvalidArgumentError, NonFiniteInputError, OutOfMemoryError, type PassResult, type Precision,
 } from '../../native/index.js';
 import { blobData, bytesOf, fromF16, isTie, assign, normalData, pickRows, runPass, toF16 } from '../helpers/reference.js';
 import { distinctRows, engineTracker, fit } from './gpu-helpers.js';
@@ -108,7 +108,7 @@ describe('bitwise reproducibility', () => {
   });
 
   // exact sums (cuda/exact_sums.h): the fit passes' statistics are exact integers, so neither the chunk size nor the
-  // resident split changes a bit of the centroids or the inertia (before them, the chunk size did: design-deltas E5)
+  // resident split changes a bit of the centroids or the inertia
   it('any chunk size, resident or streamed, gives the same centroids and inertia', async () => {
     const runs: { c: Float32Array; inertia: number[]; chunk: number; resident: number }[] = [];
     for (const [chunkRows, memoryBudget] of [[4096, undefined], [1000, undefined], [n, undefined], [777, 0], [8192, 3 * 8192 * 200]] as const) {
@@ -299,23 +299,18 @@ describe('cancel and typed errors', () => {
 
 describe('the plan names the assignment kernel', () => {
   // plan.device is "<card> (sm_XY, wgmma)" where the Hopper kernel takes the rows (this build has it, compute
-  // capability 9.0, Dp ≤ 256, KMFLEET_ASSIGN_KERNEL not mma), else "(sm_XY, mma.sync)". The relative-keys test
-  // (cuda-exact-screen) skips on that name, so a wrong name must fail here instead of skipping there: scripts/gpu-run
-  // says which kernel its build runs on this device (KMFLEET_TEST_ASSIGN_KERNEL).
-  it('names the kernel this build runs, and the portable one for Dp > 256 or under KMFLEET_ASSIGN_KERNEL=mma', async () => {
+  // capability 9.0, Dp ≤ 256, not cuda.assignKernel 'portable'), else "(sm_XY, mma.sync)". Tests that need the
+  // Hopper kernel skip on that name, so a wrong name must fail here instead of skipping there: scripts/gpu-run says
+  // which kernel its build runs on this device (KMFLEET_TEST_ASSIGN_KERNEL).
+  it("names the kernel this build runs, and the portable one for Dp > 256 or with assignKernel 'portable'", async () => {
     const e = await open({ rows: 1000, dims: 64, k: 8 });
     expect(e.plan.device).toMatch(/ \(sm_\d+, (wgmma|mma\.sync)\)$/);
     const expected = process.env.KMFLEET_TEST_ASSIGN_KERNEL;
     if (expected) expect(e.plan.device).toContain(`, ${expected})`);
     const wide = await open({ rows: 1000, dims: 300, k: 8 });
     expect(wide.plan.device).toMatch(/, mma\.sync\)$/);
-    process.env.KMFLEET_ASSIGN_KERNEL = 'mma';
-    try {
-      const forced = await open({ rows: 1000, dims: 64, k: 8 });
-      expect(forced.plan.device).toMatch(/, mma\.sync\)$/);
-    } finally {
-      delete process.env.KMFLEET_ASSIGN_KERNEL;
-    }
+    const forced = await open({ rows: 1000, dims: 64, k: 8, cuda: { assignKernel: 'portable' } });
+    expect(forced.plan.device).toMatch(/, mma\.sync\)$/);
   });
 });
 
@@ -360,25 +355,17 @@ describe('memory planner', () => {
 });
 
 // A partly resident pass computes its streamed chunks while the resident rows are (their own stream, sums into
-// per-chunk partials folded after the resident rows in chunk order). The A/B schedules (other slot counts and
-// queue depths; no overlap: KMFLEET_CUDA_NO_OVERLAP=1; read when the engine opens) must give the same bits, with
-// the resident rows chunk by chunk (small budget) and in one go (budget with room for the one-go scratch), and
-// equal the fully streamed run.
+// per-chunk partials folded after the resident rows in chunk order). Other slot counts and queue depths
+// (CudaOptions slots, residentAhead) must give the same bits, with the resident rows chunk by chunk (small budget)
+// and in one go (budget with room for the one-go scratch), and equal the fully streamed run.
 describe('overlapped streamed chunks', () => {
   const n = 60000, d = 32, k = 64, chunk = 4096;
   const x = blobData(n, d, 40, 53);
   const init = pickRows(x, d, distinctRows(n, k, 19));
 
-  // env: the backend's A/B switches (read when the engine opens): the schedule of a partly resident pass and the
-  // number of chunk slots (backend_buffers.cu, planner.cpp)
-  async function run(memoryBudget: number, env: Record<string, string> = {}) {
-    Object.assign(process.env, env);
-    let e: Engine;
-    try {
-      e = await open({ rows: n, dims: d, k, chunkRows: chunk, memoryBudget });
-    } finally {
-      for (const name of Object.keys(env)) delete process.env[name];
-    }
+  // cuda: the schedule of a partly resident pass and the number of chunk slots (planner.cpp, resident_rows.cu)
+  async function run(memoryBudget: number, cuda: CudaOptions = {}) {
+    const e = await open({ rows: n, dims: d, k, chunkRows: chunk, memoryBudget, cuda });
     e.setCentroids(init);
     const passes = await fit(e, bytesOf(x), n, 4);
     await runPass(e, bytesOf(x), n, 'assign', { distances: true, skipBelow: e.plan.residentRows });
@@ -389,18 +376,17 @@ describe('overlapped streamed chunks', () => {
   it('the same centroids, labels, distances and inertia whatever the schedule, the slots, and as fully streamed', async () => {
     const none = await run(0);
     expect(none.resident).toBe(0);
-    const schedules: Record<string, string>[] = [
-      {},                                                  // the shipped schedule, the planner's slots
-      { KMFLEET_CUDA_SLOTS: '2' },                         // stop 8's slot count
-      { KMFLEET_CUDA_SLOTS: '7', KMFLEET_CUDA_AHEAD: '1' },
-      { KMFLEET_CUDA_NO_OVERLAP: '1' },                    // streamed chunks behind all the resident rows
+    const schedules: CudaOptions[] = [
+      {},                                   // the planner's slots, two resident steps ahead
+      { slots: 2 },
+      { slots: 7, residentAhead: 1 },
     ];
-    const streamed2 = await run(0, { KMFLEET_CUDA_SLOTS: '2' });
+    const streamed2 = await run(0, { slots: 2 });
     expect(sameBits(streamed2.c, none.c), 'fully streamed, 2 slots: centroids').toBe(true);
     for (const budget of [3 * chunk * 200, 8 * chunk * 300 + (4 << 20)]) {
-      for (const env of schedules) {
-        const r = await run(budget, env);
-        const what = `budget ${budget} ${JSON.stringify(env)}`;
+      for (const cuda of schedules) {
+        const r = await run(budget, cuda);
+        const what = `budget ${budget} ${JSON.stringify(cuda)}`;
         expect(r.resident, what).toBeGreaterThanOrEqual(chunk);
         expect(r.resident, what).toBeLessThan(n);
         expect(sameBits(r.c, none.c), `${what} centroids`).toBe(true);

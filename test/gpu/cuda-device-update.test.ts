@@ -2,7 +2,7 @@
 // (engine_update.cpp) must give the same bits: next centroids, shift, data variance and labels, pass after pass —
 // l2 and cosine, f32 and f16 rows, every row resident or some streamed, across a pass that re-seeds an empty cluster
 // (that one runs on the host: its sums come down), a cancelled pass, and setCentroids replacing the centroids the
-// device kept. KMFLEET_HOST_UPDATE=1 (read when an engine opens) keeps an engine's update on the host.
+// device kept. The option `update: 'host'` keeps an engine's update on the host.
 import { describe, expect, it } from 'vitest';
 
 import { CancelledError, type Engine, type PassResult } from '../../native/index.js';
@@ -12,13 +12,7 @@ import { distinctRows, engineTracker } from './gpu-helpers.js';
 const open = engineTracker();
 
 async function openPair(o: Parameters<typeof open>[0]): Promise<{ host: Engine; device: Engine }> {
-  process.env.KMFLEET_HOST_UPDATE = '1';
-  let host: Engine;
-  try {
-    host = await open(o);
-  } finally {
-    delete process.env.KMFLEET_HOST_UPDATE;
-  }
+  const host = await open({ ...o, update: 'host' });
   const device = await open(o);
   return { host, device };
 }

@@ -4,11 +4,16 @@ import { afterAll } from 'vitest';
 import { Engine, type EngineOptions, type PassResult } from '../../native/index.js';
 import { Rng, runPass } from '../helpers/reference.js';
 
+// KMFLEET_TEST_SMEM_LIMIT (scripts/gpu-run OUT portable LIMIT): every engine these files open plans the portable
+// kernel for that much shared memory per block (CudaOptions.sharedMemoryLimit), as on a smaller GPU.
+const smemLimit = Number(process.env.KMFLEET_TEST_SMEM_LIMIT ?? 0);
+
 export function engineTracker(): (o: Partial<EngineOptions> & Pick<EngineOptions, 'rows' | 'dims' | 'k'>) => Promise<Engine> {
   const engines: Engine[] = [];
   afterAll(() => engines.forEach((e) => e.close()));
   return async (o) => {
-    const e = await Engine.open({ metric: 'l2', dtype: 'f32', backend: 'cuda', ...o });
+    const cuda = smemLimit > 0 ? { sharedMemoryLimit: smemLimit, ...o.cuda } : o.cuda;
+    const e = await Engine.open({ metric: 'l2', dtype: 'f32', backend: 'cuda', ...o, ...(cuda ? { cuda } : {}) });
     engines.push(e);
     return e;
   };

@@ -25,7 +25,47 @@ function documentedVars(): Set<string> {
   return names;
 }
 
+const PRODUCT_DIRS = ['producer', 'worker', 'native', 'cuda', 'cli', 'api'];
+const NOT_PRODUCT = new Set(['test', 'tests', 'bench', 'tools', 'node_modules', 'dist']);
+
+/**
+ * KMFLEET_* variables that product code reads — `process.env.X` / `env.X`, `env['X']`, `getenv("X")` — in the
+ * source of PRODUCT_DIRS, tests, benchmarks and tools left out; each with the first file that reads it.
+ */
+function kmfleetVarsReadByProduct(): Map<string, string> {
+  const found = new Map<string, string>();
+  const patterns = [
+    /\benv\.(KMFLEET_[A-Z0-9_]+)/g,
+    /\benv\[['"`](KMFLEET_[A-Z0-9_]+)['"`]\]/g,
+    /\bgetenv\(\s*"(KMFLEET_[A-Z0-9_]+)"\s*\)/g,
+  ];
+  const walk = (dir: string): void => {
+    if (!existsSync(dir)) return;
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) {
+        if (!NOT_PRODUCT.has(e.name)) walk(p);
+      } else if (/\.(ts|mts|js|mjs|cpp|cu|cuh|h)$/.test(e.name) && !/\.test\.[mc]?[jt]s$/.test(e.name)) {
+        const src = readFileSync(p, 'utf8');
+        for (const re of patterns) for (const m of src.matchAll(re)) if (!found.has(m[1])) found.set(m[1], p.slice(ROOT.length + 1));
+      }
+    }
+  };
+  for (const d of PRODUCT_DIRS) walk(join(ROOT, d));
+  return found;
+}
+
 describe('docs/operations.md', () => {
+  it('documents every KMFLEET_* variable that product code reads (env.X, env[X], getenv)', () => {
+    const read = kmfleetVarsReadByProduct();
+    // the scan sees each kind of read: the addon's path (TypeScript) and the engine's diagnostics switch (C++)
+    expect(read.get('KMFLEET_ADDON')).toBe(join('native', 'index.ts'));
+    expect(read.has('KMFLEET_ENGINE_STATS')).toBe(true);
+    const documented = documentedVars();
+    const missing = [...read].filter(([v]) => !documented.has(v)).map(([v, file]) => `${v} (${file})`);
+    expect(missing, `read by product code but not in the configuration reference: ${missing.join(', ')}`).toEqual([]);
+  });
+
   it('documents every environment variable the code reads', () => {
     const documented = documentedVars();
     const read = [...envVarsReadByCode()].filter((v) => v !== 'HOSTNAME' && v !== 'NODE_ENV');

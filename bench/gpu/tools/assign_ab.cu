@@ -2,7 +2,7 @@
 // float64 reference, then both timed on the same operands.
 //
 //   assign_ab check        awkward shapes, fp16 and bf16: labels vs fp64 (sampled rows) and vs the portable kernel
-//   assign_ab bench [N D K ...]   ms and TFLOP/s of each kernel (default: the ANCHORS.md shapes)
+//   assign_ab bench [N D K ...]   ms and TFLOP/s of each kernel (default: the shapes of bench/RESULTS.md)
 //
 // Operands are drawn directly as 16-bit values (rows and centroids with a per-row power-of-two scale of 1), so the
 // compared quantity is d' = ½‖c‖² − x·c with ‖c‖² in fp32 — what both kernels see in the engine.
@@ -135,13 +135,10 @@ struct Operands {
   }
   OpKind op() const { return bf16 ? OpKind::BF16x1 : OpKind::F16x1; }
   bool runHopper() {
-    unsetenv("KMFLEET_ASSIGN_KERNEL");
     return assignRowsHopper(rows(), n, d, cents(), k, op(), labH, nullptr, nullptr, nullptr, ExactBound{}, ExactScreen{}, 0);
   }
   void runPortable() {
-    setenv("KMFLEET_ASSIGN_KERNEL", "mma", 1);
-    assignRows(rows(), n, d, cents(), k, op(), labM, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
-    unsetenv("KMFLEET_ASSIGN_KERNEL");
+    assignRows(AssignKernel{true, 0}, rows(), n, d, cents(), k, op(), labM, nullptr, nullptr, nullptr, nullptr, nullptr, 0);
   }
   // fp64 d' of row r to centroid j
   double dprime(long long r, int j) const {

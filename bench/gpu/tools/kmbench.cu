@@ -1,15 +1,13 @@
 // kmbench: standalone check + benchmark of the CUDA kernels (no Node, no engine).
 //   kmbench check            awkward shapes × every operand kind, against a float64 CPU reference
-//   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (ANCHORS.md shapes)
-//   kmbench ooc [N D K]      out of core through the Backend: all / half (overlapped, and not) / no rows resident
+//   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (the shapes of bench/RESULTS.md)
+//   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
 // KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs);
-// KMFLEET_CUDA_PER_CHUNK=1: the backend's resident rows chunk by chunk and farthest rows on every fit pass (the old path).
-// KMFLEET_CUDA_CHUNKED_SUMS=1 (bench, as for the backend): accumulate()'s fp64 sums over every row in each iteration
-// instead of the exact statistics moved by the changed rows.
-// KMBENCH_LEGACY=1 (bench): the update path as it was before the device-side centroid statistics — statistics
-// on the host, pageable copies, sums from the fp32 copy of 16-bit rows — for same-run A/B.
-// Build: scripts/gpu-pack (nvcc for sm_90 with every cuda/*.cu, cuda/planner.cpp and this file).
+// KMBENCH_SMEM_LIMIT=B: the portable kernel plans for B bytes of shared memory per block (kernels.h AssignKernel:
+// 166912 an A100's layout, 101376 an A10G's or L4's).
+// KMBENCH_HOST_UPDATE=1 (bench, pass, ooc): the fit update on the host, as the engine's update: 'host' option.
+// Build: scripts/build-cuda-tools (nvcc with the backend's cuda/*.cu, cuda/planner.cpp and this file).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -23,18 +21,24 @@
 #include <thread>
 #include <vector>
 
-#include "../centroid_update.h"
-#include "../exact_screen_policy.h"
-#include "../exact_sums.h"
-#include "../kernels.h"
-#include "../label_changes.h"
-#include "../operands.h"
-#include "../planner.h"
+#include "centroid_update.h"
+#include "exact_screen_policy.h"
+#include "exact_sums.h"
+#include "kernels.h"
+#include "label_changes.h"
+#include "operands.h"
+#include "planner.h"
 #include "cuda_bridge.h"
 #include "thread_pool.h"
 #include "cuda_check.h"
 
 using namespace kmfleet::cuda;
+
+// The assignment kernel's settings for every launch of this tool (KMBENCH_SMEM_LIMIT).
+static AssignKernel assignKernel() {
+  const char* v = std::getenv("KMBENCH_SMEM_LIMIT");
+  return AssignKernel{false, v ? std::atoi(v) : 0};
+}
 
 
 __host__ __device__ __forceinline__ unsigned long long mix(unsigned long long z) {  // splitmix64
@@ -129,7 +133,6 @@ struct Problem {
   CentroidStatsDevice* cstats = nullptr;
   CentroidStats* hstats = nullptr;  // pinned
   float* hcPinned = nullptr;        // pinned staging of the centroids
-  bool legacy = false;
   // the device update (centroid_update.cu, as the backend's updateOnDevice): next centroids, fp64 μ, shift, scatter
   float* cfNext = nullptr;
   double* mu64 = nullptr;
@@ -144,8 +147,8 @@ struct Problem {
   bool opsQueued = false;            // cf's operands are queued since cf last changed
   unsigned* hScreened = nullptr;     // pinned: the pass's flagged and screened-out totals, down with counts and inertia
   // The fit pass's statistics as the backend keeps them for resident rows (exact_sums.h; the planner's
-  // MemoryPlan::exactSums, KMFLEET_CUDA_CHUNKED_SUMS=1 for accumulate() as before): moved by the rows whose label
-  // changed when the last pass changed at most 30 % of them, else added afresh. Benchmarks only (updateExact).
+  // MemoryPlan::exactSums): moved by the rows whose label changed when the last pass changed at most 30 % of them,
+  // else added afresh. Benchmarks only (updateExact).
   bool exactSums = false;
   ExactStats stats{};
   ExactScratch exactScratch{};
@@ -201,10 +204,9 @@ struct Problem {
     CK(cudaEventCreateWithFlags(&centroidsDown, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&statsReady, cudaEventDisableTiming));
     CK(cudaHostAlloc(&hScreened, 8, cudaHostAllocPortable));
-    legacy = envFlag("KMBENCH_LEGACY");
   }
   void allocExact() {
-    exactSums = exactSumsFits(n, d, k) && !std::getenv("KMFLEET_CUDA_CHUNKED_SUMS");
+    exactSums = exactSumsFits(n, d, k);
     if (!exactSums) return;
     allocExactStats(stats, k, d);
     allocExactScratch(exactScratch, n, k);
@@ -254,7 +256,7 @@ struct Problem {
     else prepareRows(rows.xf, InType::F32, n, d, op, false, 0, mu, rows, RowFlags{bad, bad + 1, nullptr}, 0);
     CK(cudaGetLastError());
     // as the backend reads them (xf stays for the CPU reference)
-    vals = keepsRows16(in, cosine) && !legacy ? RowValues{raw, in} : RowValues{rows.xf, InType::F32};
+    vals = keepsRows16(in, cosine) ? RowValues{raw, in} : RowValues{rows.xf, InType::F32};
     // initial centroids: rows spread over the data
     hc.resize(static_cast<size_t>(k) * d);
     spreadRows<<<static_cast<unsigned>((static_cast<long long>(k) * d + 255) / 256), 256>>>(rows.xf, n, d, k, cf);
@@ -265,11 +267,6 @@ struct Problem {
     if (onDevice) {  // cf holds the last device update's centroids, their operands queued behind it
       if (!opsQueued) queueCentroidOps();
       CK(cudaEventSynchronize(statsReady));
-    } else if (legacy) {  // before: pageable upload, statistics on the host
-      CK(cudaMemcpy(cf, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice));
-      const CentroidStats st = centroidStats(hc.data(), hmu.data(), k, d);
-      prepareCentroids(cf, mu, k, d, op, st.scale, bhi, blo, cnorm, 0);
-      *hstats = st;
     } else {
       CK(cudaEventSynchronize(centroidsDown));  // the staging may still be in a copy down
       const size_t total = hc.size() * 4, piece = size_t(1) << 20;
@@ -286,7 +283,7 @@ struct Problem {
     opsQueued = false;
     cops.bhi = bhi; cops.blo = blo; cops.cnorm = cnorm; cops.cf = cf; cops.scale = hstats->scale;
     cops.maxNorm = hstats->maxNorm;
-    cops.hiNorm = hstats->hiNorm;  // 0 on the legacy path (host statistics): the screen's worst-case bound
+    cops.hiNorm = hstats->hiNorm;
     cops.loNorm = hstats->loNorm;
     cops.shifted = true;
   }
@@ -303,14 +300,14 @@ struct Problem {
     CK(cudaMemsetAsync(flaggedCount, 0, 8, 0));
     // a screened pass leaves each row's best for the next one's screen (as the backend's resident rows), which keys
     // on them when the policy says so
-    const bool screened = op == OpKind::F16x3 && screen.screen() && !exactScreenEnv("0");
-    rows.screenRelative = refsWritten && (screen.relative() || forceRelative || screenRefEnv("always")) && !screenRefEnv("0");
+    const bool screened = op == OpKind::F16x3 && screen.screen();
+    rows.screenRelative = refsWritten && (screen.relative() || forceRelative) && !neverRelative;
     usedRelative = screened && rows.screenRelative;
-    assignRows(rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr, screen.screen() ? candCount : nullptr,
-               flaggedCount + 1, 0);
+    assignRows(assignKernel(), rows, n, d, cops, k, op, labels, flagged, flaggedCount, flaggedThr,
+               screen.screen() ? candCount : nullptr, flaggedCount + 1, 0);
     refsWritten = refsWritten || screened;
     if (op == OpKind::F16x3) {
-      candidateRows(rows, n, d, cops, k, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
+      candidateRows(assignKernel(), rows, n, d, cops, k, flagged, flaggedCount, flaggedThr, candCount, cand, 0);
       recheckRows(v, d, cf, k, flagged, flaggedCount, n, candCount, cand, labels, 0);
     }
   }
@@ -372,9 +369,7 @@ struct Problem {
     onDevice = true;
     hcBehind = true;
     queueCentroidOps();
-    if (eagerCentroids) hostCentroids();  // A/B: as until stop 15, the engine copied them after every update
   }
-  bool eagerCentroids = envFlag("KMBENCH_EAGER_CENTROIDS");  // KMBENCH_EAGER_CENTROIDS=1: the A/B arm
   // hc up to date (the backend's copyUpdatedCentroids): before the host reads or changes it
   void hostCentroids() {
     if (!hcBehind) return;
@@ -391,6 +386,7 @@ struct Problem {
   bool refsWritten = false;   // a screen wrote rows.screenRef
   bool usedRelative = false;  // the last assignment's screen keyed on them (kScreenRef)
   bool forceRelative = false; // checks: key on them whenever they are there
+  bool neverRelative = false; // checks: never key on them
   unsigned screenedNow() {  // exact mode on Hopper: rows the one-product screen passed to the three products
     unsigned f = 0;
     CK(cudaMemcpy(&f, flaggedCount + 1, 4, cudaMemcpyDeviceToHost));
@@ -687,8 +683,53 @@ static int checkScreenPolicy() {
   return ok ? 0 : 1;
 }
 
+// The screen really decides rows: its labels alone (kernels.h screenRows) differ from the exact ones in a few rows.
+// On the Hopper kernel relative keys really change them too: the screen alone keyed on the last pass's per-row best,
+// after the centroids moved, against the plain screen. Else the tests that compare screened and unscreened passes
+// bit for bit (test/gpu/cuda-exact-screen.test.ts) would prove nothing.
+static int checkScreenRuns() {
+  const long long n = 100003;
+  const int d = 64, k = 512;
+  Problem P;
+  P.alloc(n, d, k, OpKind::F16x3, InType::F32);
+  P.generate(0, 311, 0.f, false);
+  for (size_t i = 0; i < P.hc.size(); ++i) P.hc[i] += 0.01f * std::sin(static_cast<float>(i));
+  P.setCentroids();
+  const auto differing = [&](const std::vector<int>& a, const std::vector<int>& b) {
+    long long c = 0;
+    for (long long r = 0; r < n; ++r) c += a[r] != b[r] ? 1 : 0;
+    return c;
+  };
+  const auto screenAlone = [&](bool relative) {
+    P.rows.screenRelative = relative;
+    screenRows(assignKernel(), P.rows, n, d, P.cops, k, P.labels, P.candCount, P.flaggedCount + 1, 0);
+    CK(cudaDeviceSynchronize());
+    P.rows.screenRelative = false;
+    return toHost<int>(P.labels, n);
+  };
+  P.assign();  // exact, screened (the policy's first pass); it leaves each row's best for a relative screen
+  CK(cudaDeviceSynchronize());
+  const std::vector<int> exact = toHost<int>(P.labels, n);
+  const long long screenDiffer = differing(exact, screenAlone(false));
+  bool ok = screenDiffer > 0 && screenDiffer < n / 20;  // one fp16 product is close: few rows differ
+  long long relativeDiffer = -1;  // not applicable: the portable kernel screens on plain keys only
+  if (std::strcmp(assignKernelName(assignKernel(), d), "wgmma") == 0) {
+    P.hostCentroids();
+    for (size_t i = 0; i < P.hc.size(); ++i) P.hc[i] += 0.003f * std::cos(static_cast<float>(i) * 0.7f);
+    P.onDevice = false;
+    P.setCentroids();
+    const std::vector<int> relative = screenAlone(true);  // first: each screen writes the rows' best anew
+    relativeDiffer = differing(relative, screenAlone(false));
+    ok &= relativeDiffer > 0 && relativeDiffer < n / 20;
+  }
+  std::printf("%-4s the screen decides rows: screen alone vs exact %lld rows differ, relative vs plain keys %lld\n",
+              ok ? "ok" : "FAIL", screenDiffer, relativeDiffer);
+  P.release();
+  return ok ? 0 : 1;
+}
+
 static int runCheck() {
-  int fails = checkCentroidStats() + checkScreenPolicy();
+  int fails = checkCentroidStats() + checkScreenPolicy() + checkScreenRuns();
   const OpKind ops[] = {OpKind::F16x3, OpKind::F16x1, OpKind::BF16x1};
   struct S { long long n; int d, k; };
   const S shapes[] = {{3001, 1, 7},    {5003, 3, 7},     {4099, 17, 1},   {10007, 17, 1000}, {20011, 100, 7},
@@ -727,8 +768,8 @@ static int runCheck() {
 // inertia and the screen's totals down under one wait; then the update on the device (the backend's updateOnDevice:
 // next centroids and shift, the data-variance terms in the first update only, as the job's driver asks for them once;
 // the centroids come down behind it without a wait, and the next operands are queued). KMBENCH_HOST_UPDATE=1: the
-// update as before the device update (centroids up, sums down, division on the host) for same-run A/B; an iteration
-// that leaves a cluster empty takes that path too (the engine re-seeds on the host). Host-side stages: prep (until
+// update on the host (sums down, division on the host, centroids up) for same-run A/B; an iteration that leaves a
+// cluster empty takes that path too (the engine re-seeds on the host). Host-side stages: prep (until
 // the statistics are back: an upload, or the wait for operands queued after the last update), down (the sums on the
 // host path), div (the update: device kernels and the shift's wait, or the host division).
 struct HostStages { double prep = 0, down = 0, div = 0; };
@@ -738,7 +779,7 @@ static double msSince(std::chrono::steady_clock::time_point t) {
 static double iterate(Problem& P, int iters, double* hs, long long* hcnt, unsigned* flagged, HostStages* st) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t kd = static_cast<size_t>(P.k) * P.d;
-  const bool hostUpdate = P.legacy || envFlag("KMBENCH_HOST_UPDATE");
+  const bool hostUpdate = envFlag("KMBENCH_HOST_UPDATE");
   const bool trace = envFlag("KMBENCH_TRACE");  // per iteration on stderr: wall ms, the exact screen's share and kind
   for (int it = 0; it < iters; ++it) {
     const auto ti = std::chrono::steady_clock::now();
@@ -789,24 +830,15 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   P.alloc(n, d, k, op, in);
   P.allocExact();  // the iterations sum as the backend's fit pass does
   P.generate(blobs, 42, 0.f, false);
-  // the sums' destination: pinned (as the backend's download ring), or pageable as before (legacy)
-  std::vector<double> hsv;
-  std::vector<long long> hcv;
+  // the sums' destination: pinned, as the backend's download ring
   double* hs = nullptr;
   long long* hcnt = nullptr;
-  if (P.legacy) {
-    hsv.resize(static_cast<size_t>(k) * d);
-    hcv.resize(k);
-    hs = hsv.data();
-    hcnt = hcv.data();
-  } else {
-    CK(cudaHostAlloc(&hs, static_cast<size_t>(k) * d * 8, cudaHostAllocPortable));
-    CK(cudaHostAlloc(&hcnt, static_cast<size_t>(k) * 8, cudaHostAllocPortable));
-  }
+  CK(cudaHostAlloc(&hs, static_cast<size_t>(k) * d * 8, cudaHostAllocPortable));
+  CK(cudaHostAlloc(&hcnt, static_cast<size_t>(k) * 8, cudaHostAllocPortable));
   unsigned f0 = 0, f1 = 0;
   // Iterations 1–4 warm up (module load, first touch, the exact screen's policy settling: a pass whose cost differs
-  // from the later ones must not be subtracted out); 5–14 are timed. (Until stop 14: a run of 13 minus a run of 3,
-  // which the policy's first passes biased once they cost more than the later ones.)
+  // from the later ones must not be subtracted out); 5–14 are timed, not a long run minus a short one, which the
+  // policy's first passes bias when they cost more than the later ones.
   iterate(P, 1, hs, hcnt, &f0, nullptr);
   const int W = 3, L = 10;
   const double tw = iterate(P, W, hs, hcnt, nullptr, nullptr);
@@ -815,10 +847,8 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   const unsigned screenedLast = P.screenedNow();
   const double ms = tl / L;
   const double prepMs = hsL.prep / L, downMs = hsL.down / L, divMs = hsL.div / L;
-  if (!P.legacy) {
-    cudaFreeHost(hs);
-    cudaFreeHost(hcnt);
-  }
+  cudaFreeHost(hs);
+  cudaFreeHost(hcnt);
   // assignment alone, for the split
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -842,22 +872,16 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
   };
   const float mmaMs = timeIt([&] {
     CK(cudaMemsetAsync(P.flaggedCount, 0, 8, 0));
-    assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr,
+    assignRows(assignKernel(), P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr,
                P.screen.screen() ? P.candCount : nullptr, P.flaggedCount + 1, 0);
   });
-  // exact mode: the one-product screen alone (KMFLEET_EXACT_SCREEN=only; 0 when the policy has it off)
+  // exact mode: the one-product screen alone (kernels.h screenRows; 0 when the policy has it off)
   float screenMs = 0.f;
   if (op == OpKind::F16x3 && P.screen.screen()) {
-    const char* was = std::getenv("KMFLEET_EXACT_SCREEN");
-    const std::string saved = was ? was : "";
-    setenv("KMFLEET_EXACT_SCREEN", "only", 1);
     screenMs = timeIt([&] {
       CK(cudaMemsetAsync(P.flaggedCount, 0, 8, 0));
-      assignRows(P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr, P.candCount,
-                 P.flaggedCount + 1, 0);
+      screenRows(assignKernel(), P.rows, n, d, P.cops, k, P.labels, P.candCount, P.flaggedCount + 1, 0);
     });
-    if (was) setenv("KMFLEET_EXACT_SCREEN", saved.c_str(), 1);
-    else unsetenv("KMFLEET_EXACT_SCREEN");
   }
   const float distMs = 0.f;  // fused into the sums for D ≤ 256
   // the statistics: with exact sums, the next pass's move (the assignments above labelled the rows for the updated
@@ -868,22 +892,19 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
     exactMoveRows(P.vals, n, d, P.labels, P.prevLabels, true, P.exactScratch, P.stats, 0);
     exactFinish(P.stats, P.cf, false, P.sums, P.counts, P.inertia, 0);
   }) / 2 : timeIt([&] { P.update(false); });
-  // the centroid side on the device alone (statistics + operands; legacy: operands only)
-  const float cprepMs = timeIt([&] {
-    if (P.legacy) prepareCentroids(P.cf, P.mu, k, d, op, P.cops.scale, P.bhi, P.blo, P.cnorm, 0);
-    else prepareCentroidOps(P.cf, P.mu, k, d, op, P.cstats, P.bhi, P.blo, P.cnorm, 0);
-  });
+  // the centroid side on the device alone (statistics + operands)
+  const float cprepMs = timeIt([&] { prepareCentroidOps(P.cf, P.mu, k, d, op, P.cstats, P.bhi, P.blo, P.cnorm, 0); });
   // the device update's kernels alone (centroid_update.cu: next centroids, shift, data-variance terms)
   const float updMs = timeIt([&] { clusterUpdate(P.updateArgs(), 0); });
   const double tflop = 2.0 * n * k * d / (ms * 1e-3) / 1e12;
   std::printf("RESULT kernel=%s in=%s data=%s n=%lld d=%d k=%d ms_per_iter=%.3f iters_2_4_ms=%.3f relative=%d assign_ms=%.3f tflops=%.1f "
               "recheck_first=%.5f%% recheck_last=%.5f%% screened_last=%.2f%% screen_now=%d screen_ms=%.3f mma_ms=%.3f recheck_ms=%.3f dist_ms=%.3f sums_ms=%.3f "
               "host_prep_ms=%.3f host_down_ms=%.3f host_div_ms=%.3f centroid_kernels_ms=%.3f update_kernels_ms=%.3f rows=%s sums=%s "
-              "changed_last=%.2f%%%s\n",
+              "changed_last=%.2f%%\n",
               opName(op), in == InType::F32 ? "f32" : in == InType::F16 ? "f16" : "bf16", blobs ? "blobs" : "random", n,
               d, k, ms, tw / W, P.usedRelative ? 1 : 0, am, tflop, 100.0 * f0 / n, 100.0 * f1 / n, 100.0 * screenedLast / n, P.screen.screen() ? 1 : 0, screenMs, mmaMs, am - mmaMs, distMs, sumMs, prepMs, downMs,
               divMs, cprepMs, updMs, P.vals.type == InType::F32 ? "f32" : "16bit", P.exactSums ? "exact" : "accumulate",
-              changedLast, P.legacy ? " legacy=1" : "");
+              changedLast);
   std::fflush(stdout);
   P.release();
 }
@@ -935,7 +956,7 @@ static int runBench(int argc, char** argv) {
 
 // ---------------------------------------------------------------- out of core, through the Backend
 // The engine's loop without the engine: host buffers filled once with normal data (as if the rows were
-// already in pinned memory, like the ANCHORS.md out-of-core row), then passes feeding every non-resident
+// already in pinned memory), then passes feeding every non-resident
 // chunk. Reports ms/pass for all-resident (compute), half resident and none resident, and the H2D bandwidth.
 static double h2dBandwidth() {
   const size_t bytes = size_t(1) << 30;
@@ -959,13 +980,18 @@ static double h2dBandwidth() {
 // engine's division, as done here).
 struct PassStages { double begin = 0, resident = 0, gpu = 0, finish = 0, update = 0; int passes = 0; };
 
+// chunkRows, slots: the plan's unless > 0 (KMBENCH_CHUNK also sets the chunk rows)
 static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long long budget, long long* residentOut,
-                     long long* chunkOut, kmfleet::DType dtype = kmfleet::DType::F32, PassStages* stages = nullptr) {
+                     long long* chunkOut, kmfleet::DType dtype = kmfleet::DType::F32, PassStages* stages = nullptr,
+                     long long chunkRows = 0, int slots = 0) {
   using namespace kmfleet;
   EngineConfig cfg;
   cfg.rows = n; cfg.dims = d; cfg.k = k; cfg.dtype = dtype; cfg.backend = BackendKind::Cuda;
   cfg.precision = prec; cfg.memoryBudget = budget;
+  cfg.chunkRows = chunkRows;
   if (const char* cr = std::getenv("KMBENCH_CHUNK")) cfg.chunkRows = std::atoll(cr);  // A/B of the chunk size
+  cfg.cuda.slots = slots;
+  cfg.cuda.sharedMemoryLimit = assignKernel().sharedMemoryLimit;
   std::unique_ptr<Backend> b = makeCudaBackend(cfg, &hostPool());
   const Plan& pl = b->plan();
   *residentOut = pl.residentRows;
@@ -973,9 +999,8 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   std::vector<float> c(static_cast<size_t>(k) * d);
   // Chunk `ci`'s rows (normal values, seeded by the chunk) into host buffer `buf`. The buffers are filled once with
   // chunks 0, 1, …; when every row is resident the first pass also fills each later chunk with its own rows (all N
-  // distinct, as the Engine's and kmbench bench's; until stop 16 the few buffers' rows repeated over all N). When
-  // some rows stream, each streamed chunk keeps its buffer's rows on every pass (data already in pinned memory,
-  // like the ANCHORS.md out-of-core row: no generation inside the timed passes).
+  // distinct, as the Engine's and kmbench bench's). When some rows stream, each streamed chunk keeps its buffer's
+  // rows on every pass (data already in pinned memory: no generation inside the timed passes).
   auto fillChunk = [&](int buf, long long ci) {
     std::vector<float> h(static_cast<size_t>(pl.chunkRows) * d);
     // the chunk's own stream: seeds 12345 + ci straight into the LCG gave neighbouring chunks correlated rows
@@ -1063,9 +1088,9 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
   };
   pass();  // first pass: feeds everything, retains the resident rows
   pass();  // and one more before timing (the first pass that reads the resident rows)
-  // The median of 8 passes, each timed alone (finishPass returns once the pass's device work is done). A long run
-  // minus a short one, as before, came out shorter than the device's own time per pass on the H200 (10M×128×1024
-  // fp16: 5.75 ms/pass against 7.0 ms of device work): the two runs' passes did not cost the same.
+  // The median of 8 passes, each timed alone (finishPass returns once the pass's device work is done): a long run
+  // minus a short one comes out shorter than the device's own time per pass, the two runs' passes not costing the
+  // same.
   std::vector<double> times;
   for (int i = 0; i < 8; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -1112,29 +1137,24 @@ static int runOoc(int argc, char** argv) {
                                                        kmfleet::Metric::L2);
     long long res = 0, chunk = 0;
     double compute = 0;
-    // Variants for same-run A/B (environment of the backend: cuda_backend.h and its files, planner.cpp; KMBENCH_CHUNK): the
-    // shipped plan (128 MiB chunks when rows stream on every pass, 4 slots), its 64 MiB chunks, stop 8's slots (2),
-    // the schedule before the overlap.
-    struct Variant { int frac; const char* path; std::vector<std::pair<const char*, const char*>> env; };
+    // Variants timed in the same run: the shipped plan (128 MiB chunks when rows stream on every pass, 4 slots), its
+    // 64 MiB chunks, and 64 MiB chunks with 2 slots.
+    struct Variant { int frac; const char* path; long long chunkRows; int slots; };
     const std::vector<Variant> variants = {
-        {100, "", {}},
-        {50, "", {}},
-        {50, " path=chunk-64MiB", {{"KMBENCH_CHUNK", "131072"}}},
-        {50, " path=chunk-64MiB-2-slots", {{"KMBENCH_CHUNK", "131072"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
-        {50, " path=no-overlap", {{"KMFLEET_CUDA_NO_OVERLAP", "1"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
-        {0, "", {}},
-        {0, " path=chunk-64MiB-2-slots", {{"KMBENCH_CHUNK", "131072"}, {"KMFLEET_CUDA_SLOTS", "2"}}},
+        {100, "", 0, 0},
+        {50, "", 0, 0},
+        {50, " path=chunk-64MiB", 131072, 0},
+        {50, " path=chunk-64MiB-2-slots", 131072, 2},
+        {0, "", 0, 0},
+        {0, " path=chunk-64MiB-2-slots", 131072, 2},
     };
     for (const Variant& v : variants) {
       const int frac = v.frac;
       const long long budget = frac == 100 ? -1 : static_cast<long long>(rrb * size_t(n) * frac / 100);
       double ms = 0;
-      for (const auto& [name, value] : v.env) setenv(name, value, 1);
       try {
-        ms = oocRun(n, d, k, prec, budget, &res, &chunk);
-        for (const auto& [name, value] : v.env) unsetenv(name);
+        ms = oocRun(n, d, k, prec, budget, &res, &chunk, kmfleet::DType::F32, nullptr, v.chunkRows, v.slots);
       } catch (const kmfleet::EngineError& e) {
-        for (const auto& [name, value] : v.env) unsetenv(name);
         std::printf("RESULT_OOC kernel=%s%s n=%lld d=%d k=%d error=\"%s\"\n", pn, v.path, n, d, k, e.what());
         continue;
       }
