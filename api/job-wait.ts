@@ -34,8 +34,9 @@ export async function waitForJob(
     await client.wait(jobId, {
       timeoutMs: opts.timeoutMs,
       signal: stop.signal,
+      // the SDK's 'queued' report stands in for a worker's first one; the job itself has no progress to answer with yet
       onProgress: (progress) => {
-        if (opts.progressAfter !== undefined && progress && progress.updatedAt > opts.progressAfter) stop.abort();
+        if (opts.progressAfter !== undefined && progress.phase !== 'queued' && progress.updatedAt > opts.progressAfter) stop.abort();
       },
     });
   } catch (err) {
