@@ -60,8 +60,12 @@ export class JobEvents {
     };
   }
 
+  /** Closes the stream; with Redis away QueueEvents.close() never settles (its QUIT waits offline), so it gets a second. */
   async close(): Promise<void> {
-    await this.events.close().catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    const closing = this.events.close().catch(() => undefined);
+    await Promise.race([closing, new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000)))]);
+    clearTimeout(timer);
     if (this.connection.status !== 'end') this.connection.disconnect();
   }
 }
