@@ -26,7 +26,9 @@ std::string cpuDeviceName(int threads) {
 #else
   const char* arch = "unknown";
 #endif
-  return std::string("cpu ") + arch + " " + cpu::selectKernels().isa + " (" + std::to_string(threads) + " threads)";
+  const cpu::ScreenKernel* screen = cpu::selectScreen();
+  return std::string("cpu ") + arch + " " + (screen ? screen->isa : cpu::selectKernels().isa) + " (" +
+         std::to_string(threads) + " threads)";
 }
 
 namespace cpu {
@@ -46,7 +48,8 @@ float bf16ToF32(std::uint16_t v) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const EngineConfig& cfg, ThreadPool& pool) : cfg_(cfg), pool_(pool), kt_(selectKernels()) {
+  CpuBackend(const EngineConfig& cfg, ThreadPool& pool)
+      : cfg_(cfg), pool_(pool), kt_(selectKernels()), screen_(selectScreen()) {
     const std::int64_t D = cfg.dims;
     plan_.backend = BackendKind::Cpu;
     plan_.device = cpuDeviceName(pool.size());
@@ -66,9 +69,7 @@ class CpuBackend final : public Backend {
     if (cfg.dtype != DType::F32 || cfg.metric == Metric::Cosine)
       work_.allocate(chunk * static_cast<std::size_t>(D), "the fp32 working rows");
     norm2_.allocate(chunk, "the row norms");
-    best_.allocate(chunk, "the assignment");
-    d1_.allocate(chunk, "the assignment");
-    d2_.allocate(chunk, "the assignment");
+    assignWork_.allocate(plan_.chunkRows, screen_ != nullptr);
     scratch_.resize(static_cast<std::size_t>(pool.size()));
     debug_ = std::getenv("KMFLEET_DEBUG") != nullptr;
   }
@@ -81,13 +82,14 @@ class CpuBackend final : public Backend {
 
   void beginPass(const PassSpec& spec) override {
     spec_ = spec;
-    pack_.build(spec.centroids, cfg_.k, cfg_.dims, kt_);
+    pack_.build(spec.centroids, cfg_.k, cfg_.dims, kt_, screen_, pool_);
     for (auto& s : scratch_) {
-      s.kernel.allocate(static_cast<std::size_t>(scratchFloats(cfg_.dims)), "kernel scratch");
+      s.kernel.allocate(static_cast<std::size_t>(std::max(scratchFloats(cfg_.dims), screenScratchFloats(cfg_.dims, pack_.kpad))),
+                        "kernel scratch");
       s.row.allocate(static_cast<std::size_t>(pack_.kpad), "kernel scratch");
     }
     acc_.reset(cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
-    rechecked_ = 0;
+    counts_ = AssignCounts();
   }
 
   void processResident() override {
@@ -107,9 +109,12 @@ class CpuBackend final : public Backend {
 
   PassTotals finishPass() override {
     if (debug_)
-      std::fprintf(stderr, "kmfleet cpu: %s pass, %lld rows, %lld rechecked in fp64\n",
+      std::fprintf(stderr,
+                   "kmfleet cpu: %s pass, %lld rows: %lld decided by the bf16 screen, %lld among its candidates in fp64, "
+                   "%lld through fp32 (%lld of them rechecked in fp64)\n",
                    spec_.mode == PassMode::Fit ? "fit" : "assign", static_cast<long long>(rowsSeen_),
-                   static_cast<long long>(rechecked_));
+                   static_cast<long long>(counts_.screened), static_cast<long long>(counts_.pairs),
+                   static_cast<long long>(counts_.fp32), static_cast<long long>(counts_.rechecked));
     rowsSeen_ = 0;
     return acc_.finish();
   }
@@ -262,8 +267,7 @@ class CpuBackend final : public Backend {
     for (std::int64_t p0 = 0; p0 < n; p0 += piece) {
       const std::int64_t m = std::min(piece, n - p0), row = firstRow + p0;
       std::int32_t* labels = spec_.labels + row;
-      rechecked_ += assignRows(kt_, pool_, scratch_, pack_, x + p0 * D, norm2 + p0, m, best_.data(), d1_.data(),
-                               d2_.data(), labels);
+      assignRows(kt_, screen_, pool_, scratch_, pack_, x + p0 * D, norm2 + p0, m, assignWork_, labels, counts_);
       acc_.addChunk(pool_, pack_, x + p0 * D, norm2 + p0, m, row, labels,
                     spec_.distances ? spec_.distances + row : nullptr);
     }
@@ -273,6 +277,7 @@ class CpuBackend final : public Backend {
   EngineConfig cfg_;
   ThreadPool& pool_;
   const KernelTable& kt_;
+  const ScreenKernel* screen_;  // nullptr: the fp32 kernel for every row
   Plan plan_;
   PassSpec spec_;
   CentroidPack pack_;
@@ -280,13 +285,13 @@ class CpuBackend final : public Backend {
   std::vector<Array<std::uint8_t>> buffers_;
   Array<float> work_;
   Array<double> norm2_;
-  Array<std::int32_t> best_;
-  Array<float> d1_, d2_;
+  AssignWork assignWork_;
   std::vector<AssignScratch> scratch_;
   Array<float> resident_;
   Array<double> residentNorm2_;
   RowRanges held_;  // resident rows in place (retained by a pass or loaded)
-  std::int64_t rowsSeen_ = 0, rechecked_ = 0;
+  std::int64_t rowsSeen_ = 0;
+  AssignCounts counts_;
   bool debug_ = false;
 };
 
