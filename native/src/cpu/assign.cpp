@@ -173,16 +173,16 @@ void screenBound(const CentroidPack& pack, ScreenTask& t) {
 
 }  // namespace
 
-void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& pool, std::vector<AssignScratch>& scratch,
-                const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n, AssignWork& work,
-                std::int32_t* labels, AssignCounts& counts) {
+void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratch& s, const CentroidPack& pack,
+                 const float* x, const double* norm2, std::int64_t b, std::int64_t e, AssignWork& work,
+                 std::int32_t* labels, AssignCounts& c) {
+  if (b >= e) return;
   const std::int64_t D = pack.D;
   const double factor = epsilonFactor(D);
   const double tiny = std::ldexp(static_cast<double>(D + 4), -146);
-  std::vector<AssignCounts> part(static_cast<std::size_t>(pool.size()));
-  // The fp32 path for rows [0, m) of xs (rows of x, contiguous), whose norms are nrm[idx(j)]: label into out(j).
-  auto fp32Rows = [&](AssignScratch& s, const float* xs, std::int64_t m, std::int32_t* best, float* d1, float* d2,
-                      auto&& normOf, auto&& out, AssignCounts& c) {
+  // The fp32 path for rows [0, m) of xs (contiguous), whose ‖x‖² is normOf(j): the label goes to out(j, label).
+  auto fp32Rows = [&](const float* xs, std::int64_t m, std::int32_t* best, float* d1, float* d2, auto&& normOf,
+                      auto&& out) {
     AssignTask task;
     task.x = xs;
     task.ld = D;
@@ -212,61 +212,60 @@ void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& p
     }
     c.fp32 += m;
   };
+  if (!screen) {
+    fp32Rows(x + b * D, e - b, work.i1.data() + b, work.d1.data() + b, work.d2.data() + b,
+             [&](std::int64_t j) { return norm2[b + j]; }, [&](std::int64_t j, std::int32_t l) { labels[b + j] = l; });
+    return;
+  }
+  ScreenTask task;
+  task.x = x + b * D;
+  task.ld = D;
+  task.n = e - b;
+  task.D = D;
+  task.norm2 = norm2 + b;
+  task.panels = pack.pairs.data();
+  task.cnorm = pack.cnorm.data();
+  task.kpad = pack.kpad;
+  task.c = pack.c;
+  screenBound(pack, task);
+  task.scratch = s.kernel.data();
+  task.labels = labels + b;
+  // centroids far from fp32's range limits (no bf16 rounding overflows): otherwise every row takes the fp32 path
+  if (pack.cMax < 0x1p60) {
+    screen->screen(task);
+  } else {
+    for (std::int64_t r = b; r < e; ++r) labels[r] = -1;
+  }
+  c.screened += task.screened;
+  c.pairs += task.decided64;
+  s.open.clear();
+  for (std::int64_t r = b; r < e; ++r)
+    if (labels[r] < 0) s.open.push_back(static_cast<std::int32_t>(r));
+  const std::int64_t m = static_cast<std::int64_t>(s.open.size());
+  if (m == 0) return;
+  if (static_cast<std::int64_t>(s.rows.size()) < m * D) s.rows.allocate(static_cast<std::size_t>(m * D), "the open rows");
+  if (static_cast<std::int64_t>(s.best.size()) < m) {
+    s.best.allocate(static_cast<std::size_t>(m), "the open rows");
+    s.d1.allocate(static_cast<std::size_t>(m), "the open rows");
+    s.d2.allocate(static_cast<std::size_t>(m), "the open rows");
+  }
+  for (std::int64_t j = 0; j < m; ++j)
+    std::memcpy(s.rows.data() + j * D, x + static_cast<std::int64_t>(s.open[j]) * D, static_cast<std::size_t>(D) * 4);
+  fp32Rows(s.rows.data(), m, s.best.data(), s.d1.data(), s.d2.data(), [&](std::int64_t j) { return norm2[s.open[j]]; },
+           [&](std::int64_t j, std::int32_t l) { labels[s.open[j]] = l; });
+}
+
+void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& pool, std::vector<AssignScratch>& scratch,
+                const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n, AssignWork& work,
+                std::int32_t* labels, AssignCounts& counts) {
+  std::vector<AssignCounts> part(static_cast<std::size_t>(pool.size()));
   pool.run([&](int tid, int nt) {
     std::int64_t b, e;
     ThreadPool::range(n, tid, nt, kt.mr, b, e);
-    if (b >= e) return;
-    AssignScratch& s = scratch[static_cast<std::size_t>(tid)];
-    AssignCounts& c = part[static_cast<std::size_t>(tid)];
-    if (!screen) {
-      fp32Rows(s, x + b * D, e - b, work.i1.data() + b, work.d1.data() + b, work.d2.data() + b,
-               [&](std::int64_t j) { return norm2[b + j]; }, [&](std::int64_t j, std::int32_t l) { labels[b + j] = l; }, c);
-      return;
-    }
-    ScreenTask task;
-    task.x = x + b * D;
-    task.ld = D;
-    task.n = e - b;
-    task.D = D;
-    task.norm2 = norm2 + b;
-    task.panels = pack.pairs.data();
-    task.cnorm = pack.cnorm.data();
-    task.kpad = pack.kpad;
-    task.c = pack.c;
-    screenBound(pack, task);
-    task.scratch = s.kernel.data();
-    task.labels = labels + b;
-    // centroids far from fp32's range limits (no bf16 rounding overflows): otherwise every row takes the fp32 path
-    if (pack.cMax < 0x1p60) {
-      screen->screen(task);
-    } else {
-      for (std::int64_t r = b; r < e; ++r) labels[r] = -1;
-    }
-    c.screened += task.screened;
-    c.pairs += task.decided64;
-    s.open.clear();
-    for (std::int64_t r = b; r < e; ++r)
-      if (labels[r] < 0) s.open.push_back(static_cast<std::int32_t>(r));
-    const std::int64_t m = static_cast<std::int64_t>(s.open.size());
-    if (m == 0) return;
-    if (static_cast<std::int64_t>(s.rows.size()) < m * D) s.rows.allocate(static_cast<std::size_t>(m * D), "the open rows");
-    if (static_cast<std::int64_t>(s.best.size()) < m) {
-      s.best.allocate(static_cast<std::size_t>(m), "the open rows");
-      s.d1.allocate(static_cast<std::size_t>(m), "the open rows");
-      s.d2.allocate(static_cast<std::size_t>(m), "the open rows");
-    }
-    for (std::int64_t j = 0; j < m; ++j)
-      std::memcpy(s.rows.data() + j * D, x + static_cast<std::int64_t>(s.open[j]) * D, static_cast<std::size_t>(D) * 4);
-    fp32Rows(s, s.rows.data(), m, s.best.data(), s.d1.data(), s.d2.data(),
-             [&](std::int64_t j) { return norm2[s.open[j]]; }, [&](std::int64_t j, std::int32_t l) { labels[s.open[j]] = l; },
-             c);
+    assignRange(kt, screen, scratch[static_cast<std::size_t>(tid)], pack, x, norm2, b, e, work, labels,
+                part[static_cast<std::size_t>(tid)]);
   });
-  for (const auto& p : part) {
-    counts.screened += p.screened;
-    counts.pairs += p.pairs;
-    counts.fp32 += p.fp32;
-    counts.rechecked += p.rechecked;
-  }
+  for (const auto& p : part) counts.add(p);
 }
 
 }  // namespace cpu

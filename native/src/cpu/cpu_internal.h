@@ -52,11 +52,22 @@ struct AssignCounts {
   std::int64_t pairs = 0;     // decided in fp64 among the screen's candidates
   std::int64_t fp32 = 0;      // through the fp32 kernel (no screen, or the screen left them open)
   std::int64_t rechecked = 0; // of those, decided in fp64 among the fp32 candidates
+  void add(const AssignCounts& o) {
+    screened += o.screened;
+    pairs += o.pairs;
+    fp32 += o.fp32;
+    rechecked += o.rechecked;
+  }
 };
 
 // Exact labels for n rows: with a screen, the bf16 kernel and its error bound decide most rows, fp64 the rows with
 // two candidates, and the fp32 path below the rest; without one (or for those rows) the fp32 kernel, its margin test,
 // and an fp64 recheck of the rows too close to call. labels receives the result.
+// Rows [b, e) on the calling thread (s: its scratch), the same way.
+void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratch& s, const CentroidPack& pack,
+                 const float* x, const double* norm2, std::int64_t b, std::int64_t e, AssignWork& work,
+                 std::int32_t* labels, AssignCounts& counts);
+// Rows [0, n) split over the pool.
 void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& pool, std::vector<AssignScratch>& scratch,
                 const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n, AssignWork& work,
                 std::int32_t* labels, AssignCounts& counts);
@@ -70,6 +81,12 @@ class Accumulator {
   // distances: n-long output or nullptr.
   void addChunk(ThreadPool& pool, const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n,
                 std::int64_t firstRow, const std::int32_t* labels, float* distances);
+  // The same in tasks (0 ≤ task < tasks(), each a range of clusters), run by any thread (tid: its index) in any
+  // order, each task once per chunk, all of a chunk's tasks before any of the next's; then addRowsSeen(n) once.
+  int tasks() const;
+  void addTask(int task, int tid, const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n,
+               std::int64_t firstRow, const std::int32_t* labels, float* distances);
+  void addRowsSeen(std::int64_t n) { rowsSeen_ += n; }
   PassTotals finish();
 
  private:
@@ -90,9 +107,8 @@ class Accumulator {
   int threads_ = 1, farthest_ = 0;
   std::vector<double> sums_, inertia_;
   std::vector<std::int64_t> counts_;
-  Array<std::int64_t> cstart_;  // K + 1
-  Array<std::int32_t> order_;   // chunkRows + threads: each thread's rows, in order
-  Array<double> dist_;          // chunkRows + threads: their distances (or dot products)
+  std::vector<Array<std::int32_t>> order_;  // per thread, chunkRows + 1: a task's rows, in order
+  std::vector<Array<double>> dist_;         // per thread: their distances (or dot products)
   std::vector<Heap> heaps_;     // one per thread
 };
 
