@@ -1,13 +1,11 @@
 // Synchronisation inside one ThreadPool::run that covers a whole chunk of a pass (cpu_backend.cpp compute): the
-// phases of its pieces (assignment, accumulation) meet at a barrier that spins, then yields, instead of a pool.run
-// each. On a shared machine a sleeping thread waits for the scheduler to wake it, each time: a pass of ~150 sections
-// lost most of its wall time so. Work inside a phase is taken in small tasks from a counter, so a thread that is
-// descheduled holds up at most the task it has.
+// phases of its pieces (assignment, accumulation) meet at a barrier instead of a pool.run each. Work inside a phase is
+// taken in small tasks from a counter, so a thread that is descheduled holds up at most the task it has.
 #pragma once
 
-#include <sched.h>
-
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -24,24 +22,35 @@ class PassSync {
  public:
   explicit PassSync(int threads) : threads_(threads) {}
 
-  // All threads wait here; false when a thread failed (its exception is rethrown by the pool: stop working).
+  // All threads wait here; false when a thread failed (its exception is rethrown by the pool: stop working). A waiter
+  // spins a little, then sleeps: spinning or yielding longer lost more than it saved on the shared machine.
   bool barrier() {
     const std::uint32_t gen = generation_.load(std::memory_order_acquire);
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
       arrived_.store(0, std::memory_order_relaxed);
-      generation_.store(gen + 1, std::memory_order_release);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        generation_.store(gen + 1, std::memory_order_release);
+      }
+      cv_.notify_all();
     } else {
-      for (int spins = 0; generation_.load(std::memory_order_acquire) == gen; ++spins) {
-        if (failed_.load(std::memory_order_relaxed)) return false;
-        if (spins < 2000) KMFLEET_CPU_PAUSE();
-        else sched_yield();
+      for (int spins = 0; spins < 1000 && generation_.load(std::memory_order_acquire) == gen; ++spins) KMFLEET_CPU_PAUSE();
+      if (generation_.load(std::memory_order_acquire) == gen) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != gen || failed_.load(); });
       }
     }
     return !failed_.load(std::memory_order_relaxed);
   }
 
   // A thread that throws calls this first, so that the others leave their barriers.
-  void fail() { failed_.store(true, std::memory_order_relaxed); }
+  void fail() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed_.store(true);
+    }
+    cv_.notify_all();
+  }
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
 
   // Task counters, one per phase of a piece: the next task index.
@@ -54,6 +63,8 @@ class PassSync {
   std::atomic<int> arrived_{0};
   std::atomic<std::uint32_t> generation_{0};
   std::atomic<bool> failed_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
   std::atomic<std::int64_t> next_[4] = {};
 };
 
