@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       s.kernel.allocate(std::max(scratchFloats(D), screenScratchFloats(D, pack.kpad)), "k");
       s.row.allocate(pack.kpad, "k");
     }
-    acc.reset(K, D, Metric::L2, threads, 0, piece);
+    acc.reset(kt, K, D, Metric::L2, threads, 0, piece);
     double t1 = cpuNow();
     tPack += t1 - t0;
     for (std::int64_t p0 = 0; p0 < N; p0 += piece) {

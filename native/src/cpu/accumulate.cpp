@@ -18,8 +18,9 @@ namespace {
 inline bool better(double da, std::int64_t ra, double db, std::int64_t rb) { return da > db || (da == db && ra < rb); }
 }  // namespace
 
-void Accumulator::reset(std::int64_t K, std::int64_t D, Metric metric, int threads, int farthest,
-                        std::int64_t chunkRows) {
+void Accumulator::reset(const KernelTable& kt, std::int64_t K, std::int64_t D, Metric metric, int threads,
+                        int farthest, std::int64_t chunkRows) {
+  kt_ = &kt;
   K_ = K;
   D_ = D;
   metric_ = metric;
@@ -138,7 +139,8 @@ void Accumulator::addTask(int task, int tid, const CentroidPack& pack, const flo
     m += static_cast<std::uint32_t>(labels[r] - k0) < span;
   }
   const bool l2 = metric_ == Metric::L2;
-  addRows(l2, mine, m, labels, x, pack.c, sums_.data(), D, md);
+  if (l2 && kt_->addRowsL2) kt_->addRowsL2(mine, m, labels, x, pack.c, sums_.data(), D, md);
+  else addRows(l2, mine, m, labels, x, pack.c, sums_.data(), D, md);
   Heap& heap = heaps_[static_cast<std::size_t>(tid)];
   for (std::int64_t j = 0; j < m; ++j) {
     const std::int64_t r = mine[j], k = labels[r];

@@ -89,7 +89,7 @@ class CpuBackend final : public Backend {
                         "kernel scratch");
       s.row.allocate(static_cast<std::size_t>(pack_.kpad), "kernel scratch");
     }
-    acc_.reset(cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
+    acc_.reset(kt_, cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
     counts_ = AssignCounts();
   }
 

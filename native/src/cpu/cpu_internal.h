@@ -76,7 +76,8 @@ void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& p
 // clusters and walks the chunk in row order), and the farthest rows for re-seeding.
 class Accumulator {
  public:
-  void reset(std::int64_t K, std::int64_t D, Metric metric, int threads, int farthest, std::int64_t chunkRows);
+  void reset(const KernelTable& kt, std::int64_t K, std::int64_t D, Metric metric, int threads, int farthest,
+             std::int64_t chunkRows);
   // x: n rows (fp32, normalized for cosine), norm2: their ‖x‖² in fp64, labels: their labels.
   // distances: n-long output or nullptr.
   void addChunk(ThreadPool& pool, const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n,
@@ -102,6 +103,7 @@ class Accumulator {
   };
   void offer(Heap& heap, double dist, std::int64_t row, std::int32_t label, const float* x);
 
+  const KernelTable* kt_ = nullptr;
   std::int64_t K_ = 0, D_ = 0, rowsSeen_ = 0;
   Metric metric_ = Metric::L2;
   int threads_ = 1, farthest_ = 0;

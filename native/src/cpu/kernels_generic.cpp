@@ -93,7 +93,7 @@ void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]);
 }
 
-const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32};
+const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32, nullptr};
 
 }  // namespace
 
