@@ -19,7 +19,7 @@
 
 namespace kmfleet {
 
-std::string cpuDeviceName(int threads) {
+std::string cpuDeviceName(int threads, const char* isa) {
 #if defined(__x86_64__)
   const char* arch = "x86_64";
 #elif defined(__aarch64__)
@@ -27,9 +27,7 @@ std::string cpuDeviceName(int threads) {
 #else
   const char* arch = "unknown";
 #endif
-  const cpu::ScreenKernel* screen = cpu::selectScreen();
-  return std::string("cpu ") + arch + " " + (screen ? screen->isa : cpu::selectKernels().isa) + " (" +
-         std::to_string(threads) + " threads)";
+  return std::string("cpu ") + arch + " " + isa + " (" + std::to_string(threads) + " threads)";
 }
 
 namespace cpu {
@@ -50,10 +48,11 @@ float bf16ToF32(std::uint16_t v) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const EngineConfig& cfg, ThreadPool& pool)
-      : cfg_(cfg), pool_(pool), kt_(selectKernels()), screen_(selectScreen()) {
+      // the screen keeps all of a 32-row block's values (32·K floats a thread): not for very large K
+      : cfg_(cfg), pool_(pool), kt_(selectKernels()), screen_(cfg.k <= (1 << 16) ? selectScreen() : nullptr) {
     const std::int64_t D = cfg.dims;
     plan_.backend = BackendKind::Cpu;
-    plan_.device = cpuDeviceName(pool.size());
+    plan_.device = cpuDeviceName(pool.size(), screen_ ? screen_->isa : kt_.isa);
     plan_.precision = Precision::FP32;  // the CPU always computes exact fp32, whatever was asked
     plan_.rowBytes = static_cast<std::size_t>(D) * dtypeBytes(cfg.dtype);
     const std::int64_t autoRows = std::max<std::int64_t>(1, (std::int64_t{16} << 20) / static_cast<std::int64_t>(plan_.rowBytes));
