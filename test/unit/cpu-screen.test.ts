@@ -3,7 +3,7 @@
 // that cut every block of the kernels (D odd or not a multiple of 16, K not a multiple of 8, N not a multiple of 32,
 // several K-panels), rows closer to a boundary than bf16 can tell (the bound must send them to fp64), and more
 // equal centroids than the screen keeps candidates (the fp32 path). On a CPU without AVX-512 BF16 the engine falls
-// back to the fp32 kernels, which must pass too.
+// back to the fp32 kernels, which must pass too; so does a shape below D = 48, where the backend uses the fp32 kernel.
 import { randomInt } from 'node:crypto';
 
 import { afterAll, describe, expect, it } from 'vitest';
@@ -53,7 +53,7 @@ function boundaryRows(c: Float32Array, k: number, d: number, n: number, rng: Rng
 const seed = randomInt(1, 2 ** 31);
 
 describe(`the bf16 screen and the fp32 kernel = float64 reference (seed ${seed})`, () => {
-  const shapes: [number, number, number][] = [[1001, 1, 3], [517, 7, 9], [999, 33, 17], [300, 255, 70], [197, 300, 130], [2000, 64, 256]];
+  const shapes: [number, number, number][] = [[1001, 1, 3], [517, 49, 9], [999, 33, 17], [300, 255, 70], [197, 300, 130], [2000, 64, 256], [611, 97, 31]];
   for (const isa of ['avx512bf16', 'avx512']) {
     for (const [n, d, k] of shapes) {
       it(`${isa}: N=${n}, D=${d}, K=${k}, random normal rows`, async () => {
@@ -64,14 +64,14 @@ describe(`the bf16 screen and the fp32 kernel = float64 reference (seed ${seed})
     }
     it(`${isa}: rows a relative 1e-5 off the boundary of two centroids`, async () => {
       const rng = new Rng(seed);
-      for (const [n, d, k] of [[700, 40, 12], [333, 129, 41]]) {
+      for (const [n, d, k] of [[700, 48, 12], [333, 129, 41]]) {
         const c = normalData(k, d, seed + 2 + d);
         const x = boundaryRows(c, k, d, n, rng);
         expectReference(`${isa} boundary ${n}×${d} k=${k} seed ${seed}`, await labelsOf(isa, x, n, d, c, k, 2), x, n, d, c, k);
       }
     });
     it(`${isa}: more equal nearest centroids than the screen keeps (ties to the lowest index)`, async () => {
-      const n = 400, d = 24, k = 40;
+      const n = 400, d = 50, k = 40;
       const x = normalData(n, d, seed + 3);
       const c = pickRows(normalData(k, d, seed + 4), d, Array.from({ length: k }, (_, i) => (i % 2 === 0 ? 0 : i)));
       const labels = await labelsOf(isa, x, n, d, c, k, 2);
@@ -80,4 +80,30 @@ describe(`the bf16 screen and the fp32 kernel = float64 reference (seed ${seed})
       for (let i = 0; i < n; i++) expect(labels[i] === 0 || labels[i] % 2 === 1, `row ${i}: label ${labels[i]}`).toBe(true);
     });
   }
+});
+
+describe(`the bf16 screen changes no bit (seed ${seed})`, () => {
+  it('3 fit passes at D=64, K=50: the same centroids and labels as the generic kernel, 1 and 2 threads', async () => {
+    const n = 3000, d = 64, k = 50;
+    const x = normalData(n, d, seed + 5);
+    const init = pickRows(x, d, Array.from({ length: k }, (_, i) => i * 13));
+    const fit = async (isa: string, threads: number) => {
+      process.env.KMFLEET_CPU_ISA = isa;
+      try {
+        const e = await Engine.open({ rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu', threads, chunkRows: 700 });
+        engines.push(e);
+        e.setCentroids(init);
+        for (let p = 0; p < 3; p++) await runPass<PassResult>(e, bytesOf(x), n, 'fit');
+        return { device: e.plan.device, centroids: Array.from(new Uint32Array(e.centroids().buffer)), labels: Array.from(e.labels()) };
+      } finally {
+        delete process.env.KMFLEET_CPU_ISA;
+      }
+    };
+    const ref = await fit('generic', 1);
+    for (const threads of [1, 2]) {
+      const r = await fit('avx512bf16', threads);
+      expect(r.centroids, `${r.device}: centroid bits`).toEqual(ref.centroids);
+      expect(r.labels, `${r.device}: labels`).toEqual(ref.labels);
+    }
+  });
 });

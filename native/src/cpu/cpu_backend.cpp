@@ -48,8 +48,10 @@ float bf16ToF32(std::uint16_t v) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const EngineConfig& cfg, ThreadPool& pool)
-      // the screen keeps all of a 32-row block's values (32·K floats a thread): not for very large K
-      : cfg_(cfg), pool_(pool), kt_(selectKernels()), screen_(cfg.k <= (1 << 16) ? selectScreen() : nullptr) {
+      // the screen keeps all of a 32-row block's values (32·K floats a thread): not for very large K; below D = 48 its
+      // per-row work (the transpose, the bound, the candidates) cost what the halved products saved (bench/cpu/phases.sh)
+      : cfg_(cfg), pool_(pool), kt_(selectKernels()),
+        screen_(cfg.k <= (1 << 16) && cfg.dims >= 48 ? selectScreen() : nullptr) {
     const std::int64_t D = cfg.dims;
     plan_.backend = BackendKind::Cpu;
     plan_.device = cpuDeviceName(pool.size(), screen_ ? screen_->isa : kt_.isa);
