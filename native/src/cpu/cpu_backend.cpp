@@ -262,7 +262,7 @@ class CpuBackend final : public Backend {
 
   // Assignment then accumulation, in pieces of ~1 MiB of rows so that the accumulation finds them in cache
   // (measured at N=1M, D=32, K=100: ~125 → ~100 ms per pass against whole 16 MiB chunks), all in one pool.run: the
-  // threads take blocks of rows, then ranges of clusters, meeting at spinning barriers (pass_sync.h).
+  // threads take blocks of rows, then ranges of clusters, meeting at barriers (pass_sync.h: a short spin, then sleep).
   void compute(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n) {
     const std::int64_t D = cfg_.dims;
     std::int64_t piece = std::max<std::int64_t>(32 * pool_.size(), (std::int64_t{1} << 20) / (D * 4));
