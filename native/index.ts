@@ -74,7 +74,7 @@
  *     nothing, so the last resolved value stays exact. The caller must leave the rows unchanged until the Promise
  *     settles. loadsRows is false where the backend cannot (CUDA for now): feed every row in the first pass there.
  *   - Extra export: loadAddon() (the raw addon, for diagnostics).
- *   - Env: KMFLEET_CPU_ISA=generic|avx2|avx512 caps the CPU kernels (read when an engine opens); KMFLEET_DEBUG=1
+ *   - Env: KMFLEET_CPU_ISA=generic|avx2|avx512|avx512bf16 caps the CPU kernels (read when an engine opens); KMFLEET_DEBUG=1
  *     prints per-pass notes of the CPU backend (rows rechecked in fp64) on stderr.
  */
 

@@ -50,7 +50,7 @@ async function fit(x, n, d, k, passes, opts) {
 // 1. the same bits from every kernel and thread count
 const x = data(40_000, 37, 1);
 const runs = [];
-for (const isa of ['generic', 'avx2', 'avx512']) {
+for (const isa of ['generic', 'avx2', 'avx512', 'avx512bf16']) {
   for (const threads of [1, cpus().length]) {
     process.env.KMFLEET_CPU_ISA = isa;
     const r = await fit(x, 40_000, 37, 64, 3, { threads, chunkRows: 3000 });

@@ -1,27 +1,40 @@
-// CPU benchmark: kmfleet's CPU engine vs scikit-learn's Lloyd, same data, same init, same iteration count.
-//   npm run build:native && node bench/cpu/run.mjs            (all shapes; KMFLEET_ADDON picks another build)
-//   node bench/cpu/run.mjs 200000,64,256                      (one shape)
-// ms/iter = (time of LONG iterations − time of SHORT iterations) / (LONG − SHORT), for both (ANCHORS.md's way):
-// initialisation, first-pass data loading and Python start-up are excluded. Data: standard normal float32.
-// The build machine is shared: the two sides are measured in turn BENCH_REPEAT times (default 3) and the fastest
-// run of each counts.
+// CPU benchmark: kmfleet (the product path: dist/'s Engine and k-means driver, as `kmfleet fit` runs them) against
+// scikit-learn 1.2.1 (Debian's python3-sklearn under /usr/bin/python3) and faiss-cpu (pip, into a virtual environment
+// this script makes under build-cpu/bench-venv: never a runtime dependency), on the same data and the same init.
+//   npm run build:native:cpu && npm run build:ts
+//   KMFLEET_ADDON=$PWD/build-cpu/Release/kmfleet_native.node node bench/cpu/run.mjs            (the four shapes)
+//   ... node bench/cpu/run.mjs 200000,64,256                                                  (one shape)
+// ms/iter = (time of a LONG-iteration run − time of a SHORT-iteration run) / (LONG − SHORT) (12 and 2), for each
+// tool: initialisation, data loading and interpreter start-up are excluded. Data: standard normal float32, init:
+// its first K rows. The build machine is shared: the three tools run in turn BENCH_REPEAT times (default 3), each
+// round's ratios are printed, and the median of the rounds' ratios is the result (a ratio from one round compares
+// runs seconds apart; the absolute ms are only as good as the machine's load at that moment). The CPU time of each
+// tool's process (all its threads) is compared too: less sensitive to the load, it is the ratio a quiet machine with
+// both cores for each tool would give.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { cpus, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const addonPath = process.env.KMFLEET_ADDON || join(root, 'build', 'Release', 'kmfleet_native.node');
-const addon = createRequire(import.meta.url)(addonPath);
-const SHORT = 2, LONG = Number(process.env.BENCH_ITERS || 8), REPEAT = Number(process.env.BENCH_REPEAT || 3);
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, '..', '..');
+const SHORT = 2, LONG = Number(process.env.BENCH_ITERS || 12), REPEAT = Number(process.env.BENCH_REPEAT || 3);
 const shapes = process.argv[2]
   ? process.argv.slice(2).map((s) => s.split(',').map(Number))
-  : [[200_000, 64, 256], [1_000_000, 32, 100], [100_000, 256, 1024]];
+  : [[200_000, 64, 256], [1_000_000, 32, 100], [100_000, 256, 1024], [1_000_000, 128, 1024]];
+const venv = process.env.BENCH_VENV || join(root, 'build-cpu', 'bench-venv');
+
+if (!existsSync(join(root, 'dist', 'native', 'index.js'))) throw new Error('dist/ is missing: run npm run build:ts first');
+if (!existsSync('/usr/bin/python3')) throw new Error('/usr/bin/python3 with python3-sklearn is needed (apt-get install python3-sklearn)');
+if (!existsSync(join(venv, 'bin', 'python'))) {
+  console.log(`making ${venv} with faiss-cpu ...`);
+  execFileSync('python3', ['-m', 'venv', venv], { stdio: 'inherit' });
+  execFileSync(join(venv, 'bin', 'pip'), ['install', '-q', 'faiss-cpu==1.15.1', 'numpy'], { stdio: 'inherit' });
+}
 
 function normal(n, seed) {
-  // xorshift + Box–Muller: fast, seeded, identical for both sides (they read the same file)
+  // xorshift + Box–Muller: fast, seeded; every tool reads the same file
   let s = seed >>> 0 || 1;
   const u = () => {
     s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
@@ -36,71 +49,46 @@ function normal(n, seed) {
   return x;
 }
 
-async function ours(x, n, d, k, init, iters) {
-  const e = await addon.open({ rows: n, dims: d, k, metric: 'l2', dtype: 'f32', backend: 'cpu' });
-  try {
-    e.setCentroids(init);
-    const { chunkRows, residentRows } = e.plan;
-    const bytes = new Uint8Array(x.buffer);
-    const rowBytes = d * 4;
-    const pass = async (first) => {
-      e.beginPass('fit');
-      let b = 0;
-      const inflight = [];
-      for (let r = first ? 0 : residentRows; r < n; r += chunkRows) {
-        const c = Math.min(chunkRows, n - r);
-        if (inflight[b]) await inflight[b];
-        e.buffer(b).set(bytes.subarray(r * rowBytes, (r + c) * rowBytes));
-        inflight[b] = e.feed(b, r, c);
-        b = (b + 1) % e.plan.buffers;
-      }
-      await Promise.all(inflight);
-      return e.finishPass();
-    };
-    let res = await pass(true); // first pass: data enters (resident copy made), not timed
-    const t0 = performance.now();
-    for (let i = 1; i < SHORT; i++) res = await pass(false);
-    const t1 = performance.now();
-    for (let i = SHORT; i < iters; i++) res = await pass(false);
-    const t2 = performance.now();
-    return { msPerIter: (t2 - t1) / (iters - SHORT), inertia: res.inertia, device: e.plan.device, resident: residentRows, t0 };
-  } finally {
-    e.close();
-  }
-}
+const json = (cmd, args) => JSON.parse(execFileSync(cmd, args, { encoding: 'utf8', maxBuffer: 1 << 20 }).trim().split('\n').pop());
+const median = (a) => { const s = [...a].sort((p, q) => p - q); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+const f = (v) => v.toFixed(1).padStart(7);
 
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-bench-'));
-const rows = [];
+const results = [];
+let device = '';
 try {
   for (const [n, d, k] of shapes) {
     const x = normal(n * d, n + d + k);
-    const init = x.slice(0, k * d); // the first k rows
-    writeFileSync(join(dir, 'x.f32'), x);
-    writeFileSync(join(dir, 'c.f32'), init);
-    // iters+1 fit passes for us (the first one loads the data) = sklearn's LONG iterations of assignment+update
-    // interleaved: ours, sklearn, ours, sklearn, ... — the fastest of each side counts
-    let o = null, sk = null;
+    const xPath = join(dir, 'x.f32'), cPath = join(dir, 'c.f32');
+    writeFileSync(xPath, x);
+    writeFileSync(cPath, x.slice(0, k * d));
+    const args = [xPath, n, d, cPath, k, SHORT, LONG, 1].map(String);
+    const rounds = [];
     for (let r = 0; r < REPEAT; r++) {
-      const t = await ours(x, n, d, k, init, LONG + 1);
-      if (!o || t.msPerIter < o.msPerIter) o = t;
-      if (existsSync('/usr/bin/python3')) {
-        const out = execFileSync('/usr/bin/python3', [join(root, 'bench', 'cpu', 'sklearn_lloyd.py'), join(dir, 'x.f32'), n, d, join(dir, 'c.f32'), k, SHORT, LONG, 1], { encoding: 'utf8' });
-        const s = JSON.parse(out.trim().split('\n').pop());
-        // the fastest short run and the fastest long run, each over the repeats (a difference of two noisy runs
-        // must not be minimized itself)
-        sk = sk ? { ...s, shortMs: Math.min(sk.shortMs, s.shortMs), longMs: Math.min(sk.longMs, s.longMs) } : s;
-        sk.msPerIter = (sk.longMs - sk.shortMs) / (LONG - SHORT);
-      }
+      const ours = json(process.execPath, [join(here, 'kmfleet_lloyd.mjs'), ...args]);
+      const sk = json('/usr/bin/python3', [join(here, 'sklearn_lloyd.py'), ...args]);
+      const fa = json(join(venv, 'bin', 'python'), [join(here, 'faiss_lloyd.py'), ...args]);
+      device = ours.device;
+      const round = { ours: ours.msPerIter, sklearn: sk.msPerIter, faiss: fa.msPerIter };
+      round.ratio = Math.min(round.sklearn, round.faiss) / round.ours;
+      round.cpuRatio = Math.min(sk.cpuMsPerIter, fa.cpuMsPerIter) / ours.cpuMsPerIter;
+      rounds.push(round);
+      // the same init and the same algorithm: the inertias agree closely (sklearn's with the final centroids, faiss's
+      // with those of the last iteration's assignment; sklearn and faiss sum in fp32)
+      const agree = Math.max(Math.abs(ours.finalInertia - sk.inertia) / sk.inertia, Math.abs(ours.inertia - fa.inertia) / fa.inertia);
+      console.log(`(${n / 1000}k, ${d}, ${k}) round ${r + 1}: kmfleet ${f(ours.msPerIter)}  sklearn ${f(sk.msPerIter)}  faiss ${f(fa.msPerIter)} ms/iter` +
+        `  → ${(round.sklearn / round.ours).toFixed(2)}× sklearn, ${(round.faiss / round.ours).toFixed(2)}× faiss` +
+        `  [cpu ms/iter: kmfleet ${ours.cpuMsPerIter.toFixed(0)}, sklearn ${sk.cpuMsPerIter.toFixed(0)}, faiss ${fa.cpuMsPerIter.toFixed(0)}; inertia spread ${agree.toExponential(1)}]`);
     }
-    const row = { shape: `${n / 1000}k, ${d}, ${k}`, ours: o.msPerIter, sklearn: sk?.msPerIter ?? NaN, ratio: sk ? sk.msPerIter / o.msPerIter : NaN, device: o.device };
-    rows.push(row);
-    // sanity: our last pass reports the inertia of the centroids after LONG updates, as sklearn's inertia_ does
-    const agree = sk ? Math.abs(o.inertia - sk.inertia) / sk.inertia : NaN;
-    console.log(`(${row.shape})  kmfleet cpu ${o.msPerIter.toFixed(1)} ms/iter   sklearn ${row.sklearn.toFixed(1)} ms/iter   ${row.ratio.toFixed(2)}x   [${o.device}, ${o.resident} rows resident; inertia vs sklearn: ${agree.toExponential(1)} relative]`);
+    results.push({ shape: `${n / 1000}k, ${d}, ${k}`, rounds });
   }
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
-console.log(`\n| shape (N, D, K) | kmfleet cpu ms/iter | sklearn 1.2.1 ms/iter | speed-up |\n|---|---|---|---|`);
-for (const r of rows) console.log(`| ${r.shape} | ${r.ours.toFixed(1)} | ${r.sklearn.toFixed(1)} | ${r.ratio.toFixed(2)}× |`);
-console.log(`\n${cpus()[0]?.model ?? 'cpu'} × ${cpus().length}; ${rows[0]?.device ?? ''}`);
+console.log(`\n| N, D, K | kmfleet ms/iter | scikit-learn 1.2.1 | faiss-cpu 1.15.1 | × the faster peer, wall (median of ${REPEAT}, min–max) | × in CPU time |\n|---|---|---|---|---|---|`);
+for (const { shape, rounds } of results) {
+  const m = (key) => median(rounds.map((r) => r[key])).toFixed(0);
+  const span = (key) => { const v = rounds.map((r) => r[key]); return `**${median(v).toFixed(2)}×** (${Math.min(...v).toFixed(2)}–${Math.max(...v).toFixed(2)})`; };
+  console.log(`| ${shape} | ${m('ours')} | ${m('sklearn')} | ${m('faiss')} | ${span('ratio')} | ${span('cpuRatio')} |`);
+}
+console.log(`\n${cpus()[0]?.model ?? 'cpu'} × ${cpus().length}; ${device}; ${SHORT}- and ${LONG}-iteration runs`);

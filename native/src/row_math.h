@@ -1,6 +1,8 @@
 // fp64 row arithmetic with a FIXED summation order (8 interleaved partial sums combined as a fixed tree), so the
 // bits do not depend on the CPU, the vector width or the thread count. Compiled only in baseline (non-ISA) units
 // with -ffp-contract=off: these values decide labels on near-ties, distances, inertia and re-seeding.
+// cpu/kernels_avx512bf16.cpp's sqDist64 computes sqDist64 with its 8 partial sums as 8 fp64 lanes, bit for bit: change
+// both or neither.
 #pragma once
 
 #include <cstdint>

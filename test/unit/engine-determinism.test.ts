@@ -96,13 +96,14 @@ describe('bitwise determinism', () => {
     expectSame(a, { centroids: e.centroids(), labels: e.labels(), results }, 'after an abandoned pass');
   });
 
-  it('the same bits from every CPU kernel (generic, AVX2, AVX-512)', async () => {
+  it('the same bits from every CPU kernel (generic, AVX2, AVX-512, the AVX-512 BF16 screen)', async () => {
     const y = normalData(3000, 37, 5);
     const c = pickRows(y, 37, Array.from({ length: 50 }, (_, i) => i * 7));
     const runs = [];
-    for (const isa of ['generic', 'avx2', 'avx512']) runs.push(await fit(y, 3000, 37, 50, c, 3, { isa, chunkRows: 256, threads: 2 }));
+    for (const isa of ['generic', 'avx2', 'avx512', 'avx512bf16']) runs.push(await fit(y, 3000, 37, 50, c, 3, { isa, chunkRows: 256, threads: 2 }));
     expectSame(runs[0], runs[1], 'generic vs avx2');
     expectSame(runs[0], runs[2], 'generic vs avx512');
+    expectSame(runs[0], runs[3], 'generic vs avx512bf16');
   });
 
   it('cosine too', async () => {

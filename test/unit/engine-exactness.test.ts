@@ -175,7 +175,7 @@ describe('CPU engine = float64 reference (bf16)', () => {
 });
 
 describe('every kernel (KMFLEET_CPU_ISA) gives the reference labels', () => {
-  for (const isa of ['generic', 'avx2', 'avx512']) {
+  for (const isa of ['generic', 'avx2', 'avx512', 'avx512bf16']) {
     it(isa, async () => {
       process.env.KMFLEET_CPU_ISA = isa;
       try {

@@ -1,7 +1,8 @@
-// Deterministic accumulation (DESIGN.md "Numerics"): each thread owns whole clusters (about n/T rows of the chunk)
-// and walks the chunk in row order adding its rows into fp64 sums. For any cluster the additions thus happen in
-// global row order — the same bits for one chunk or a thousand, one thread or sixteen.
+// Deterministic accumulation (DESIGN.md "Numerics"): each task owns a range of whole clusters and walks the chunk in
+// row order adding its rows into fp64 sums. For any cluster the additions thus happen in global row order — the same
+// bits for one chunk or a thousand, one thread or sixteen, whichever thread takes which task.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -17,8 +18,9 @@ namespace {
 inline bool better(double da, std::int64_t ra, double db, std::int64_t rb) { return da > db || (da == db && ra < rb); }
 }  // namespace
 
-void Accumulator::reset(std::int64_t K, std::int64_t D, Metric metric, int threads, int farthest,
-                        std::int64_t chunkRows) {
+void Accumulator::reset(const KernelTable& kt, std::int64_t K, std::int64_t D, Metric metric, int threads,
+                        int farthest, std::int64_t chunkRows) {
+  kt_ = &kt;
   K_ = K;
   D_ = D;
   metric_ = metric;
@@ -35,9 +37,12 @@ void Accumulator::reset(std::int64_t K, std::int64_t D, Metric metric, int threa
                                                   " bytes for the per-cluster fp64 sums (k=" + std::to_string(K) +
                                                   ", dims=" + std::to_string(D) + ")");
   }
-  cstart_.allocate(static_cast<std::size_t>(K + 1), "the cluster split");
-  order_.allocate(static_cast<std::size_t>(chunkRows + threads), "the per-thread row lists");
-  dist_.allocate(static_cast<std::size_t>(chunkRows + threads), "the per-thread row lists");
+  order_.resize(static_cast<std::size_t>(threads));
+  dist_.resize(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    order_[static_cast<std::size_t>(t)].allocate(static_cast<std::size_t>(chunkRows + 1), "the per-thread row lists");
+    dist_[static_cast<std::size_t>(t)].allocate(static_cast<std::size_t>(chunkRows + 1), "the per-thread row lists");
+  }
   for (auto& h : heaps_) {
     h.h.clear();
     h.h.reserve(static_cast<std::size_t>(farthest));
@@ -103,7 +108,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void addRows(
     double* sums, std::int64_t D, double* out) {
   for (std::int64_t j = 0; j < m; ++j) {
     const std::int64_t r = mine[j];
-    if (j + 4 < m) __builtin_prefetch(x + static_cast<std::int64_t>(mine[j + 4]) * D);
+    // the rows come from L3 (the piece outgrows L2, and the other thread assigned half of them): every line of the
+    // row 8 ahead (the prefetcher sees no stream in a cluster's scattered rows)
+    if (j + 8 < m) {
+      const char* ahead = reinterpret_cast<const char*>(x + static_cast<std::int64_t>(mine[j + 8]) * D);
+      for (std::int64_t b = 0; b < D * 4 && b < 512; b += 64) __builtin_prefetch(ahead + b);
+    }
     const std::int64_t k = labels[r];
     out[j] = l2 ? addRow<true>(sums + k * D, x + r * D, cents + k * D, D)
                 : addRow<false>(sums + k * D, x + r * D, cents + k * D, D);
@@ -112,63 +122,51 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void addRows(
 
 }  // namespace
 
+int Accumulator::tasks() const { return static_cast<int>(std::min<std::int64_t>(K_, 4 * threads_)); }
+
+void Accumulator::addTask(int task, int tid, const CentroidPack& pack, const float* x, const double* norm2,
+                          std::int64_t n, std::int64_t firstRow, const std::int32_t* labels, float* distances) {
+  const std::int64_t K = K_, D = D_, R = tasks();
+  const std::int64_t k0 = K * task / R, k1 = K * (task + 1) / R;
+  if (k0 >= k1) return;
+  // this task's rows, in order (a branch-free compaction; the buffer has one spare slot for the last write)
+  std::int32_t* mine = order_[static_cast<std::size_t>(tid)].data();
+  double* md = dist_[static_cast<std::size_t>(tid)].data();
+  std::int64_t m = 0;
+  const std::uint32_t span = static_cast<std::uint32_t>(k1 - k0);
+  for (std::int64_t r = 0; r < n; ++r) {
+    mine[m] = static_cast<std::int32_t>(r);
+    m += static_cast<std::uint32_t>(labels[r] - k0) < span;
+  }
+  const bool l2 = metric_ == Metric::L2;
+  if (l2 && kt_->addRowsL2) kt_->addRowsL2(mine, m, labels, x, pack.c, sums_.data(), D, md);
+  else addRows(l2, mine, m, labels, x, pack.c, sums_.data(), D, md);
+  Heap& heap = heaps_[static_cast<std::size_t>(tid)];
+  for (std::int64_t j = 0; j < m; ++j) {
+    const std::int64_t r = mine[j], k = labels[r];
+    double dd = md[j];
+    if (!l2) {
+      const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
+      dd = denom > 0 ? 1.0 - dd / denom : 1.0;
+      dd = dd < 0 ? 0 : (dd > 2 ? 2 : dd);
+    }
+    inertia_[static_cast<std::size_t>(k)] += dd;
+    ++counts_[static_cast<std::size_t>(k)];
+    if (distances) distances[r] = static_cast<float>(dd);
+    // most rows are nearer than the farthest kept so far: test before the call
+    if (farthest_ > 0 && (static_cast<int>(heap.h.size()) < farthest_ || dd >= heap.h.front().dist))
+      offer(heap, dd, firstRow + r, static_cast<std::int32_t>(k), x + r * D);
+  }
+}
+
 void Accumulator::addChunk(ThreadPool& pool, const CentroidPack& pack, const float* x, const double* norm2,
                            std::int64_t n, std::int64_t firstRow, const std::int32_t* labels, float* distances) {
-  const std::int64_t K = K_, D = D_;
-  std::int64_t* cstart = cstart_.data();
-  std::int32_t* order = order_.data();
-  double* dist = dist_.data();
-  // 1. label counts, each thread counting the clusters of its index range over the whole chunk (no T×K array)
-  pool.run([&](int tid, int nt) {
-    const std::int64_t k0 = K * tid / nt, k1 = K * (tid + 1) / nt;
-    std::int64_t* cnt = cstart + 1;  // cnt[k] = rows of cluster k, then turned into starts below
-    std::fill(cnt + k0, cnt + k1, 0);
-    const std::uint32_t span = static_cast<std::uint32_t>(k1 - k0);
-    for (std::int64_t r = 0; r < n; ++r) {
-      const std::uint32_t off = static_cast<std::uint32_t>(labels[r] - k0);
-      if (off < span) ++cnt[k0 + off];
-    }
+  std::atomic<int> next{0};
+  pool.run([&](int tid, int) {
+    for (int t = next.fetch_add(1); t < tasks(); t = next.fetch_add(1))
+      addTask(t, tid, pack, x, norm2, n, firstRow, labels, distances);
   });
-  cstart[0] = 0;
-  for (std::int64_t k = 0; k < K; ++k) cstart[k + 1] += cstart[k];
-  // 2. each thread owns a contiguous range of clusters holding about n/T rows and walks the chunk in row order,
-  //    taking its rows: for every cluster the additions happen in global row order, whatever the chunking and
-  //    the thread count
-  pool.run([&](int tid, int nt) {
-    const std::int64_t lo = n * tid / nt, hi = n * (tid + 1) / nt;
-    const std::int64_t k0 = tid == 0 ? 0 : std::lower_bound(cstart, cstart + K + 1, lo) - cstart;
-    const std::int64_t k1 = tid == nt - 1 ? K : std::lower_bound(cstart, cstart + K + 1, hi) - cstart;
-    if (k0 >= k1) return;
-    // this thread's rows, in order (a branch-free compaction into its slice of `order`; + tid leaves room for the
-    // one spare write at the end of each slice)
-    std::int32_t* mine = order + cstart[k0] + tid;
-    double* md = dist + cstart[k0] + tid;
-    std::int64_t m = 0;
-    const std::uint32_t span = static_cast<std::uint32_t>(k1 - k0);
-    for (std::int64_t r = 0; r < n; ++r) {
-      mine[m] = static_cast<std::int32_t>(r);
-      m += static_cast<std::uint32_t>(labels[r] - k0) < span;
-    }
-    const bool l2 = metric_ == Metric::L2;
-    addRows(l2, mine, m, labels, x, pack.c, sums_.data(), D, md);
-    Heap& heap = heaps_[static_cast<std::size_t>(tid)];
-    for (std::int64_t j = 0; j < m; ++j) {
-      const std::int64_t r = mine[j], k = labels[r];
-      double dd = md[j];
-      if (!l2) {
-        const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
-        dd = denom > 0 ? 1.0 - dd / denom : 1.0;
-        dd = dd < 0 ? 0 : (dd > 2 ? 2 : dd);
-      }
-      inertia_[static_cast<std::size_t>(k)] += dd;
-      if (distances) distances[r] = static_cast<float>(dd);
-      // most rows are nearer than the farthest kept so far: test before the call
-      if (farthest_ > 0 && (static_cast<int>(heap.h.size()) < farthest_ || dd >= heap.h.front().dist))
-        offer(heap, dd, firstRow + r, static_cast<std::int32_t>(k), x + r * D);
-    }
-    for (std::int64_t k = k0; k < k1; ++k) counts_[static_cast<std::size_t>(k)] += cstart[k + 1] - cstart[k];
-  });
-  rowsSeen_ += n;
+  addRowsSeen(n);
 }
 
 PassTotals Accumulator::finish() {

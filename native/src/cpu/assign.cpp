@@ -16,7 +16,16 @@
 // the lowest index winning ties. Rows whose values could overflow fp32 (|x|, |c| ~ 1e19) are decided in fp64 among
 // all centroids; an absolute term covers gradual underflow (|x|, |c| ~ 1e-20). Labels therefore equal the exact-arithmetic argmin up to fp64 rounding (~1e-15
 // relative), far inside DESIGN.md's 1e-6, and do not depend on the CPU's instruction set.
+//
+// With the bf16 screen (kernels.h ScreenTask, CPUs with AVX-512 BF16) the fp32 kernel is the second stage: the screen
+// computes every value from bf16-rounded rows and centroids at twice the fp32 rate, bounds its error from the actual
+// rounding residuals (screenBound below), and keeps the centroids within 2E of its minimum. One candidate is the label;
+// up to 16 are compared by the same fp64 Σ(x − c)² as the recheck (on random data at D=256, K=1024 about half the
+// rows have 2+ candidates, nearly all ≤ 16); more, or rows out of range, go through the fp32 path above. The labels are
+// the same: the fp64 argmin among a set that provably holds every centroid that could be the nearest.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "../row_math.h"
@@ -25,33 +34,92 @@
 namespace kmfleet {
 namespace cpu {
 
-void CentroidPack::build(const float* centroids, std::int64_t k, std::int64_t d, const KernelTable& kt) {
+namespace {
+
+// fp32 → bf16 (the high 16 bits), rounded to nearest even, a subnormal result flushed to zero: what the screen kernel
+// does to the rows (kernels_avx512bf16.cpp roundBf16), here for the centroids.
+std::uint32_t bf16Bits(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, 4);
+  const std::uint32_t h = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+  return (h & 0x7f800000u) ? h : 0u;
+}
+
+float bf16Value(std::uint32_t h) {
+  float f;
+  std::memcpy(&f, &h, 4);
+  return f;
+}
+
+}  // namespace
+
+void CentroidPack::build(const float* centroids, std::int64_t k, std::int64_t d, const KernelTable& kt,
+                         const ScreenKernel* screen, ThreadPool& pool) {
   c = centroids;
   K = k;
   D = d;
   kpad = (K + kt.nr - 1) / kt.nr * kt.nr;
+  const std::int64_t Dp = (D + 1) / 2;
   panels.allocate(static_cast<std::size_t>(kpad * D), "the packed centroids");
   cnorm.allocate(static_cast<std::size_t>(kpad), "the centroid norms");
   cc64.allocate(static_cast<std::size_t>(K), "the centroid norms");
-  cnMax = 0;
-  for (std::int64_t p = 0; p < kpad / kt.nr; ++p) {
-    float* panel = panels.data() + p * D * kt.nr;
-    for (int j = 0; j < kt.nr; ++j) {
-      const std::int64_t kk = p * kt.nr + j;
-      if (kk < K) {
-        const float* ck = c + kk * D;
-        for (std::int64_t dd = 0; dd < D; ++dd) panel[dd * kt.nr + j] = ck[dd];
-        const double n2 = sqNorm64(ck, D);
-        cc64[kk] = n2;
-        cnorm[kk] = static_cast<float>(n2);
-        if (n2 > cnMax) cnMax = n2;
-      } else {
-        for (std::int64_t dd = 0; dd < D; ++dd) panel[dd * kt.nr + j] = 0.0f;
-        cnorm[kk] = std::numeric_limits<float>::infinity();
+  if (screen) pairs.allocate(static_cast<std::size_t>(kpad * Dp), "the packed centroids");
+  std::vector<double> chat(static_cast<std::size_t>(kpad), 0.0), cres(static_cast<std::size_t>(kpad), 0.0);
+  const std::int64_t panelCount = kpad / kt.nr;
+  // the screen packs in groups of 8 (kernels.h): a table with nr = 8 shares its panel index
+  pool.run([&](int tid, int nt) {
+    std::int64_t p0, p1;
+    ThreadPool::range(panelCount, tid, nt, 1, p0, p1);
+    for (std::int64_t p = p0; p < p1; ++p) {
+      float* panel = panels.data() + p * D * kt.nr;
+      for (int j = 0; j < kt.nr; ++j) {
+        const std::int64_t kk = p * kt.nr + j;
+        if (kk < K) {
+          const float* ck = c + kk * D;
+          for (std::int64_t dd = 0; dd < D; ++dd) panel[dd * kt.nr + j] = ck[dd];
+          const double n2 = sqNorm64(ck, D);
+          cc64[kk] = n2;
+          cnorm[kk] = static_cast<float>(n2);
+        } else {
+          for (std::int64_t dd = 0; dd < D; ++dd) panel[dd * kt.nr + j] = 0.0f;
+          cnorm[kk] = std::numeric_limits<float>::infinity();
+        }
+        if (!screen) continue;
+        std::uint32_t* pp = pairs.data() + (kk / 8) * Dp * 8 + kk % 8;
+        double h2 = 0, r2 = 0;
+        for (std::int64_t q = 0; q < Dp; ++q) {
+          const float lo = kk < K ? c[kk * D + 2 * q] : 0.0f;
+          const float hi = kk < K && 2 * q + 1 < D ? c[kk * D + 2 * q + 1] : 0.0f;
+          const std::uint32_t bl = bf16Bits(lo), bh = bf16Bits(hi);
+          pp[q * 8] = bh | (bl >> 16);
+          const double vl = bf16Value(bl), vh = bf16Value(bh);
+          h2 += vl * vl + vh * vh;
+          r2 += (lo - vl) * (lo - vl) + (hi - vh) * (hi - vh);
+        }
+        chat[static_cast<std::size_t>(kk)] = h2;
+        cres[static_cast<std::size_t>(kk)] = r2;
       }
     }
-  }
+  });
+  cnMax = 0;
+  for (std::int64_t kk = 0; kk < K; ++kk) cnMax = std::max(cnMax, cc64[kk]);
   cMax = std::sqrt(cnMax);
+  chMax = crMax = 0;
+  for (std::int64_t kk = 0; kk < K; ++kk) {
+    chMax = std::max(chMax, chat[static_cast<std::size_t>(kk)]);
+    crMax = std::max(crMax, cres[static_cast<std::size_t>(kk)]);
+  }
+  // fp64 sums of squares of fp32-exact values: a relative 1e-15 at most, covered by the bound's 1.001
+  chMax = std::sqrt(chMax);
+  crMax = std::sqrt(crMax);
+}
+
+void AssignWork::allocate(std::int64_t n, bool screen) {
+  if (screen) return;  // the screen keeps its work in the threads' scratch
+  const std::size_t m = static_cast<std::size_t>(n);
+  i1.allocate(m, "the assignment");
+  d1.allocate(m, "the assignment");
+  d2.allocate(m, "the assignment");
 }
 
 namespace {
@@ -90,48 +158,121 @@ std::int32_t recheck(const KernelTable& kt, const CentroidPack& pack, const floa
 
 }  // namespace
 
-std::int64_t assignRows(const KernelTable& kt, ThreadPool& pool, std::vector<AssignScratch>& scratch,
-                        const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n,
-                        std::int32_t* best, float* d1, float* d2, std::int32_t* labels) {
-  const double factor = epsilonFactor(pack.D);
-  const double tiny = std::ldexp(static_cast<double>(pack.D + 4), -146);
-  std::vector<std::int64_t> rechecked(static_cast<std::size_t>(pool.size()), 0);
-  pool.run([&](int tid, int nt) {
-    std::int64_t b, e;
-    ThreadPool::range(n, tid, nt, kt.mr, b, e);
-    if (b >= e) return;
+namespace {
+
+// The screen's error bound (kernels.h ScreenTask), from the header's analysis with bf16 rounding: with x̂, ĉ the bf16
+// values and s̃ the fp32 sum of their exact products (in any order; VDPBF16PS's roundings taken as 2u to be safe),
+//   |x·c − x̂·ĉ| = |(x − x̂)·c + x̂·(c − ĉ)| ≤ ‖x − x̂‖‖c‖max + ‖x̂‖‖c − ĉ‖max    (the actual residuals, not 2^-8 bounds)
+//   |s̃ − x̂·ĉ| ≤ γ'_D ‖x̂‖‖ĉ‖max,  γ'_D = D·2^-23 / (1 − D·2^-23),   ‖x̂‖ ≤ ‖x‖ + ‖x − x̂‖
+// and, as for the fp32 kernel, u‖c‖² for ĉnorm and u(‖c‖² + 2|s̃|) for the last rounding; an absolute term covers
+// products and sums flushed to zero (the instruction's FTZ/DAZ: 2^-126 each). ‖x − x̂‖² is summed in fp32 by the
+// kernel: relative γ_{D+1} at most, plus each square's gradual underflow (2^-149). The 1.001 covers the fp64
+// evaluation of all this.
+void screenBound(const CentroidPack& pack, ScreenTask& t) {
+  const double u = std::ldexp(1.0, -24), D = static_cast<double>(pack.D);
+  const double Du = D * 2 * u, gamma = Du < 0.5 ? Du / (1 - Du) : 1.0;
+  t.er = 1 + 2 * (D + 2) * u;
+  t.era = (D + 1) * std::ldexp(1.0, -148);
+  t.ea = 1.001 * 2 * pack.cMax;
+  t.eb = 1.001 * (2 * pack.crMax + 2 * gamma * pack.chMax + 2 * u * pack.chMax * (1 + gamma));
+  t.ec = 1.001 * u * pack.cnMax * (2 + u) + (4 * D + 8) * std::ldexp(1.0, -126);
+}
+
+}  // namespace
+
+void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratch& s, const CentroidPack& pack,
+                 const float* x, const double* norm2, std::int64_t b, std::int64_t e, AssignWork& work,
+                 std::int32_t* labels, AssignCounts& c) {
+  if (b >= e) return;
+  const std::int64_t D = pack.D;
+  const double factor = epsilonFactor(D);
+  const double tiny = std::ldexp(static_cast<double>(D + 4), -146);
+  // The fp32 path for rows [0, m) of xs (contiguous), whose ‖x‖² is normOf(j): the label goes to out(j, label).
+  auto fp32Rows = [&](const float* xs, std::int64_t m, std::int32_t* best, float* d1, float* d2, auto&& normOf,
+                      auto&& out) {
     AssignTask task;
-    task.x = x + b * pack.D;
-    task.ld = pack.D;
-    task.n = e - b;
-    task.D = pack.D;
+    task.x = xs;
+    task.ld = D;
+    task.n = m;
+    task.D = D;
     task.panels = pack.panels.data();
     task.cnorm = pack.cnorm.data();
     task.kpad = pack.kpad;
-    task.scratch = scratch[tid].kernel.data();
-    task.best = best + b;
-    task.d1 = d1 + b;
-    task.d2 = d2 + b;
+    task.scratch = s.kernel.data();
+    task.best = best;
+    task.d1 = d1;
+    task.d2 = d2;
     kt.assign(task);
-    std::int64_t count = 0;
-    for (std::int64_t r = b; r < e; ++r) {
+    for (std::int64_t j = 0; j < m; ++j) {
+      const double nx = normOf(j);
       // + an absolute term for gradual underflow (each fp32 operation may also lose up to 2^-150 absolutely)
-      const double eps = factor * (pack.cnMax + 2.0 * std::sqrt(norm2[r]) * pack.cMax) + tiny;
-      const double gap = static_cast<double>(d2[r]) - static_cast<double>(d1[r]);
+      const double eps = factor * (pack.cnMax + 2.0 * std::sqrt(nx) * pack.cMax) + tiny;
+      const double gap = static_cast<double>(d2[j]) - static_cast<double>(d1[j]);
       // The bound assumes no fp32 overflow: every |value| ≤ ‖c‖²max + 2‖x‖‖c‖max must stay well below FLT_MAX.
-      const bool inRange = pack.cnMax + 2.0 * std::sqrt(norm2[r]) * pack.cMax < 0x1p126;
-      if (inRange && best[r] >= 0 && std::isfinite(d1[r]) && gap > 2.0 * eps) {
-        labels[r] = best[r];
+      const bool inRange = pack.cnMax + 2.0 * std::sqrt(nx) * pack.cMax < 0x1p126;
+      if (inRange && best[j] >= 0 && std::isfinite(d1[j]) && gap > 2.0 * eps) {
+        out(j, best[j]);
       } else {
-        labels[r] = recheck(kt, pack, x + r * pack.D, eps, inRange, scratch[tid].row.data());
-        ++count;
+        out(j, recheck(kt, pack, xs + j * D, eps, inRange, s.row.data()));
+        ++c.rechecked;
       }
     }
-    rechecked[static_cast<std::size_t>(tid)] = count;
+    c.fp32 += m;
+  };
+  if (!screen) {
+    fp32Rows(x + b * D, e - b, work.i1.data() + b, work.d1.data() + b, work.d2.data() + b,
+             [&](std::int64_t j) { return norm2[b + j]; }, [&](std::int64_t j, std::int32_t l) { labels[b + j] = l; });
+    return;
+  }
+  ScreenTask task;
+  task.x = x + b * D;
+  task.ld = D;
+  task.n = e - b;
+  task.D = D;
+  task.norm2 = norm2 + b;
+  task.panels = pack.pairs.data();
+  task.cnorm = pack.cnorm.data();
+  task.kpad = pack.kpad;
+  task.c = pack.c;
+  screenBound(pack, task);
+  task.scratch = s.kernel.data();
+  task.labels = labels + b;
+  // centroids far from fp32's range limits (no bf16 rounding overflows): otherwise every row takes the fp32 path
+  if (pack.cMax < 0x1p60) {
+    screen->screen(task);
+  } else {
+    for (std::int64_t r = b; r < e; ++r) labels[r] = -1;
+  }
+  c.screened += task.screened;
+  c.pairs += task.decided64;
+  s.open.clear();
+  for (std::int64_t r = b; r < e; ++r)
+    if (labels[r] < 0) s.open.push_back(static_cast<std::int32_t>(r));
+  const std::int64_t m = static_cast<std::int64_t>(s.open.size());
+  if (m == 0) return;
+  if (static_cast<std::int64_t>(s.rows.size()) < m * D) s.rows.allocate(static_cast<std::size_t>(m * D), "the open rows");
+  if (static_cast<std::int64_t>(s.best.size()) < m) {
+    s.best.allocate(static_cast<std::size_t>(m), "the open rows");
+    s.d1.allocate(static_cast<std::size_t>(m), "the open rows");
+    s.d2.allocate(static_cast<std::size_t>(m), "the open rows");
+  }
+  for (std::int64_t j = 0; j < m; ++j)
+    std::memcpy(s.rows.data() + j * D, x + static_cast<std::int64_t>(s.open[j]) * D, static_cast<std::size_t>(D) * 4);
+  fp32Rows(s.rows.data(), m, s.best.data(), s.d1.data(), s.d2.data(), [&](std::int64_t j) { return norm2[s.open[j]]; },
+           [&](std::int64_t j, std::int32_t l) { labels[s.open[j]] = l; });
+}
+
+void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& pool, std::vector<AssignScratch>& scratch,
+                const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n, AssignWork& work,
+                std::int32_t* labels, AssignCounts& counts) {
+  std::vector<AssignCounts> part(static_cast<std::size_t>(pool.size()));
+  pool.run([&](int tid, int nt) {
+    std::int64_t b, e;
+    ThreadPool::range(n, tid, nt, kt.mr, b, e);
+    assignRange(kt, screen, scratch[static_cast<std::size_t>(tid)], pack, x, norm2, b, e, work, labels,
+                part[static_cast<std::size_t>(tid)]);
   });
-  std::int64_t total = 0;
-  for (auto c : rechecked) total += c;
-  return total;
+  for (const auto& p : part) counts.add(p);
 }
 
 }  // namespace cpu

@@ -14,11 +14,12 @@
 
 #include "../row_math.h"
 #include "cpu_internal.h"
+#include "pass_sync.h"
 #include "row_ranges.h"
 
 namespace kmfleet {
 
-std::string cpuDeviceName(int threads) {
+std::string cpuDeviceName(int threads, const char* isa) {
 #if defined(__x86_64__)
   const char* arch = "x86_64";
 #elif defined(__aarch64__)
@@ -26,7 +27,7 @@ std::string cpuDeviceName(int threads) {
 #else
   const char* arch = "unknown";
 #endif
-  return std::string("cpu ") + arch + " " + cpu::selectKernels().isa + " (" + std::to_string(threads) + " threads)";
+  return std::string("cpu ") + arch + " " + isa + " (" + std::to_string(threads) + " threads)";
 }
 
 namespace cpu {
@@ -46,10 +47,14 @@ float bf16ToF32(std::uint16_t v) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const EngineConfig& cfg, ThreadPool& pool) : cfg_(cfg), pool_(pool), kt_(selectKernels()) {
+  CpuBackend(const EngineConfig& cfg, ThreadPool& pool)
+      // the screen keeps all of a 32-row block's values (32·K floats a thread): not for very large K; below D = 48 its
+      // per-row work (the transpose, the bound, the candidates) cost what the halved products saved (bench/cpu/phases.sh)
+      : cfg_(cfg), pool_(pool), kt_(selectKernels()),
+        screen_(cfg.k <= (1 << 16) && cfg.dims >= 48 ? selectScreen() : nullptr) {
     const std::int64_t D = cfg.dims;
     plan_.backend = BackendKind::Cpu;
-    plan_.device = cpuDeviceName(pool.size());
+    plan_.device = cpuDeviceName(pool.size(), screen_ ? screen_->isa : kt_.isa);
     plan_.precision = Precision::FP32;  // the CPU always computes exact fp32, whatever was asked
     plan_.rowBytes = static_cast<std::size_t>(D) * dtypeBytes(cfg.dtype);
     const std::int64_t autoRows = std::max<std::int64_t>(1, (std::int64_t{16} << 20) / static_cast<std::int64_t>(plan_.rowBytes));
@@ -66,9 +71,7 @@ class CpuBackend final : public Backend {
     if (cfg.dtype != DType::F32 || cfg.metric == Metric::Cosine)
       work_.allocate(chunk * static_cast<std::size_t>(D), "the fp32 working rows");
     norm2_.allocate(chunk, "the row norms");
-    best_.allocate(chunk, "the assignment");
-    d1_.allocate(chunk, "the assignment");
-    d2_.allocate(chunk, "the assignment");
+    assignWork_.allocate(plan_.chunkRows, screen_ != nullptr);
     scratch_.resize(static_cast<std::size_t>(pool.size()));
     debug_ = std::getenv("KMFLEET_DEBUG") != nullptr;
   }
@@ -81,13 +84,14 @@ class CpuBackend final : public Backend {
 
   void beginPass(const PassSpec& spec) override {
     spec_ = spec;
-    pack_.build(spec.centroids, cfg_.k, cfg_.dims, kt_);
+    pack_.build(spec.centroids, cfg_.k, cfg_.dims, kt_, screen_, pool_);
     for (auto& s : scratch_) {
-      s.kernel.allocate(static_cast<std::size_t>(scratchFloats(cfg_.dims)), "kernel scratch");
+      s.kernel.allocate(static_cast<std::size_t>(std::max(scratchFloats(cfg_.dims), screenScratchFloats(cfg_.dims, pack_.kpad))),
+                        "kernel scratch");
       s.row.allocate(static_cast<std::size_t>(pack_.kpad), "kernel scratch");
     }
-    acc_.reset(cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
-    rechecked_ = 0;
+    acc_.reset(kt_, cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
+    counts_ = AssignCounts();
   }
 
   void processResident() override {
@@ -107,9 +111,12 @@ class CpuBackend final : public Backend {
 
   PassTotals finishPass() override {
     if (debug_)
-      std::fprintf(stderr, "kmfleet cpu: %s pass, %lld rows, %lld rechecked in fp64\n",
+      std::fprintf(stderr,
+                   "kmfleet cpu: %s pass, %lld rows: %lld decided by the bf16 screen, %lld among its candidates in fp64, "
+                   "%lld through fp32 (%lld of them rechecked in fp64)\n",
                    spec_.mode == PassMode::Fit ? "fit" : "assign", static_cast<long long>(rowsSeen_),
-                   static_cast<long long>(rechecked_));
+                   static_cast<long long>(counts_.screened), static_cast<long long>(counts_.pairs),
+                   static_cast<long long>(counts_.fp32), static_cast<long long>(counts_.rechecked));
     rowsSeen_ = 0;
     return acc_.finish();
   }
@@ -254,25 +261,52 @@ class CpuBackend final : public Backend {
   }
 
   // Assignment then accumulation, in pieces of ~1 MiB of rows so that the accumulation finds them in cache
-  // (measured at N=1M, D=32, K=100: ~125 → ~100 ms per pass against whole 16 MiB chunks).
+  // (measured at N=1M, D=32, K=100: ~125 → ~100 ms per pass against whole 16 MiB chunks), all in one pool.run: the
+  // threads take blocks of rows, then ranges of clusters, meeting at barriers (pass_sync.h: a short spin, then sleep).
   void compute(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n) {
     const std::int64_t D = cfg_.dims;
     std::int64_t piece = std::max<std::int64_t>(32 * pool_.size(), (std::int64_t{1} << 20) / (D * 4));
     piece = (piece + 31) / 32 * 32;
-    for (std::int64_t p0 = 0; p0 < n; p0 += piece) {
-      const std::int64_t m = std::min(piece, n - p0), row = firstRow + p0;
-      std::int32_t* labels = spec_.labels + row;
-      rechecked_ += assignRows(kt_, pool_, scratch_, pack_, x + p0 * D, norm2 + p0, m, best_.data(), d1_.data(),
-                               d2_.data(), labels);
-      acc_.addChunk(pool_, pack_, x + p0 * D, norm2 + p0, m, row, labels,
-                    spec_.distances ? spec_.distances + row : nullptr);
-    }
+    // blocks of rows (whole kernel blocks of 32): ~2M multiply-adds each, but at least 4 per thread and piece
+    const std::int64_t units = std::max<std::int64_t>(1, (std::int64_t{1} << 21) / (32 * D * pack_.kpad));
+    const std::int64_t block = 32 * std::max<std::int64_t>(1, std::min(units, piece / (4 * 32 * pool_.size())));
+    const std::int64_t pieces = (n + piece - 1) / piece;
+    const int tasks = acc_.tasks();
+    PassSync sync(pool_.size());
+    std::vector<AssignCounts> part(static_cast<std::size_t>(pool_.size()));
+    pool_.run([&](int tid, int) {
+      AssignScratch& s = scratch_[static_cast<std::size_t>(tid)];
+      try {
+        for (std::int64_t p = 0; p < pieces; ++p) {
+          const std::int64_t p0 = p * piece, m = std::min(piece, n - p0), row = firstRow + p0;
+          const int a = 2 * static_cast<int>(p & 1), b = a + 1;  // this piece's task counters
+          std::int32_t* labels = spec_.labels + row;
+          const float* xp = x + p0 * D;
+          for (std::int64_t t = sync.take(a); t * block < m; t = sync.take(a))
+            assignRange(kt_, screen_, s, pack_, xp, norm2 + p0, t * block, std::min(m, (t + 1) * block), assignWork_,
+                        labels, part[static_cast<std::size_t>(tid)]);
+          if (!sync.barrier()) return;
+          if (tid == 0) sync.reset(a);
+          for (std::int64_t t = sync.take(b); t < tasks; t = sync.take(b))
+            acc_.addTask(static_cast<int>(t), tid, pack_, xp, norm2 + p0, m, row, labels,
+                         spec_.distances ? spec_.distances + row : nullptr);
+          if (!sync.barrier()) return;
+          if (tid == 0) sync.reset(b);
+        }
+      } catch (...) {
+        sync.fail();
+        throw;
+      }
+    });
+    for (const auto& c : part) counts_.add(c);
+    acc_.addRowsSeen(n);
     rowsSeen_ += n;
   }
 
   EngineConfig cfg_;
   ThreadPool& pool_;
   const KernelTable& kt_;
+  const ScreenKernel* screen_;  // nullptr: the fp32 kernel for every row
   Plan plan_;
   PassSpec spec_;
   CentroidPack pack_;
@@ -280,13 +314,13 @@ class CpuBackend final : public Backend {
   std::vector<Array<std::uint8_t>> buffers_;
   Array<float> work_;
   Array<double> norm2_;
-  Array<std::int32_t> best_;
-  Array<float> d1_, d2_;
+  AssignWork assignWork_;
   std::vector<AssignScratch> scratch_;
   Array<float> resident_;
   Array<double> residentNorm2_;
   RowRanges held_;  // resident rows in place (retained by a pass or loaded)
-  std::int64_t rowsSeen_ = 0, rechecked_ = 0;
+  std::int64_t rowsSeen_ = 0;
+  AssignCounts counts_;
   bool debug_ = false;
 };
 

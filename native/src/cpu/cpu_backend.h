@@ -11,7 +11,7 @@ namespace kmfleet {
 
 std::unique_ptr<Backend> makeCpuBackend(const EngineConfig& config, ThreadPool& pool);
 
-// "cpu x86_64 avx512 (2 threads)"
-std::string cpuDeviceName(int threads);
+// "cpu x86_64 avx512bf16 (2 threads)"
+std::string cpuDeviceName(int threads, const char* isa);
 
 }  // namespace kmfleet

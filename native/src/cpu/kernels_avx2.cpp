@@ -148,7 +148,7 @@ void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
   for (; i < n; ++i) out[i] = _cvtsh_ss(in[i]);
 }
 
-const KernelTable kTable = {"avx2", CB, RB, assign, rowDistances, transpose32, dots32x8, f16ToF32};
+const KernelTable kTable = {"avx2", CB, RB, assign, rowDistances, transpose32, dots32x8, f16ToF32, nullptr};
 
 }  // namespace
 

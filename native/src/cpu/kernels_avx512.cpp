@@ -8,6 +8,7 @@
 // vertical ops per centroid: 140 / 150 / 160 GFLOP/s on the same shapes.
 #include <immintrin.h>
 
+#include "avx512_transpose.h"
 #include "kernels.h"
 
 namespace kmfleet {
@@ -20,52 +21,9 @@ constexpr float kInf = __builtin_inff();
 // For each block of 32 rows the rows are transposed once (16×16 in-register transposes) so that a zmm holds one
 // feature of 16 rows; each centroid value is broadcast and feeds 2 FMAs. The best/second/index state of the 32 rows
 // stays in 6 registers across all centroids of a K-block: no horizontal reductions, no state traffic.
-constexpr int RB = 32;
+constexpr int RB = avx512::RB;
 constexpr int CB = 8;
-
-// 16 rows (r[0..15], each a 16-float slice of one row) → 16 columns (c[j] = feature j of the 16 rows).
-__attribute__((always_inline)) inline void transpose16(__m512 (&r)[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int q = 0; q < 4; ++q) {  // rows 4q..4q+3
-    const __m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * q + 2]), d = _mm512_castps_pd(t[4 * q + 3]);
-    u[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));  // cols 0,4,8,12
-    u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));  // cols 1,5,9,13
-    u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));  // cols 2,6,10,14
-    u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));  // cols 3,7,11,15
-  }
-  for (int j = 0; j < 4; ++j) {  // column class j: u[j] (rows 0-3), u[4+j] (4-7), u[8+j] (8-11), u[12+j] (12-15)
-    const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);     // col j, j+8 of rows 0-3, 4-7
-    const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);     // col j+4, j+12
-    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
-    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
-    r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-    r[j + 8] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
-    r[j + 4] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-    r[j + 12] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
-  }
-}
-
-// xT[d*32 + r] = x[r][d] for r < rows (zero for the padding rows).
-void transposeBlock(const float* x, std::int64_t ld, int rows, std::int64_t D, float* xT) {
-  for (int half = 0; half < 2; ++half) {
-    for (std::int64_t c0 = 0; c0 < D; c0 += 16) {
-      const int cols = D - c0 < 16 ? static_cast<int>(D - c0) : 16;
-      const __mmask16 m = static_cast<__mmask16>(cols == 16 ? 0xffffu : (1u << cols) - 1u);
-      __m512 r[16];
-      for (int i = 0; i < 16; ++i) {
-        const int row = half * 16 + i;
-        r[i] = row < rows ? _mm512_maskz_loadu_ps(m, x + row * ld + c0) : _mm512_setzero_ps();
-      }
-      transpose16(r);
-      for (int j = 0; j < cols; ++j) _mm512_store_ps(xT + (c0 + j) * RB + half * 16, r[j]);
-    }
-  }
-}
+using avx512::transposeBlock;
 
 void assignRL(const AssignTask& t) {
   const std::int64_t D = t.D, n = t.n;
@@ -197,7 +155,42 @@ void rowDistancesRL(const float* x, std::int64_t D, const float* panels, const f
   }
 }
 
-const KernelTable kTable = {"avx512", CB, RB, assignRL, rowDistancesRL, transposeBlock, dots32x8, f16ToF32};
+// kernels.h addRowsL2: one row is D/8 zmm of fp64, its 8 lanes row_math.h's 8 partial sums (a product and a sum,
+// never fused), so the bits are the portable loop's; the compiler's clone of that loop used half-width vectors.
+void addRowsL2(const std::int32_t* rows, std::int64_t m, const std::int32_t* labels, const float* x, const float* c,
+               double* sums, std::int64_t D, double* out) {
+  const std::int64_t full = D / 8 * 8;
+  const __mmask8 tail = static_cast<__mmask8>((1u << (D - full)) - 1u);
+  for (std::int64_t j = 0; j < m; ++j) {
+    if (j + 8 < m) {  // every line of the row 8 ahead (cpu/accumulate.cpp)
+      const char* ahead = reinterpret_cast<const char*>(x + static_cast<std::int64_t>(rows[j + 8]) * D);
+      for (std::int64_t b = 0; b < D * 4 && b < 512; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+    }
+    const std::int64_t r = rows[j], k = labels[r];
+    const float* xr = x + r * D;
+    const float* cr = c + k * D;
+    double* s = sums + k * D;
+    __m512d acc = _mm512_setzero_pd();
+    for (std::int64_t d = 0; d < full; d += 8) {
+      const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(xr + d)), w = _mm512_cvtps_pd(_mm256_loadu_ps(cr + d));
+      _mm512_storeu_pd(s + d, _mm512_add_pd(_mm512_loadu_pd(s + d), v));
+      const __m512d t = _mm512_sub_pd(v, w);
+      acc = _mm512_add_pd(acc, _mm512_mul_pd(t, t));
+    }
+    if (tail) {
+      const __m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(tail, xr + full));
+      const __m512d w = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(tail, cr + full));
+      _mm512_mask_storeu_pd(s + full, tail, _mm512_add_pd(_mm512_maskz_loadu_pd(tail, s + full), v));
+      const __m512d t = _mm512_sub_pd(v, w);
+      acc = _mm512_mask_add_pd(acc, tail, acc, _mm512_mul_pd(t, t));
+    }
+    alignas(64) double a[8];
+    _mm512_store_pd(a, acc);
+    out[j] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  }
+}
+
+const KernelTable kTable = {"avx512", CB, RB, assignRL, rowDistancesRL, transposeBlock, dots32x8, f16ToF32, addRowsL2};
 
 }  // namespace
 

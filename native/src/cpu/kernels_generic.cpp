@@ -93,7 +93,7 @@ void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]);
 }
 
-const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32};
+const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32, nullptr};
 
 }  // namespace
 
@@ -102,13 +102,14 @@ const KernelTable* genericKernels() { return &kTable; }
 #if !defined(__x86_64__)
 const KernelTable* avx2Kernels() { return nullptr; }
 const KernelTable* avx512Kernels() { return nullptr; }
+const ScreenKernel* avx512bf16Screen() { return nullptr; }
 #endif
 
 const KernelTable& selectKernels() {
   // Read on every engine creation (cheap), so a test can pin KMFLEET_CPU_ISA per engine.
   const KernelTable* chosen = [] {
     const char* cap = std::getenv("KMFLEET_CPU_ISA");
-    const bool allow512 = !cap || std::strcmp(cap, "avx512") == 0 || *cap == 0;
+    const bool allow512 = !cap || *cap == 0 || std::strcmp(cap, "avx512") == 0 || std::strcmp(cap, "avx512bf16") == 0;
     const bool allow2 = allow512 || std::strcmp(cap, "avx2") == 0;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -122,6 +123,17 @@ const KernelTable& selectKernels() {
     return genericKernels();
   }();
   return *chosen;
+}
+
+const ScreenKernel* selectScreen() {
+  const char* cap = std::getenv("KMFLEET_CPU_ISA");
+  if (cap && *cap && std::strcmp(cap, "avx512bf16") != 0) return nullptr;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (avx512bf16Screen() && &selectKernels() == avx512Kernels() && __builtin_cpu_supports("avx512bf16"))
+    return avx512bf16Screen();
+#endif
+  return nullptr;
 }
 
 }  // namespace cpu
