@@ -136,8 +136,6 @@ export interface RemoveResult {
   state: JobState | null;
 }
 
-export type CancelOutcome = 'removed' | 'signalled' | 'already-finished' | 'not-found';
-
 export interface CancelResult {
   id: string;
   outcome: CancelOutcome;
