@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <string>
 
 #include "cuda_backend.h"
 #include "far_rows.h"
@@ -264,6 +266,30 @@ bool CudaBackend::queueDown(std::initializer_list<const void*> arrays) {
     to += bytes;
   }
   return true;
+}
+
+}  // namespace cuda_backend
+}  // namespace kmfleet
+
+namespace kmfleet {
+namespace cuda_backend {
+
+// Page-locked, so that a held chunk goes to the device by DMA at the link's speed. A host that refuses to lock more
+// (RLIMIT_MEMLOCK, a container's limit) gets pageable memory, whose copies the driver stages: slower, still correct.
+HostBlock CudaBackend::allocateHostRows(std::size_t bytes, std::string& warning) {
+  check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess)
+    return HostBlock(p, [](void* q) { cudaFreeHost(q); });
+  cudaGetLastError();
+  if (warning.empty())
+    warning = "cannot page-lock " + std::to_string(bytes >> 20) +
+              " MiB more of host memory (ulimit -l, or the container's limit): the host tier continues in pageable "
+              "memory, whose copies to the GPU are slower";
+  if (posix_memalign(&p, 64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64)) != 0)
+    throw EngineError(ErrorCode::OutOfMemory, "cannot allocate " + std::to_string(bytes >> 20) +
+                                                  " MiB of host memory for the host tier");
+  return HostBlock(p, std::free);
 }
 
 }  // namespace cuda_backend

@@ -13,14 +13,14 @@
 namespace kmfleet {
 namespace cuda_backend {
 
-void CudaBackend::processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) {
+void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) {
   check(cudaSetDevice(cfg_.device), "cudaSetDevice");
-  if (buffer < 0 || buffer >= mp_.buffers || rows <= 0 || rows > mp_.chunkRows)
-    throw EngineError(ErrorCode::InvalidArgument, "processChunk: bad buffer or row count");
+  if (!data || rows <= 0 || rows > mp_.chunkRows)
+    throw EngineError(ErrorCode::InvalidArgument, "processChunk: no rows or a bad row count");
   Slot& slot = slots_[std::size_t(slotNext_)];
   slotNext_ = (slotNext_ + 1) % int(slots_.size());
   check(cudaStreamWaitEvent(copy_, slot.rawFree, 0), "cudaStreamWaitEvent");
-  check(cudaMemcpyAsync(slot.raw, host_[buffer], rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
+  check(cudaMemcpyAsync(slot.raw, data, rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
   check(cudaEventRecord(slot.copied, copy_), "cudaEventRecord");
   // The slot's previous outputs go to the engine's arrays once the copy is queued: the copy engine is not kept
   // waiting for the host (a chunk's labels are ~0.5 MB to memcpy; streamed passes are bound by the copies).
@@ -42,7 +42,7 @@ void CudaBackend::processChunk(int buffer, std::int64_t firstRow, std::int64_t r
   computeChunk(ops, firstRow, rows, &slot, cs);
   if (valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
   if (retain) retainedThisPass_ += rows;
-  // The engine may refill the host buffer once its copy is done.
+  // The engine may refill the host memory once its copy is done.
   waitPumping(slot.copied, "H2D");
 }
 

@@ -5,7 +5,7 @@
 //   copy     H2D host buffer → slot.raw            (waits slot.rawFree: chunk i−S finished reading it)
 //   compute  prepare → assign (+ recheck) → distances → sums      (waits the copy)
 //   d2h      labels (+ distances, farthest rows) → slot's pinned staging (waits compute)
-// processChunk returns once its H2D is done (the engine may refill the host buffer) while compute of chunk i
+// processChunk returns once its H2D is done (the engine may refill the host memory) while compute of chunk i
 // and the D2H of chunk i−1 are still in flight. The host copies a slot's staging into the engine's label
 // array when the slot comes round again (or in finishPass).
 // Resident rows: the first plan.residentRows rows (whole chunks), prepared once into device arrays and
@@ -112,7 +112,8 @@ class CudaBackend final : public Backend {
 
   void beginPass(const PassSpec& spec) override;        // cuda_backend.cu
   void processResident() override;                      // resident_rows.cu
-  void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) override;  // chunk_stream.cu
+  void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) override;  // chunk_stream.cu
+  HostBlock allocateHostRows(std::size_t bytes, std::string& warning) override;       // backend_buffers.cu
   PassTotals finishPass() override;                     // cuda_backend.cu
   bool updatesOnDevice() const override { return true; }
   DeviceUpdate updateOnDevice(bool dataVariance) override;  // pass_centroids.cu

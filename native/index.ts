@@ -4,20 +4,24 @@
  * The contract (the worker, the CLI and the tests code against it; native/src implements it):
  *
  *   const engine = await Engine.open({ rows, dims, k, metric, dtype, backend, precision, chunkRows, threads, memoryBudget,
- *                                      device, update, cuda });   (update, cuda: settings for tests and measurements)
- *   engine.plan                      -> what the planner chose (backend, device, chunkRows, buffers, residentRows, precision)
+ *                                      hostMemoryBudget, device, update, cuda });   (update, cuda: for tests, measurements)
+ *   engine.plan                      -> what the planner chose (backend, device, chunkRows, buffers, residentRows,
+ *                                       hostRows, precision)
  *   engine.buffer(i)                 -> Buffer over engine-owned host memory (pinned on CUDA), chunkRows*dims*bytes long
  *   engine.setCentroids(f32 K×D)     -> replace the current centroids (validated: shape, finiteness)
  *   await engine.initKmeansPlusPlus(sample, sampleRows, seed)  -> greedy k-means++ (2+ln k trials) over the given rows
  *
  *   A pass visits every row once, in row order:
  *     engine.beginPass('fit' | 'assign', { distances, dataVariance, firstRow })
- *     for rows not resident (firstRow >= plan.residentRows on passes after the first):
+ *     for rows the engine does not hold (from the previous PassResult.heldRows on; 0 on the first pass):
  *        fill engine.buffer(b) with rows [firstRow, firstRow+count), then  await engine.feed(b, firstRow, count)
  *        (feed resolves when buffer b may be refilled; at most plan.buffers feeds may be in flight)
  *     const r = await engine.finishPass()
- *   Resident rows (the first plan.residentRows) are kept by the engine the first time they are fed and are
- *   processed by the engine itself, before the streamed rows, in every later pass.
+ *   Held rows are kept by the engine the first time they are fed and processed by the engine itself, before the fed
+ *   rows, in every later pass: the first plan.residentRows by the backend (resident: device memory on CUDA), the
+ *   next plan.hostRows in the engine's host tier (host memory, page-locked on CUDA, in whole chunks of plan.chunkRows
+ *   from plan.residentRows: a feed off that grid is processed but not kept). PassResult.heldRows says where the held
+ *   rows end after a pass, and rowsFrom where the pass's rows came from.
  *
  *   fit pass:    assign with the current centroids, accumulate, then the centroids become the new means
  *                (empty clusters re-seeded with the farthest rows). Result: inertia (with the old centroids),
@@ -45,14 +49,15 @@
  *     inertia), before the re-seeding of empty clusters moved a row into them.
  *   - A CPU engine always computes exact fp32 (plan.precision 'fp32'), whatever precision was asked.
  *   - initKmeansPlusPlus: a Buffer holds rows in the engine's dtype, a Float32Array rows in f32.
- *   - Resident rows: on a pass after the first, a feed starting at row 0 is also accepted (the engine then ignores
- *     its resident copy for that pass); a feed starting at plan.residentRows is the normal case. The resident copy
- *     is complete once a pass has fed rows [0, plan.residentRows) and finished; until then (e.g. the first pass
- *     was cancelled) every pass must start at row 0.
+ *   - Held rows: on a pass after the first, feeds starting at row 0 are also accepted (the engine then ignores its
+ *     held copies for that pass); feeds starting at the last PassResult.heldRows are the normal case. The resident
+ *     copy is complete once a pass has fed rows [0, plan.residentRows) and finished; until then (e.g. the first pass
+ *     was cancelled) every pass must start at row 0. The host tier's rows count as held only after a complete
+ *     resident copy. Where the rows are held never changes a bit of the results.
  *   - beginPass while a pass is open (cancelled, failed or abandoned) replaces it. After an error other than an
  *     out-of-sequence feed, later feeds and finishPass of that pass reject with the same error.
- *   - beginPass `firstRow`: where this pass's feeds will start. At plan.residentRows (the engine holding them) the
- *     engine processes its resident rows right away instead of at the first feed or finishPass, so the device works
+ *   - beginPass `firstRow`: where this pass's feeds will start. At the held rows' end the
+ *     engine processes its held rows right away instead of at the first feed or finishPass, so the device works
  *     while the caller does what comes before those (e.g. readCentroids); at 0, the caller streams every row. Left out,
  *     the first feed tells, as above.
  *   - beginPass `chain` (fit passes): the caller's stopping rule; when it says another iteration follows the engine
@@ -100,6 +105,12 @@ export interface EngineOptions {
   threads?: number;
   /** bytes of memory for resident rows (device memory on CUDA, host memory on CPU); default: planner */
   memoryBudget?: number;
+  /**
+   * bytes of host memory for the host tier: the rows after the resident ones, kept by the engine (page-locked on CUDA)
+   * the first time a pass feeds them, so later passes need only the rows past them. 0: none. Default: what the host
+   * (or its cgroup) has available, less a fifth of it and at least 2 GiB
+   */
+  hostMemoryBudget?: number;
   /** CUDA device ordinal */
   device?: number;
   /**
@@ -147,7 +158,10 @@ export interface EnginePlan {
   precision: Exclude<Precision, 'auto'>;
   chunkRows: number;
   buffers: number;
+  /** rows [0, residentRows) are kept by the backend (device memory on CUDA) once fed */
   residentRows: number;
+  /** rows [residentRows, residentRows + hostRows) are kept by the engine in host memory once fed (the host tier) */
+  hostRows: number;
   /** bytes of one row in the host buffers */
   rowBytes: number;
 }
@@ -180,6 +194,14 @@ export interface PassResult {
   chained: boolean;
   /** this pass is one the engine began itself (the previous result's `chained`), taken over by the caller */
   begunByEngine: boolean;
+  /** where this pass's rows came from: the backend's resident rows, the engine's host tier, the caller's feeds */
+  rowsFrom: { resident: number; host: number; fed: number };
+  /** rows the engine holds from row 0 after this pass (resident, then host tier): where the next pass's feeds start */
+  heldRows: number;
+  /** of heldRows, those in the host tier */
+  hostRowsHeld: number;
+  /** why the host tier is not what the plan says (not page-locked, or it ran out of memory), when it is not */
+  hostTierWarning?: string;
 }
 
 /** The caller's stopping rule for chained fit passes (see BeginPassOptions.chain and core/kmeans/stopping.ts). */

@@ -13,7 +13,10 @@
  * | KMFLEET_BACKEND                  | (spec's)                 | force cpu or cuda for every job, overriding spec.backend=auto    |
  * | KMFLEET_THREADS                  | all cores                | CPU threads of the cpu backend                                   |
  * | KMFLEET_CHUNK_ROWS               | planner                  | rows per engine host buffer (fixes the chunk size: bitwise runs) |
- * | KMFLEET_MEMORY_BUDGET_MB         | planner                  | memory for resident rows (device on CUDA, host on CPU)           |
+ * | KMFLEET_GPU_MEMORY               | planner                  | memory for rows kept across passes, e.g. 60G (device on CUDA,    |
+ * |                                  |                          | host on CPU): the first tier (native EngineOptions.memoryBudget) |
+ * | KMFLEET_HOST_MEMORY              | available − max(⅕, 2 GiB)| host memory for the rows past those (the host tier), e.g. 200G;  |
+ * |                                  |                          | 0 = none: they are read again every pass                         |
  * | KMFLEET_CACHE_DIR                | (off)                    | local dataset cache directory (the pod's NVMe)                   |
  * | KMFLEET_CACHE_MAX_GB             | (no limit)               | keep the cache under this size: least recently used files go     |
  * | KMFLEET_MEMORY_CACHE_MB          | 1024                     | datasets up to this size are held in host memory for the job     |
@@ -45,6 +48,7 @@ import { cpus } from 'node:os';
 import { connectionFromEnv, type RedisConnectionOptions } from '../producer/connection.js';
 import { DEFAULT_PREFIX, DEFAULT_QUEUE } from '../producer/keys.js';
 import { resolveLimits, type Limits } from '../producer/limits.js';
+import { parseByteSize } from '../core/index.js';
 import { s3SettingsFromEnv, type S3Settings } from './s3/client.js';
 
 export interface WorkerConfig {
@@ -56,7 +60,10 @@ export interface WorkerConfig {
   backend?: 'cpu' | 'cuda';
   threads?: number;
   chunkRows?: number;
-  memoryBudgetBytes?: number;
+  /** bytes for the rows the engine keeps across passes: device memory on CUDA (EngineOptions.memoryBudget) */
+  gpuMemoryBytes?: number;
+  /** bytes of host memory for the engine's host tier (EngineOptions.hostMemoryBudget) */
+  hostMemoryBytes?: number;
   cacheDir?: string;
   /** KMFLEET_CACHE_MAX_GB in bytes; undefined: the cache is not evicted */
   cacheMaxBytes?: number;
@@ -142,7 +149,16 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
   } catch (err) {
     problems.push((err as Error).message);
   }
-  const budgetMb = int('KMFLEET_MEMORY_BUDGET_MB', 1);
+  const size = (name: string): number | undefined => {
+    const v = env[name];
+    if (v === undefined || v === '') return undefined;
+    try {
+      return parseByteSize(v, name);
+    } catch (err) {
+      problems.push((err as Error).message);
+      return undefined;
+    }
+  };
   const cacheMaxGb = int('KMFLEET_CACHE_MAX_GB', 1);
   const config: WorkerConfig = {
     redis,
@@ -152,7 +168,8 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
     backend: backend === 'cpu' || backend === 'cuda' ? backend : undefined,
     threads: int('KMFLEET_THREADS', 1),
     chunkRows: int('KMFLEET_CHUNK_ROWS', 1),
-    memoryBudgetBytes: budgetMb === undefined ? undefined : budgetMb * MB,
+    gpuMemoryBytes: size('KMFLEET_GPU_MEMORY'),
+    hostMemoryBytes: size('KMFLEET_HOST_MEMORY'),
     cacheDir: env.KMFLEET_CACHE_DIR || undefined,
     cacheMaxBytes: cacheMaxGb === undefined ? undefined : cacheMaxGb * GB,
     memoryCacheBytes: int('KMFLEET_MEMORY_CACHE_MB', 0, MEMORY_CACHE_BYTES / MB)! * MB,

@@ -19,9 +19,10 @@ import { CancelledBeforeCommitError, FencedError } from './checkpoints/errors.js
 import { CheckpointPacer } from './checkpoints/pacer.js';
 import { CheckpointStore } from './checkpoints/store.js';
 import type { S3RowSource } from './dataset/s3-source.js';
+import { CachedRowSource } from './dataset/cache.js';
 import { MemoryCachedRowSource } from './dataset/memory-cache.js';
 import { ResidentPreload } from './dataset/resident-preload.js';
-import { type RowSource, checkCheckpoint, decodeCheckpoint, runKmeans, KmeansAbortedError, readInitRows, type InitRows, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec } from '../core/index.js';
+import { type RowSource, checkCheckpoint, decodeCheckpoint, runKmeans, KmeansAbortedError, readInitRows, type InitRows, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec, type FedFrom } from '../core/index.js';
 import { JobInputError, toJobError } from './failures.js';
 import { resolveInit, type ResolvedInit } from './initial-centroids.js';
 import { IterationWrites } from './iteration-writes.js';
@@ -193,7 +194,8 @@ export class JobAttempt {
     };
     if (config.chunkRows !== undefined) options.chunkRows = config.chunkRows;
     if (config.threads !== undefined) options.threads = config.threads;
-    if (config.memoryBudgetBytes !== undefined) options.memoryBudget = config.memoryBudgetBytes;
+    if (config.gpuMemoryBytes !== undefined) options.memoryBudget = config.gpuMemoryBytes;
+    if (config.hostMemoryBytes !== undefined) options.hostMemoryBudget = config.hostMemoryBytes;
     // an engine of an earlier job waiting to be closed gives its memory (and its GPU) back before this one takes any
     releases?.releaseAll();
     if (options.backend !== 'cpu' && devices && devices.size > 0) {
@@ -202,9 +204,25 @@ export class JobAttempt {
     }
     const engine = (this.engine = await openJobEngine(this.openEngine, options, resume, this.log));
     reportDevice(this.deps.metrics, engine, options.device ?? 0, this.log);
-    this.log.info({ plan: engine.plan, gpu: options.device }, 'engine open'); // gpu: the CUDA ordinal this job took
+    this.log.info({ plan: engine.plan, gpu: options.device, rows: this.tierPlan() }, 'engine open'); // gpu: the CUDA ordinal this job took
+    const fed = source.rows - engine.plan.residentRows - engine.plan.hostRows;
+    if (fed > 0 && this.fedFrom() === 's3') {
+      this.log.warn({ rows: fed, bytes: fed * source.rowBytes }, 'rows that fit neither the device nor host memory are read from S3 on every pass: set KMFLEET_CACHE_DIR (a local disk) or raise KMFLEET_HOST_MEMORY');
+    }
     // rows still downloading go to the engine's resident memory as they land, not in the first pass
     if (source instanceof MemoryCachedRowSource) this.preload = ResidentPreload.start(engine, source);
+  }
+
+  /** Where the rows the engine does not hold come from on every pass. */
+  private fedFrom(): Exclude<FedFrom, 'file'> {
+    const source = this.source;
+    return source instanceof MemoryCachedRowSource ? 'memory' : source instanceof CachedRowSource ? 'disk' : 's3';
+  }
+
+  /** Rows by where they stay between passes, for the engine-open log. */
+  private tierPlan(): { resident: number; host: number; fed: number; fedFrom: FedFrom } {
+    const { residentRows, hostRows } = this.engine!.plan;
+    return { resident: residentRows, host: hostRows, fed: this.source!.rows - residentRows - hostRows, fedFrom: this.fedFrom() };
   }
 
   /**
@@ -268,6 +286,10 @@ export class JobAttempt {
     });
     await Promise.all([saver.flush(), iterationWrites.flush()]);
     if (this.s3Source!.stats.bytes) this.deps.metrics?.s3BytesRead(this.s3Source!.stats.bytes);
+    const { total } = result.tiers;
+    this.deps.metrics?.tierBytes('resident', total.resident * source.rowBytes);
+    this.deps.metrics?.tierBytes('host', total.host * source.rowBytes);
+    this.deps.metrics?.tierBytes(this.fedFrom(), total.fed * source.rowBytes);
     return { result, centroidsUpload };
   }
 
@@ -320,7 +342,7 @@ export class JobAttempt {
       startedAt: this.startedAt,
       finishedAt: Date.now(),
     });
-    await outputs.commit(buildSummary(jobResult, result, this.attempt));
+    await outputs.commit(buildSummary(jobResult, result, this.attempt, source.rowBytes, this.fedFrom()));
     return jobResult;
   }
 

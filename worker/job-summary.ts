@@ -5,7 +5,7 @@
 import type { EnginePlan } from '../native/index.js';
 import type { JobResult } from '../producer/results.js';
 import type { JobSpec } from '../producer/spec.js';
-import type { IterationReport, KmeansResult } from '../core/index.js';
+import { tierSummary, type FedFrom, type IterationReport, type KmeansResult, type TierSummary } from '../core/index.js';
 import type { OutputWriter } from './outputs/writer.js';
 
 export interface JobSummary extends JobResult {
@@ -13,6 +13,8 @@ export interface JobSummary extends JobResult {
   history: IterationReport[];
   clusterSizes: number[];
   attempt: number;
+  /** where the rows of the passes came from: device, host tier, and the fed rows' source, in rows and bytes per pass */
+  tiers: TierSummary;
 }
 
 export interface JobFacts {
@@ -76,6 +78,9 @@ export function buildJobResult(f: JobFacts): JobResult {
   };
 }
 
-export function buildSummary(jobResult: JobResult, result: KmeansResult, attempt: number): JobSummary {
-  return { formatVersion: 1, ...jobResult, history: result.history, clusterSizes: Array.from(result.counts), attempt };
+export function buildSummary(jobResult: JobResult, result: KmeansResult, attempt: number, rowBytes: number, fedFrom: FedFrom): JobSummary {
+  return {
+    formatVersion: 1, ...jobResult, history: result.history, clusterSizes: Array.from(result.counts), attempt,
+    tiers: tierSummary(result.tiers, rowBytes, fedFrom),
+  };
 }

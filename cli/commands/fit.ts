@@ -7,7 +7,7 @@ import { readFile, rename, rm, mkdir, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { BackendChoice, Metric, Precision } from '../../native/index.js';
 import { iterationsLeft } from '../../producer/progress.js';
-import { LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec } from '../../core/index.js';
+import { formatByteSize, parseByteSize, tierSummary, LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec } from '../../core/index.js';
 import { formatDuration, humanCount, ProgressLine } from '../progress.js';
 
 interface FitOptions {
@@ -26,6 +26,8 @@ interface FitOptions {
   convert?: 'f64-to-f32';
   chunkRows?: number;
   threads?: number;
+  gpuMemory?: string;
+  hostMemory?: string;
   distances?: boolean;
   out: string;
   json?: boolean;
@@ -75,6 +77,10 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
       distances: opts.distances === true,
     };
     checkSpec(spec, source.rows);
+    const budgets = {
+      gpu: opts.gpuMemory === undefined ? undefined : sizeOption(opts.gpuMemory, '--gpu-memory'),
+      host: opts.hostMemory === undefined ? undefined : sizeOption(opts.hostMemory, '--host-memory'),
+    };
 
     // the init's rows (k-means++'s sample) are read while the engine opens (~20 ms on CUDA)
     const initRows = readInitRows(source, spec);
@@ -84,6 +90,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
     const engine = await Engine.open({
       rows: source.rows, dims: source.dims, k, metric: spec.metric, dtype: source.dtype,
       backend: opts.backend, precision: opts.precision, chunkRows: opts.chunkRows, threads: opts.threads,
+      memoryBudget: budgets.gpu, hostMemoryBudget: budgets.host,
     });
     const ac = new AbortController();
     const onSigint = () => ac.abort(new Error('interrupted'));
@@ -104,7 +111,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
         );
       };
       // its own line: the progress line that follows rewrites itself, not this
-      if (!opts.json) process.stderr.write(`fit ${source.describe()}  k=${k}  ${engine.plan.backend}: ${engine.plan.device}, ${engine.plan.precision}\n`);
+      if (!opts.json) process.stderr.write(`fit ${source.describe()}  k=${k}  ${engine.plan.backend}: ${engine.plan.device}, ${engine.plan.precision}${tierLine(engine.plan, source)}\n`);
       const result = await runKmeans({ engine, source, spec, initRows, onIteration, signal: ac.signal });
       progress.done();
       return await writeOutputs(opts, source, spec, result, engine, started);
@@ -118,7 +125,25 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
   }
 }
 
-type FittedEngine = Parameters<typeof writeLabels>[0] & Parameters<typeof writeDistances>[0] & { plan: { backend: string; device: string; precision: string; chunkRows: number; buffers: number; residentRows: number } };
+type FittedEngine = Parameters<typeof writeLabels>[0] & Parameters<typeof writeDistances>[0] & { plan: { backend: string; device: string; precision: string; chunkRows: number; buffers: number; residentRows: number; hostRows: number } };
+
+/** A size option's bytes, or the CLI's bad-input error naming the option. */
+function sizeOption(text: string, option: string): number {
+  try {
+    return parseByteSize(text, option);
+  } catch (err) {
+    throw new KmeansSpecError((err as Error).message);
+  }
+}
+
+/** Where the rows stay between passes, when not all of them stay on the device: for the header line. */
+function tierLine(plan: FittedEngine['plan'], source: LocalFileSource): string {
+  const fed = source.rows - plan.residentRows - plan.hostRows;
+  if (plan.residentRows >= source.rows) return '';
+  const where = plan.backend === 'cuda' ? 'on the GPU' : 'resident';
+  return `\n  rows: ${humanCount(plan.residentRows)} ${where}, ${humanCount(plan.hostRows)} in host memory (${formatByteSize(plan.hostRows * source.rowBytes)})` +
+    (fed > 0 ? `, ${humanCount(fed)} read from ${source.path} every pass` : '');
+}
 
 async function writeOutputs(
   opts: FitOptions, source: LocalFileSource, spec: KmeansSpec, result: KmeansResult, engine: FittedEngine, started: number,
@@ -158,7 +183,8 @@ async function writeOutputs(
       backend: engine.plan.backend,
       device: engine.plan.device,
       precision: engine.plan.precision,
-      plan: { chunkRows: engine.plan.chunkRows, buffers: engine.plan.buffers, residentRows: engine.plan.residentRows },
+      plan: { chunkRows: engine.plan.chunkRows, buffers: engine.plan.buffers, residentRows: engine.plan.residentRows, hostRows: engine.plan.hostRows },
+      tiers: tierSummary(result.tiers, source.rowBytes, 'file'),
       timings: { ...roundMs(result.timings), totalMs: Date.now() - started },
       outputs,
       createdAt: new Date().toISOString(),

@@ -15,7 +15,7 @@ import { KmeansAbortedError, KmeansSpecError } from './errors.js';
 import { applyInit, readInitRows, type InitOptions, type InitRows } from './init.js';
 import { runPass } from './pass-runner.js';
 import { stopReason } from './stopping.js';
-import type { InitMethod, IterationReport, KmeansCheckpoint, KmeansEngine, KmeansLogger, KmeansResult, KmeansSpec, KmeansTimings, StopReason } from './types.js';
+import type { InitMethod, IterationReport, KmeansCheckpoint, KmeansEngine, KmeansLogger, KmeansResult, KmeansSpec, KmeansTimings, RunTiers, StopReason } from './types.js';
 
 export interface RunKmeansOptions {
   engine: KmeansEngine;
@@ -75,6 +75,16 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     if (o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
   };
   let preload = o.preload;
+  let tiers: RunTiers | undefined;
+  const noteTiers = (r: PassResult) => {
+    const total = tiers?.total ?? { resident: 0, host: 0, fed: 0 };
+    tiers = {
+      firstPass: tiers?.firstPass ?? r.rowsFrom,
+      lastPass: r.rowsFrom,
+      total: { resident: total.resident + r.rowsFrom.resident, host: total.host + r.rowsFrom.host, fed: total.fed + r.rowsFrom.fed },
+    };
+    if (r.hostTierWarning) tiers.hostTierWarning = r.hostTierWarning;
+  };
   // variance: whether the engine computes the data's variance in this pass (sklearn's tol scale). It does not change
   // between passes, so it is asked until a pass (or the checkpoint resumed from) has given it: once per run.
   const pass = async (mode: 'fit' | 'assign', variance: boolean, distances = false, onBegin?: () => void, chain?: PassChain): Promise<PassResult> => {
@@ -86,7 +96,9 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       checkAbort();
     }
     try {
-      return await runPass(engine, source, mode, { distances, dataVariance: variance, readTime, firstRow, onBegin, chain });
+      const r = await runPass(engine, source, mode, { distances, dataVariance: variance, readTime, firstRow, onBegin, chain });
+      noteTiers(r);
+      return r;
     } catch (err) {
       if (err instanceof CancelledError && o.signal?.aborted) throw new KmeansAbortedError(lastCheckpoint, o.signal.reason);
       throw err;
@@ -237,6 +249,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
       initMethod,
       dataVariance,
       timings,
+      tiers: tiers!,
     };
     if (o.resume) result.resumedFrom = o.resume.iteration;
     log?.info({ iterations: result.iterations, stopReason: stop, inertia: result.inertia }, 'k-means done');

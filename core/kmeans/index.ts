@@ -8,6 +8,7 @@ export { runPass, type PassOptions } from './pass-runner.js';
 export { distinctIndices, Rng } from './prng.js';
 export { gatherRows, type GatherOptions } from './row-gather.js';
 export { stopReason } from './stopping.js';
+export { tierSummary, type FedFrom, type PassTierSummary, type TierSummary } from './tier-summary.js';
 export type {
   InitMethod,
   IterationReport,
@@ -17,5 +18,7 @@ export type {
   KmeansResult,
   KmeansSpec,
   KmeansTimings,
+  PassRows,
+  RunTiers,
   StopReason,
 } from './types.js';

@@ -4,15 +4,16 @@
  *
  * Buffer b cycles: wait until its previous feed resolved (the engine may reuse it only then) → read rows into it →
  * wait until the previous chunk's feed was *issued* (feeds must come in row order) → feed.
- * Rows below plan.residentRows are fed only on the engine's first pass; afterwards the engine holds them itself. The
- * first pass starts at options.firstRow when rows were loaded into the engine ahead of it (resident-preload.ts).
+ * The rows the engine holds (its resident rows, then its host tier's: PassResult.heldRows) are fed only until it holds
+ * them; each later pass starts its feeds where they end. The first pass starts at options.firstRow when rows were
+ * loaded into the engine ahead of it (resident-preload.ts).
  */
 import type { PassChain, PassMode, PassResult } from '../../native/index.js';
 import type { RowSource } from '../dataset/row-source.js';
 import type { KmeansEngine } from './types.js';
 
-/** engines that completed a pass through runPass: they hold their resident rows */
-const primed = new WeakSet<object>();
+/** per engine, the rows it held from row 0 after its last completed pass: where the next pass's feeds start */
+const held = new WeakMap<object, number>();
 
 export interface PassOptions {
   distances?: boolean;
@@ -22,7 +23,7 @@ export interface PassOptions {
   readTime?: { ms: number };
   /**
    * The engine's first pass only: where its feeds start — the rows the engine holds from row 0 after engine.loadRows
-   * (it processes those itself). Later passes start at plan.residentRows whatever this says.
+   * (it processes those itself). Later passes start at the held rows' end whatever this says.
    */
   firstRow?: number;
   /**
@@ -39,9 +40,9 @@ export async function runPass(engine: KmeansEngine, source: RowSource, mode: Pas
   if (rowBytes !== source.rowBytes) {
     throw new Error(`engine rows are ${rowBytes} bytes but the source's are ${source.rowBytes}`);
   }
-  const start = primed.has(engine) ? Math.min(residentRows, source.rows) : Math.min(options.firstRow ?? 0, residentRows, source.rows);
+  const start = Math.min(held.get(engine) ?? Math.min(options.firstRow ?? 0, residentRows), source.rows);
   const nBuffers = Math.max(1, buffers);
-  // firstRow: the engine starts on the rows it holds right away (all of them, on a pass after the first)
+  // firstRow: the engine starts on the rows it holds right away
   engine.beginPass(mode, {
     distances: options.distances ?? false, dataVariance: options.dataVariance ?? true, firstRow: start, chain: options.chain,
   });
@@ -88,6 +89,6 @@ export async function runPass(engine: KmeansEngine, source: RowSource, mode: Pas
     throw error.reason;
   }
   const result = await engine.finishPass();
-  primed.add(engine);
+  held.set(engine, result.heldRows);
   return result;
 }

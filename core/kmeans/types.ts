@@ -103,6 +103,27 @@ export interface KmeansResult {
   resumedFrom?: number;
   dataVariance: number;
   timings: KmeansTimings;
+  /** where the rows of the run's passes came from (the engine's tiers): the first pass, and the last (the final one) */
+  tiers: RunTiers;
+}
+
+/** Rows of one pass by where they came from (native PassResult.rowsFrom). */
+export interface PassRows {
+  /** the backend's resident rows (device memory on CUDA) */
+  resident: number;
+  /** the engine's host tier */
+  host: number;
+  /** fed from the row source */
+  fed: number;
+}
+
+export interface RunTiers {
+  firstPass: PassRows;
+  lastPass: PassRows;
+  /** summed over every pass of the run */
+  total: PassRows;
+  /** the engine's host tier is not what was planned (not page-locked, or short of memory) */
+  hostTierWarning?: string;
 }
 
 /** pino-compatible subset */

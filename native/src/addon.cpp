@@ -98,6 +98,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     o.Set("chunkRows", static_cast<double>(p.chunkRows));
     o.Set("buffers", p.buffers);
     o.Set("residentRows", static_cast<double>(p.residentRows));
+    o.Set("hostRows", static_cast<double>(p.hostRows));
     o.Set("rowBytes", static_cast<double>(p.rowBytes));
     return o;
   }
@@ -423,6 +424,14 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
             o.Set("update", result->mode != PassMode::Fit ? "none" : result->updatedOnDevice ? "device" : "host");
             o.Set("chained", result->chained);
             o.Set("begunByEngine", result->begunByEngine);
+            Napi::Object rows = Napi::Object::New(env);
+            rows.Set("resident", static_cast<double>(result->residentRowsUsed));
+            rows.Set("host", static_cast<double>(result->hostRowsUsed));
+            rows.Set("fed", static_cast<double>(result->fedRows));
+            o.Set("rowsFrom", rows);
+            o.Set("heldRows", static_cast<double>(result->heldRows));
+            o.Set("hostRowsHeld", static_cast<double>(result->hostRowsHeld));
+            if (!result->hostTierWarning.empty()) o.Set("hostTierWarning", result->hostTierWarning);
             return o;
           });
     } catch (const Napi::Error& err) {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kmfleet {
@@ -56,6 +57,9 @@ struct EngineConfig {
   int buffers = 0;                // host buffers; 0 = default (2 cpu, 3 cuda)
   int threads = 0;                // CPU threads; 0 = all cores
   std::int64_t memoryBudget = -1; // bytes for resident rows (device memory on CUDA, host on CPU); -1 = planner
+  // bytes of host memory for the engine's host tier (host_tier.h): the rows after the resident ones, kept as they are
+  // first fed; -1 = what the host can give (host_memory.h availableHostMemory), 0 = none
+  std::int64_t hostMemoryBudget = -1;
   int device = 0;                 // CUDA ordinal
   bool hostUpdate = false;        // the fit update on the host even where the backend could run it (the same bits)
   bool stats = false;             // per-pass diagnostics on stderr (KMFLEET_ENGINE_STATS, docs/operations.md)
@@ -70,6 +74,9 @@ struct Plan {
   std::int64_t chunkRows = 0;             // 1 <= chunkRows <= rows
   int buffers = 0;                        // host buffers, each chunkRows * rowBytes bytes
   std::int64_t residentRows = 0;          // the first residentRows rows are kept by the backend (0..rows)
+  // rows [residentRows, residentRows + hostRows) are kept by the engine in host memory (host_tier.h); set by the
+  // Engine, 0 in a backend's own plan
+  std::int64_t hostRows = 0;
   std::size_t rowBytes = 0;               // dims * dtypeBytes(dtype)
 };
 
@@ -111,6 +118,28 @@ struct PassSpec {
   // kept, and `centroids` is nullptr when the engine never fetched them to the host (copyUpdatedCentroids).
   bool keepSums = false;
   bool centroidsFromUpdate = false;
+};
+
+// Host memory for the engine's host tier, from Backend::allocateHostRows: page-locked where the backend copies from
+// it (CUDA), so that a chunk goes to the device at the link's speed. Frees itself.
+class HostBlock {
+ public:
+  HostBlock() = default;
+  HostBlock(void* data, void (*release)(void*)) : data_(data), release_(release) {}
+  ~HostBlock() { if (data_ && release_) release_(data_); }
+  HostBlock(HostBlock&& o) noexcept : data_(o.data_), release_(o.release_) { o.data_ = nullptr; }
+  HostBlock& operator=(HostBlock&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(release_, o.release_);
+    return *this;
+  }
+  HostBlock(const HostBlock&) = delete;
+  HostBlock& operator=(const HostBlock&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  void (*release_)(void*) = nullptr;
 };
 
 // A candidate for re-seeding an empty cluster: one of the rows farthest from its assigned centroid.
@@ -180,13 +209,19 @@ class Backend {
   // its finish (a pass whose first chunk starts at row 0 streams every row and does not call it).
   virtual void processResident() = 0;
 
-  // Process rows [firstRow, firstRow + rows) that the engine put in hostBuffer(buffer). Chunks arrive in row
-  // order. Rows of [0, residentRows) seen for the first time are retained (converted/normalized as needed).
-  // Returns once the buffer may be refilled; compute may still be in flight (CUDA) — finishPass waits for it.
+  // Process rows [firstRow, firstRow + rows) at `data`: one of the backend's host buffers, or a block of the engine's
+  // host tier (allocateHostRows), whole rows in the input dtype. Chunks arrive in row order. Rows of
+  // [0, residentRows) seen for the first time are retained (converted/normalized as needed).
+  // Returns once the memory may be refilled; compute may still be in flight (CUDA) — finishPass waits for it.
   // Input checks, before anything of the chunk is accumulated: a non-finite value → EngineError NonFiniteInput
   // naming the first bad global row; cosine and a zero-norm row → InvalidArgument naming the row. (An async
   // backend may report such an error from a later processChunk or from finishPass.)
-  virtual void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) = 0;
+  virtual void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) = 0;
+
+  // Host memory for `bytes` of the engine's host tier, in the form processChunk reads fastest (page-locked on CUDA).
+  // Where that form cannot be had (a page-lock limit), plain memory with `warning` set; OutOfMemory when there is
+  // none.
+  virtual HostBlock allocateHostRows(std::size_t bytes, std::string& warning);
 
   // Wait for all work of the pass and return its totals. Labels (and distances) are in the engine's arrays.
   virtual PassTotals finishPass() = 0;

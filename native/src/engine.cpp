@@ -13,6 +13,7 @@
 
 #include "cpu/cpu_backend.h"
 #include "cpu/kernels.h"
+#include "host_memory.h"
 #include "row_math.h"
 #ifdef KMFLEET_WITH_CUDA
 #include "cost_model.h"
@@ -70,6 +71,7 @@ void validate(const EngineConfig& c) {
   if (c.buffers < 0 || c.buffers > 64) invalid("buffers must be in 1..64, got " + str(c.buffers));
   if (c.threads < 0 || c.threads > 1024) invalid("threads must be in 1..1024, got " + str(c.threads));
   if (c.memoryBudget < -1) invalid("memoryBudget must be >= 0, got " + str(c.memoryBudget));
+  if (c.hostMemoryBudget < -1) invalid("hostMemoryBudget must be >= 0, got " + str(c.hostMemoryBudget));
   if (c.device < 0) invalid("device must be >= 0, got " + str(c.device));
 }
 
@@ -107,6 +109,14 @@ Engine::Engine(const EngineConfig& config) : cfg_(config) {
   if (cfg_.threads == 0) cfg_.threads = usableCores();  // the cores this process may run on (cpusets included)
   pool_ = std::make_unique<ThreadPool>(cfg_.threads);
   backend_ = makeBackend(cfg_, *pool_);
+  plan_ = backend_->plan();
+  // the host tier: the rows after the resident ones, as many whole chunks as the budget holds (all of them if it can)
+  const std::int64_t budget = cfg_.hostMemoryBudget >= 0 ? cfg_.hostMemoryBudget : defaultHostTierBudget();
+  const std::int64_t after = cfg_.rows - plan_.residentRows;
+  const std::int64_t rowBytes = static_cast<std::int64_t>(plan_.rowBytes);
+  plan_.hostRows = after <= budget / rowBytes ? after
+                                              : std::min(after, budget / (plan_.chunkRows * rowBytes) * plan_.chunkRows);
+  tier_ = HostTier(plan_.residentRows, plan_.hostRows, plan_.chunkRows, plan_.rowBytes);
   inFlight_.assign(static_cast<std::size_t>(plan().buffers), false);
   labels_.allocate(static_cast<std::size_t>(cfg_.rows), "labels");
   next_.allocate(static_cast<std::size_t>(cfg_.rows), "labels");
@@ -253,7 +263,7 @@ std::int64_t Engine::runLoad(std::uint64_t gen, const void* rows, std::int64_t f
   if (passRunning_ && passChained_) abortPass();  // begun by the engine itself, not taken over (admitLoad)
   if (passRunning_) invalid("cannot load rows while a pass is running");
   backend_->loadRows(rows, firstRow, rowCount);
-  return backend_->residentHeld();
+  return heldRows();
 }
 
 void Engine::feedSettled(int buffer) {
@@ -287,7 +297,12 @@ void Engine::checkGen(std::uint64_t gen) {
 void Engine::abortPass() {
   if (passRunning_) backend_->abortPass();
   passRunning_ = false;
-  residentPending_ = false;
+  heldPending_ = false;
+}
+
+std::int64_t Engine::heldRows() const {
+  const std::int64_t resident = backend_->residentHeld();
+  return resident < plan_.residentRows ? resident : tier_.heldEnd();
 }
 
 void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance, std::int64_t firstRow,
@@ -348,10 +363,12 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
     backend_->beginPass(spec);
     passRunning_ = true;
     cursor_ = 0;
-    residentPending_ = backend_->residentHeld() > 0;
+    residentUsed_ = hostUsed_ = fed_ = 0;
+    const std::int64_t held = heldRows();
+    heldPending_ = held > 0;
     passStartMs_ = nowMs();
-    if (residentPending_ && firstRow == 0) residentPending_ = false;  // every row streamed: the resident copy not needed
-    if (residentPending_ && firstRow == backend_->residentHeld()) processResidentIfNeeded();
+    if (heldPending_ && firstRow == 0) heldPending_ = false;  // every row streamed: the held copies not needed
+    if (heldPending_ && firstRow == held) processHeldIfNeeded(held);
     stat_[0] = t1 - t0;
     stat_[1] = passStartMs_ - t1;
     stat_[2] = t0;
@@ -361,31 +378,44 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
   }
 }
 
-void Engine::processResidentIfNeeded() {
-  if (!residentPending_) return;
-  residentPending_ = false;
-  backend_->processResident();
-  cursor_ = backend_->residentHeld();
+void Engine::processHeldIfNeeded(std::int64_t upTo) {
+  if (!heldPending_) return;
+  heldPending_ = false;
+  const std::int64_t resident = backend_->residentHeld();
+  if (resident > 0) backend_->processResident();
+  cursor_ = residentUsed_ = resident;
+  if (resident < plan_.residentRows) return;  // the host tier's rows follow a complete set of resident rows only
+  std::int64_t n = 0;
+  while (cursor_ < upTo) {
+    const void* rows = tier_.chunkAt(cursor_, n);
+    if (!rows) break;
+    if (cancelFlag_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+    backend_->processChunk(rows, cursor_, n);
+    cursor_ += n;
+    hostUsed_ += n;
+  }
 }
 
 void Engine::runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount) {
   checkGen(gen);
   try {
-    if (residentPending_) {
+    if (heldPending_) {
       if (firstRow == 0) {
-        residentPending_ = false;  // the caller streams every row this pass: the resident copy is not needed
+        heldPending_ = false;  // the caller streams every row this pass: the held copies are not needed
       } else {
-        processResidentIfNeeded();
+        processHeldIfNeeded(firstRow);
       }
     }
     if (firstRow != cursor_)
       invalid("feed out of sequence: expected firstRow " + str(cursor_) + ", got " + str(firstRow) +
-              (cursor_ > 0 && cursor_ == backend_->residentHeld()
-                   ? " (rows [0, " + str(cursor_) + ") are resident)"
-                   : std::string()));
+              (cursor_ > 0 && cursor_ == heldRows() ? " (the engine holds rows [0, " + str(cursor_) + "))"
+                                                    : std::string()));
     if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
-    backend_->processChunk(buffer, firstRow, rowCount);
+    const void* rows = backend_->hostBuffer(buffer);
+    tier_.keep(*backend_, *pool_, rows, firstRow, rowCount);
+    backend_->processChunk(rows, firstRow, rowCount);
     cursor_ += rowCount;
+    fed_ += rowCount;
   } catch (...) {
     // A misordered feed leaves the pass intact; anything else (bad data, cancel, memory, device) ends it.
     EngineError e = asEngineError(std::current_exception());
@@ -401,7 +431,7 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   PassTotals totals;
   const double tf0 = nowMs();
   try {
-    processResidentIfNeeded();
+    processHeldIfNeeded(cfg_.rows);
     totals = backend_->finishPass();
   } catch (...) {
     EngineError e = asEngineError(std::current_exception());
@@ -455,6 +485,12 @@ PassResult Engine::runFinish(std::uint64_t gen) {
                  "labels diff %.3f, data variance %.3f, update %.3f; monotonic: begin %.3f, finish task %.3f, end %.3f\n",
                  stat_[0], stat_[1], tf0 - passStartMs_, tf1 - tf0, tf2 - tf1, tf3 - tf2, tf4 - tf3, stat_[2], tf0, tf4);
   r.begunByEngine = passChained_;
+  r.residentRowsUsed = residentUsed_;
+  r.hostRowsUsed = hostUsed_;
+  r.fedRows = fed_;
+  r.heldRows = heldRows();
+  r.hostRowsHeld = std::max<std::int64_t>(0, r.heldRows - plan_.residentRows);
+  r.hostTierWarning = tier_.warning();
   chainNext(gen, r, seen == N);  // after the stats: the next pass's begin overwrites them
   return r;
 }
@@ -471,7 +507,7 @@ void Engine::chainNext(std::uint64_t gen, PassResult& r, bool sawEveryRow) {
   PassChain next = c;
   next.variance = variance;
   next.passesLeft = c.passesLeft - 1;
-  const std::int64_t firstRow = backend_->residentHeld();
+  const std::int64_t firstRow = heldRows();
   runBegin(gen, PassMode::Fit, false, false, firstRow, next);
   if (passError_ || !passRunning_) return;  // it failed to begin: the caller begins the next pass as usual
   passChained_ = true;

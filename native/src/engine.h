@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "host_tier.h"
 #include "memory.h"
 #include "thread_pool.h"
 
@@ -35,6 +36,12 @@ struct PassResult {
   bool chained = false;
   std::int64_t chainedFirstRow = -1;
   bool begunByEngine = false;  // this pass was begun by the engine (a chained one) and taken over by the caller
+  // Where the rows of this pass came from: the backend's resident rows, the engine's host tier, the caller's feeds.
+  std::int64_t residentRowsUsed = 0, hostRowsUsed = 0, fedRows = 0;
+  // After it: rows the engine holds from row 0 (the resident rows, then the host tier's), where the next pass's feeds
+  // start; of them, the host tier's; and why the host tier is not what was planned, if it is not (host_tier.h).
+  std::int64_t heldRows = 0, hostRowsHeld = 0;
+  std::string hostTierWarning;
 };
 
 // The caller's stopping rule for a chain of fit passes (core/kmeans/stopping.ts): after a fit pass that saw every row,
@@ -56,7 +63,7 @@ class Engine {
   ~Engine();
 
   const EngineConfig& config() const { return cfg_; }
-  const Plan& plan() const { return backend_->plan(); }
+  const Plan& plan() const { return plan_; }  // the backend's, with the host tier's rows
   void* hostBuffer(int index);                   // [js] InvalidArgument when out of range
   std::size_t bufferBytes() const;
 
@@ -105,7 +112,11 @@ class Engine {
  private:
   void checkGen(std::uint64_t gen);
   void abortPass();
-  void processResidentIfNeeded();
+  // Rows the engine holds from row 0: the backend's resident rows, then — once those are complete — the host tier's.
+  std::int64_t heldRows() const;
+  // The held rows before `upTo` (the first fed row, or rows at the finish), once per pass: the resident rows, then the
+  // host tier's chunks.
+  void processHeldIfNeeded(std::int64_t upTo);
   // [engine] End of a fit pass: begins the next one itself when its chain rule says one follows (PassChain)
   void chainNext(std::uint64_t gen, PassResult& r, bool sawEveryRow);
   void applyFit(const PassTotals& t, PassResult& r);
@@ -115,6 +126,8 @@ class Engine {
   EngineConfig cfg_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Backend> backend_;
+  Plan plan_;
+  HostTier tier_;
 
   // JS-thread state
   std::uint64_t gen_ = 0;
@@ -144,7 +157,8 @@ class Engine {
   bool passRunning_ = false;      // a pass of passGen_ is open on the backend
   bool passChained_ = false;      // ... begun by the engine itself (chain_ of the pass before): abandoned by a load/init
   PassChain chain_;               // the running pass's chain rule
-  bool residentPending_ = false;  // resident rows still to be processed in this pass
+  bool heldPending_ = false;      // held rows (resident, host tier) still to be processed in this pass
+  std::int64_t residentUsed_ = 0, hostUsed_ = 0, fed_ = 0;  // PassResult's rows by where they came from
   std::unique_ptr<EngineError> passError_;
   PassMode mode_ = PassMode::Fit;
   bool wantDistances_ = false;

@@ -103,6 +103,10 @@ EngineConfig parseConfig(Napi::Env env, const Napi::Value& value) {
   c.memoryBudget = intOption(env, o, "memoryBudget", -1, false);
   if (!o.Get("memoryBudget").IsUndefined() && c.memoryBudget < 0)
     throwJs(env, ErrorCode::InvalidArgument, "memoryBudget must be >= 0, got " + std::to_string(c.memoryBudget));
+  c.hostMemoryBudget = intOption(env, o, "hostMemoryBudget", -1, false);
+  if (!o.Get("hostMemoryBudget").IsUndefined() && c.hostMemoryBudget < 0)
+    throwJs(env, ErrorCode::InvalidArgument,
+            "hostMemoryBudget must be >= 0, got " + std::to_string(c.hostMemoryBudget));
   c.device = static_cast<int>(intOption(env, o, "device", 0, false));
   c.hostUpdate = stringOption(env, o, "update", "auto", {"auto", "host"}) == "host";
   c.cuda = parseCuda(env, o.Get("cuda"));

@@ -107,7 +107,7 @@ describe('pipeline: SDK → queue → worker → S3', () => {
 
   it('with a local cache and a small memory budget: S3 is read once, the pod keeps the file, and the next job reads no S3', async () => {
     const cacheDir = join(dir, 'cache');
-    const worker = await stack.startWorker({ ...WORKER_ENV, KMFLEET_CACHE_DIR: cacheDir, KMFLEET_MEMORY_BUDGET_MB: '1' });
+    const worker = await stack.startWorker({ ...WORKER_ENV, KMFLEET_CACHE_DIR: cacheDir, KMFLEET_GPU_MEMORY: '1M', KMFLEET_HOST_MEMORY: '0' });
     try {
       await stack.client.enqueue({ dataset: { uri: 's3://data/blobs.npy' }, k: 12, maxIter: 50, seed: 4, backend: 'cpu', output: 's3://out/cached' }, { jobId: 'e2e-cache' });
       const result = await stack.client.wait('e2e-cache', { timeoutMs: 60_000 });

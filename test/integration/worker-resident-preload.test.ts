@@ -128,7 +128,7 @@ describe('worker: rows go to the engine while they download', () => {
   });
 
   it('a resident budget smaller than the dataset: rows up to it are loaded, the first pass streams the rest', async () => {
-    const seen = await run('preload-budget', 'kmeans++', { KMFLEET_MEMORY_BUDGET_MB: '5' });
+    const seen = await run('preload-budget', 'kmeans++', { KMFLEET_GPU_MEMORY: '5M' });
     expect(seen.residentRows).toBeGreaterThan(0);
     expect(seen.residentRows).toBeLessThan(ROWS);
     expect(seen.held.at(-1)).toBeGreaterThan(0);

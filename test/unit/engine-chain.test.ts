@@ -38,14 +38,14 @@ async function lloyd(e: Engine, chain: boolean, rule: { tol: number; tolReassign
   for (let it = 1; ; it++) {
     const first = it === 1;
     const r = await runPass<PassResult>(e, data, n, 'fit', {
-      skipBelow: first ? 0 : e.plan.residentRows, sayFirstRow: true, dataVariance: first,
+      skipBelow: first ? 0 : results.at(-1)!.heldRows, sayFirstRow: true, dataVariance: first,
       chain: chain ? { ...rule, variance, passesLeft: rule.maxIter - it } : undefined,
     });
     if (first) variance = r.dataVariance;
     results.push(r);
     if (stops(r, rule.tol, rule.tolReassign, variance, it, rule.maxIter)) break;
   }
-  results.push(await runPass<PassResult>(e, data, n, 'assign', { skipBelow: e.plan.residentRows, sayFirstRow: true, dataVariance: false }));
+  results.push(await runPass<PassResult>(e, data, n, 'assign', { skipBelow: results.at(-1)!.heldRows, sayFirstRow: true, dataVariance: false }));
   return { results, centroids: e.centroids(), labels: e.labels() };
 }
 

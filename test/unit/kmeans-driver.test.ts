@@ -56,7 +56,7 @@ class ContractEngine implements KmeansEngine {
     this.options = { rows, dims, k, metric: 'l2', dtype: 'f32' };
     const chunkRows = opts.chunkRows ?? 256;
     // backend 'cuda': the driver treats the engine as working beside the JS thread (it starts passes ahead)
-    this.plan = { backend: opts.backend ?? 'cpu', device: 'contract engine (ts)', precision: 'fp32', chunkRows, buffers: opts.buffers ?? 3, residentRows: opts.residentRows ?? 0, rowBytes: dims * 4 };
+    this.plan = { backend: opts.backend ?? 'cpu', device: 'contract engine (ts)', precision: 'fp32', chunkRows, buffers: opts.buffers ?? 3, residentRows: opts.residentRows ?? 0, hostRows: 0, rowBytes: dims * 4 };
     this.bufs = Array.from({ length: this.plan.buffers }, () => Buffer.alloc(chunkRows * dims * 4));
     this.c = new Float64Array(k * dims);
     this.labelsNow = new Int32Array(rows);
@@ -179,7 +179,11 @@ class ContractEngine implements KmeansEngine {
       this.c = next;
     }
     this.passes++;
-    return { mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0, update: mode === 'fit' ? 'host' : 'none', chained: false, begunByEngine: false };
+    const resident = this.plan.residentRows;
+    return {
+      mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0, update: mode === 'fit' ? 'host' : 'none', chained: false, begunByEngine: false,
+      rowsFrom: { resident: this.passes > 1 ? resident : 0, host: 0, fed: this.passes > 1 ? n - resident : n }, heldRows: resident, hostRowsHeld: 0,
+    };
   }
   labels(first = 0, count = this.options.rows - first) { return this.labelsNow.slice(first, first + count); }
   cancel() { this.cancelled = true; }

@@ -5,7 +5,8 @@
  *   const metrics = createFleetMetrics({ queue });          // queue: the worker's BullMQ Queue (optional)
  *   metrics.deviceInfo({ backend: 'cuda', device: 'NVIDIA H100', computeCapability: '9.0' });
  *   const job = metrics.jobStarted();                        // in-progress gauge 1
- *   metrics.s3BytesRead(n);                                  // each ranged GET / cache read
+ *   metrics.s3BytesRead(n);                                  // a job's bytes fetched from S3
+ *   metrics.tierBytes('host', n);                            // a job's bytes of rows processed, by where they came from
  *   metrics.iterationDone(ms, rows);                         // after each k-means iteration
  *   metrics.checkpointWritten(ms);                           // after each checkpoint upload
  *   metrics.deviceMemoryUsed(bytes, device);                 // after planning / each iteration
@@ -25,6 +26,9 @@ import { registerQueueDepthGauges, type JobCountsSource, type QueueDepthGauges }
  *  released   handed back on SIGTERM after a checkpoint, no attempt spent (preemption, scale-down);
  *  cancelled  cancelled through the queue (AbortSignal).
  */
+/** Where the rows of a pass came from (core TierSummary): the engine's tiers, then the fed rows' source. */
+export type RowTier = 'resident' | 'host' | 'memory' | 'disk' | 's3';
+
 export const JOB_OUTCOMES = ['completed', 'failed', 'retried', 'released', 'cancelled'] as const;
 export type JobOutcome = (typeof JOB_OUTCOMES)[number];
 
@@ -58,6 +62,8 @@ export interface FleetMetrics {
   jobStarted(): RunningJob;
   iterationDone(ms: number, rows: number): void;
   s3BytesRead(bytes: number): void;
+  /** bytes of dataset rows the engine processed, by the tier they came from (summed over a job's passes) */
+  tierBytes(tier: RowTier, bytes: number): void;
   checkpointWritten(ms: number): void;
   /** Device memory the engine holds; `device` names the GPU on multi-GPU workers (label, default ''). */
   deviceMemoryUsed(bytes: number, device?: string): void;
@@ -115,7 +121,13 @@ export function createFleetMetrics(opts: FleetMetricsOptions = {}): FleetMetrics
   });
   const s3Bytes = new Counter({
     name: 'kmfleet_s3_bytes_read_total',
-    help: 'Dataset bytes streamed from S3 (or its local cache) into the engine',
+    help: 'Dataset bytes fetched from S3',
+    registers,
+  });
+  const tierBytes = new Counter({
+    name: 'kmfleet_dataset_bytes_total',
+    help: 'Bytes of dataset rows processed by the engine, by where they came from: resident (the device), host (the host tier), memory (the memory cache), disk (the pod cache), s3',
+    labelNames: ['tier'],
     registers,
   });
   const checkpointSeconds = new Histogram({
@@ -170,6 +182,9 @@ export function createFleetMetrics(opts: FleetMetricsOptions = {}): FleetMetrics
     },
     s3BytesRead(bytes: number): void {
       s3Bytes.inc(finiteNonNegative('bytes', bytes));
+    },
+    tierBytes(tier: RowTier, bytes: number): void {
+      tierBytes.inc({ tier }, finiteNonNegative('bytes', bytes));
     },
     checkpointWritten(ms: number): void {
       checkpointSeconds.observe(finiteNonNegative('checkpoint ms', ms) / 1000);

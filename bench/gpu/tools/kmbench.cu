@@ -1060,7 +1060,7 @@ static double oocRun(long long n, int d, int k, kmfleet::Precision prec, long lo
     for (long long first = held; first < n; first += pl.chunkRows, ++i) {
       // the buffer's previous chunk is up (processChunk returns once its H2D is done)
       if (firstPass && distinctRows && i >= pl.buffers) fillChunk(static_cast<int>(i % pl.buffers), i);
-      b->processChunk(static_cast<int>(i % pl.buffers), first, std::min<long long>(pl.chunkRows, n - first));
+      b->processChunk(b->hostBuffer(static_cast<int>(i % pl.buffers)), first, std::min<long long>(pl.chunkRows, n - first));
     }
     firstPass = false;
     const double tRes = msSince(t);

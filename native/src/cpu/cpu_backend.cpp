@@ -103,8 +103,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void processChunk(int buffer, std::int64_t firstRow, std::int64_t rows) override {
-    const float* x = prepare(buffers_.at(static_cast<std::size_t>(buffer)).data(), firstRow, rows);
+  void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) override {
+    const float* x = prepare(data, firstRow, rows);
     retain(x, norm2_.data(), firstRow, rows);
     compute(x, norm2_.data(), firstRow, rows);
   }

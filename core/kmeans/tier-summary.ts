@@ -1,0 +1,32 @@
+/**
+ * Where a run's rows came from, for a summary: rows and bytes per pass by tier — the backend's resident rows, the
+ * engine's host tier, and the rows fed from the source (a local file, the worker's memory cache, its disk cache, S3).
+ * Bytes are the rows' bytes as the source stores them.
+ */
+import type { PassRows, RunTiers } from './types.js';
+
+export type FedFrom = 'file' | 'memory' | 'disk' | 's3';
+
+export interface PassTierSummary {
+  rows: PassRows;
+  bytes: { resident: number; host: number; fed: number };
+}
+
+export interface TierSummary {
+  /** where the fed rows came from on passes after the first */
+  fedFrom: FedFrom;
+  firstPass: PassTierSummary;
+  /** the last pass: what every pass after the first costs */
+  laterPasses: PassTierSummary;
+  hostTierWarning?: string;
+}
+
+export function tierSummary(tiers: RunTiers, rowBytes: number, fedFrom: FedFrom): TierSummary {
+  const of = (p: PassRows): PassTierSummary => ({
+    rows: { ...p },
+    bytes: { resident: p.resident * rowBytes, host: p.host * rowBytes, fed: p.fed * rowBytes },
+  });
+  const s: TierSummary = { fedFrom, firstPass: of(tiers.firstPass), laterPasses: of(tiers.lastPass) };
+  if (tiers.hostTierWarning) s.hostTierWarning = tiers.hostTierWarning;
+  return s;
+}
