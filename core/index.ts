@@ -9,4 +9,5 @@ export { checkReadRange, type ReadHint, type RowSource } from './dataset/row-sou
 export { LocalFileSource, type DatasetFormat, type LocalFileSourceOptions } from './dataset/local-file-source.js';
 export { checkSyntheticOptions, generateDataset, type SyntheticKind, type SyntheticOptions, type SyntheticResult } from './dataset/synthetic.js';
 export { readConverted } from './dataset/converted-read.js';
+export { readFileRange } from './dataset/parallel-read.js';
 export { formatByteSize, parseByteSize } from './byte-size.js';

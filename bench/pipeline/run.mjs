@@ -6,7 +6,7 @@
  * times, the overhead ratio, and the pipeline's split (download / compute / checkpoints / upload).
  *
  *   npm run build:ts && node bench/pipeline/run.mjs [--rows 1000000] [--dims 32] [--k 100] [--iters 20] [--runs 2]
- *     [--checkpoint-every 1] [--checkpoint-min-interval-ms N] [--read-concurrency N] [--s3-processes N] [--cache-dir DIR] [--backend cpu]
+ *     [--init kmeans++|random] [--checkpoint-every 1] [--checkpoint-min-interval-ms N] [--read-concurrency N] [--s3-processes N] [--cache-dir DIR] [--backend cpu]
  *     [--worker-node-args='--cpu-prof --cpu-prof-dir=DIR'] [--worker-log FILE] [--worker-env NAME=VALUE ...]
  *     (node flags for the worker process only, e.g. a profile or --trace-gc, which NODE_OPTIONS may not carry; the
  *     worker's own output is written to FILE when it exits; --worker-env sets a variable for the worker alone, e.g.
@@ -45,6 +45,7 @@ const { values: a } = parseArgs({
     // s3rver processes on the one port (s3rver-processes.mjs): 1 is one JS thread serving every GET
     's3-processes': { type: 'string', default: '1' },
     backend: { type: 'string', default: 'cpu' },
+    init: { type: 'string', default: 'kmeans++' },
     'worker-node-args': { type: 'string' },
     'worker-log': { type: 'string' },
     // extra environment for the worker process only (repeatable): --worker-env NAME=VALUE
@@ -140,7 +141,7 @@ try {
     const out = join(dir, `fit-${run}`);
     const cpu0 = process.cpuUsage();
     const summary = await fit({
-      input: path, k, metric: 'l2', init: 'kmeans++', maxIter: iters, tol: 0, tolReassign: 0, seed: 1, precision: 'auto',
+      input: path, k, metric: 'l2', init: a.init, maxIter: iters, tol: 0, tolReassign: 0, seed: 1, precision: 'auto',
       backend: a.backend, chunkRows, threads, out, json: true,
     });
     const cpu1 = process.cpuUsage(cpu0);
@@ -153,7 +154,7 @@ try {
     // the worker, then every s3rver process, then Redis
     const pids = [worker.p.pid, ...s3srv.pids(), redisPid()].filter(Boolean);
     const c0 = pids.map(cpuMs);
-    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, maxIter: iters, tol: 0, seed: 1, backend: a.backend, output: 's3://bench/runs', checkpointEvery: Number(a['checkpoint-every']) }, { jobId });
+    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, init: a.init, maxIter: iters, tol: 0, seed: 1, backend: a.backend, output: 's3://bench/runs', checkpointEvery: Number(a['checkpoint-every']) }, { jobId });
     // polled slowly: polling is work on the same 2 cores the engine computes on; the wall time comes from the job's
     // own timestamps (enqueued → finished, both taken on this machine), not from when the poll noticed
     const result = await client.wait(jobId, { pollMs: 500 });

@@ -1,12 +1,14 @@
 /**
- * A RowSource over a local .npy or raw f32/f16 file: positional reads (pread) straight into the caller's buffer, so
- * the file is streamed and never loaded whole, and concurrent reads need no shared file position.
+ * A RowSource over a local .npy or raw f32/f16 file: positional reads (pread, several in flight: parallel-read.ts)
+ * straight into the caller's buffer, so the file is streamed and never loaded whole, and concurrent reads need no
+ * shared file position.
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import { DatasetFormatError } from '../formats/errors.js';
 import { NPY_HEADER_PROBE_BYTES, npyHeaderLength, parseNpyHeader, type DatasetConversion, type DatasetDType, type DatasetLayout } from '../formats/npy-header.js';
 import { rawLayout } from '../formats/raw.js';
 import { readConverted } from './converted-read.js';
+import { readFileRange } from './parallel-read.js';
 import { checkReadRange, type RowSource } from './row-source.js';
 
 export type DatasetFormat = 'npy' | 'f32' | 'f16';
@@ -85,14 +87,9 @@ export class LocalFileSource implements RowSource {
 
   /** The rows' bytes as stored, into target. */
   private async readStored(firstRow: number, count: number, target: Buffer): Promise<void> {
-    const bytes = count * this.storedRowBytes;
-    let done = 0;
     const position = this.dataOffset + firstRow * this.storedRowBytes;
-    while (done < bytes) {
-      const { bytesRead } = await this.fh.read(target, done, bytes - done, position + done);
-      if (bytesRead === 0) throw new DatasetFormatError(`${this.path} ended early (was it truncated while being read?)`);
-      done += bytesRead;
-    }
+    await readFileRange(this.fh, target, position, count * this.storedRowBytes,
+      () => new DatasetFormatError(`${this.path} ended early (was it truncated while being read?)`));
   }
 
   async close(): Promise<void> {

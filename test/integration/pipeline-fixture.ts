@@ -101,7 +101,7 @@ export async function until<T>(fn: () => Promise<T | undefined | null | false>, 
 /** Run the driver on a local copy of the dataset with the engine options the worker uses: the reference result. */
 export async function referenceFit(
   path: string,
-  spec: { k: number; maxIter: number; tol?: number; tolReassign?: number; seed: number },
+  spec: { k: number; maxIter: number; tol?: number; tolReassign?: number; seed: number; init?: 'kmeans++' | 'random' },
   engine: { chunkRows: number; threads: number },
 ): Promise<{ centroids: Float32Array; labels: Int32Array; iterations: number; inertia: number }> {
   const { Engine } = await import('../../native/index.js');
@@ -115,7 +115,7 @@ export async function referenceFit(
   try {
     const r = await runKmeans({
       engine: eng, source,
-      spec: { k: spec.k, metric: 'l2', init: 'kmeans++', maxIter: spec.maxIter, tol: spec.tol ?? 1e-4, tolReassign: spec.tolReassign ?? 0, seed: spec.seed },
+      spec: { k: spec.k, metric: 'l2', init: spec.init ?? 'kmeans++', maxIter: spec.maxIter, tol: spec.tol ?? 1e-4, tolReassign: spec.tolReassign ?? 0, seed: spec.seed },
     });
     return { centroids: r.centroids, labels: eng.labels(), iterations: r.iterations, inertia: r.inertia };
   } finally {

@@ -13,7 +13,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type DatasetDType, checkReadRange, type RowSource } from '../../core/index.js';
+import { type DatasetDType, checkReadRange, readFileRange, type RowSource } from '../../core/index.js';
 import { makeCacheRoom, touchCacheFile } from './cache-eviction.js';
 
 /** What the cache needs to know about the remote object to name it. */
@@ -140,12 +140,7 @@ export class CachedRowSource implements RowSource {
     checkReadRange(this, firstRow, count, target);
     const bytes = count * this.rowBytes;
     if (this.fh && this.filled.covers(firstRow, firstRow + count)) {
-      let done = 0;
-      while (done < bytes) {
-        const { bytesRead } = await this.fh.read(target, done, bytes - done, firstRow * this.rowBytes + done);
-        if (bytesRead === 0) throw new Error(`cache file ${this.path} ended early`);
-        done += bytesRead;
-      }
+      await readFileRange(this.fh, target, firstRow * this.rowBytes, bytes, () => new Error(`cache file ${this.path} ended early`));
       this.stats.hitRows += count;
       return;
     }

@@ -1181,6 +1181,10 @@ int main(int argc, char** argv) {
   if (mode == "bench") return runBench(argc, argv);
   if (mode == "ooc") return runOoc(argc, argv);
   if (mode == "pass") return runPass(argc, argv);
-  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m|fp16] | ooc [N D K] | pass [N D K f16|f32]\n");
+  if (mode == "h2d") {  // the link alone: the bound of a pass that streams rows from pinned host memory
+    std::printf("RESULT_H2D gbps=%.1f\n", h2dBandwidth());
+    return 0;
+  }
+  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m|fp16] | ooc [N D K] | pass [N D K f16|f32] | h2d\n");
   return 2;
 }

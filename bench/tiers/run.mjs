@@ -1,0 +1,153 @@
+#!/usr/bin/env node
+/**
+ * Data bigger than the GPU, through the product: `kmfleet fit` on one dataset with the rows in each tier — all on the
+ * device, some on the device and the rest in the host tier, all in the host tier, none held (read from the file every
+ * pass: the disk tier) — each beside its bound measured in the same run: max(the all-resident pass, the streamed bytes
+ * ÷ the pinned H2D bandwidth) for the host tier, and a plain parallel reader of the same file for the disk tier.
+ *
+ *   node bench/tiers/run.mjs OUTDIR [--rows 16800000] [--dims 128] [--k 4096] [--iters 8] [--kmbench PATH]
+ *     [--work DIR]   (the dataset and the fits' outputs: large; default OUTDIR/work)
+ *
+ * Needs dist/ (npm run build:ts), the addon (KMFLEET_ADDON) and, for the H2D bandwidth, kmbench (`kmbench h2d`).
+ * The dataset (standard normal float32 .npy) is made by numpy when python3 has it, else by `kmfleet generate`; it is
+ * kept in the work folder between runs. Per-iteration times are the medians of iteration 3 on, from each summary.json.
+ * Prints one JSON report and a markdown table (also written to OUTDIR/tiers.md).
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+const { values: a, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    rows: { type: 'string', default: '16800000' },
+    dims: { type: 'string', default: '128' },
+    k: { type: 'string', default: '4096' },
+    iters: { type: 'string', default: '8' },
+    kmbench: { type: 'string', default: join(ROOT, '.device/kmbench') },
+    // the rows kept on the device in the partly resident run, as a GPU memory budget
+    'gpu-memory': { type: 'string', default: '4G' },
+    work: { type: 'string' },
+  },
+});
+const out = resolve(positionals[0] ?? 'tiers-out');
+const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters);
+const work = resolve(a.work ?? join(out, 'work'));
+mkdirSync(out, { recursive: true });
+mkdirSync(work, { recursive: true });
+const data = join(work, `normal-${rows}x${dims}.npy`);
+const log = (m) => console.error(`[tiers ${new Date().toISOString().slice(11, 19)}] ${m}`);
+
+function run(cmd, args, env = {}) {
+  const r = spawnSync(cmd, args, { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', maxBuffer: 1 << 28 });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} exited ${r.status}: ${r.stderr.slice(-2000)}`);
+  return r.stdout;
+}
+
+if (!existsSync(data)) {
+  log(`making ${data}`);
+  const py = `
+import numpy as np, sys
+rows, dims, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+m = np.lib.format.open_memmap(path, mode='w+', dtype=np.float32, shape=(rows, dims))
+rng = np.random.default_rng(1)
+step = 1 << 20
+for i in range(0, rows, step):
+    m[i:i + step] = rng.standard_normal((min(step, rows - i), dims), dtype=np.float32)
+m.flush()
+`;
+  const r = spawnSync('python3', ['-c', py, String(rows), String(dims), data], { stdio: 'inherit' });
+  if (r.status !== 0) run(process.execPath, ['dist/cli/main.js', 'generate', '--kind', 'normal', '--rows', String(rows), '--dims', String(dims), '--out', data]);
+}
+const fileBytes = (await import('node:fs')).statSync(data).size;
+const dataBytes = rows * dims * 4;
+
+log('pinned H2D bandwidth (kmbench h2d)');
+const h2d = Number(/RESULT_H2D gbps=([\d.]+)/.exec(run(a.kmbench, ['h2d']))?.[1]);
+
+/** A plain parallel reader of the file: 8 positional reads of 16 MiB in flight, from start to end. */
+async function plainRead() {
+  const fh = await open(data);
+  const size = fileBytes;
+  const part = 16 << 20;
+  const bufs = Array.from({ length: 8 }, () => Buffer.allocUnsafe(part));
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(bufs.map(async (buf) => {
+    while (next < size) {
+      const pos = next;
+      next += part;
+      let done = 0;
+      const want = Math.min(part, size - pos);
+      while (done < want) done += (await fh.read(buf, done, want - done, pos + done)).bytesRead || want;
+    }
+  }));
+  const s = (performance.now() - t0) / 1000;
+  await fh.close();
+  return size / s / 1e9;
+}
+
+/** drops the page cache where this process may (root), for the drive's own speed beside the page cache's */
+function dropCaches() {
+  const r = spawnSync('sh', ['-c', 'sync && echo 3 > /proc/sys/vm/drop_caches'], { encoding: 'utf8' });
+  return r.status === 0;
+}
+
+const median = (v) => { const s = [...v].sort((x, y) => x - y); return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN; };
+
+function fit(name, extra) {
+  log(`fit ${name}: ${extra.join(' ')}`);
+  const dir = join(work, `fit-${name}`);
+  const t0 = performance.now();
+  const stdout = run(process.execPath, ['dist/cli/main.js', 'fit', '--input', data, '--k', String(k), '--init', 'random', '--max-iter', String(iters), '--tol', '0', '--seed', '1', '--backend', 'cuda', '--out', dir, '--json', ...extra]);
+  const wallMs = performance.now() - t0;
+  const s = JSON.parse(stdout.trim().split('\n').at(-1));
+  const ms = median(s.history.slice(2).map((h) => h.ms));
+  const sha = s.outputs.centroids.sha256;
+  return { name, args: extra.join(' '), msPerIteration: ms, wallMs: Math.round(wallMs), plan: s.plan, tiers: s.tiers, precision: s.precision, device: s.device, centroids: sha };
+}
+
+const runs = [];
+runs.push(fit('resident', []));
+runs.push(fit('partly-resident', ['--gpu-memory', a['gpu-memory']]));
+runs.push(fit('host', ['--gpu-memory', '0']));
+runs.push(fit('host-fp16', ['--gpu-memory', '0', '--precision', 'fp16']));
+const plainCached = await plainRead();
+const dropped = dropCaches();
+const plainDrive = dropped ? await plainRead() : undefined;
+if (dropped) dropCaches();
+runs.push(fit('disk', ['--gpu-memory', '0', '--host-memory', '0']));
+
+const compute = runs[0].msPerIteration;
+const fp32 = runs.filter((r) => r.precision === 'fp32');
+const report = {
+  device: runs[0].device, rows, dims, k, iters, dataBytes, h2dGBps: h2d,
+  plainReadGBps: { pageCache: plainCached, drive: plainDrive ?? null, cacheDropped: dropped },
+  sameCentroidsAcrossTiers: new Set(fp32.map((r) => r.centroids)).size === 1,
+  runs: runs.map((r) => {
+    const streamed = r.tiers.laterPasses.bytes.host + r.tiers.laterPasses.bytes.fed;
+    const ioMs = streamed / (h2d * 1e9) * 1e3;
+    // the disk tier's passes after the first read a file that the page cache holds again (it fits the host's memory):
+    // their bound is the plain reader's speed from the page cache
+    const bound = r.name === 'disk' ? Math.max(compute, streamed / (plainCached * 1e9) * 1e3) : Math.max(compute, ioMs);
+    return { ...r, streamedGB: streamed / 1e9, boundMs: bound, ratioToBound: r.msPerIteration / bound, streamGBps: streamed / 1e6 / r.msPerIteration };
+  }),
+};
+writeFileSync(join(out, 'tiers.json'), JSON.stringify(report, null, 2));
+const rowsOf = (r) => `${(r.tiers.laterPasses.rows.resident / 1e6).toFixed(2)}M / ${(r.tiers.laterPasses.rows.host / 1e6).toFixed(2)}M / ${(r.tiers.laterPasses.rows.fed / 1e6).toFixed(2)}M`;
+const table = [
+  `${report.device}; ${rows} × ${dims} float32 (${(dataBytes / 1e9).toFixed(2)} GB), k=${k}, ${iters} iterations, random init; pinned H2D ${h2d} GB/s; ` +
+    `plain parallel read of the file ${plainCached.toFixed(1)} GB/s (page cache)${plainDrive ? `, ${plainDrive.toFixed(1)} GB/s (drive, cache dropped)` : ''}`,
+  '',
+  '| run | precision | rows per pass: device / host tier / file | ms/iter | bound | ÷ bound |',
+  '|---|---|---|---|---|---|',
+  ...report.runs.map((r) => `| ${r.name} (${r.args || 'defaults'}) | ${r.precision} | ${rowsOf(r)} | ${r.msPerIteration.toFixed(1)} | ${r.boundMs.toFixed(1)} | ${r.ratioToBound.toFixed(2)} |`),
+  '',
+  `fp32 centroids identical across tiers: ${report.sameCentroidsAcrossTiers}`,
+].join('\n');
+writeFileSync(join(out, 'tiers.md'), table + '\n');
+console.log(JSON.stringify(report, null, 2));
+console.log(table);
