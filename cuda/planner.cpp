@@ -119,7 +119,10 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   };
   p.fixedBytes = fixedBytes(d, k, p.op) + (p.exactSums ? 2 * exactStatsBytes(int(k), int(d)) : 0);
   const std::size_t headroom = std::max<std::size_t>(256 * kMiB, freeMemory / 20);
-  const std::size_t usable = freeMemory > headroom ? freeMemory - headroom : 0;
+  std::size_t usable = freeMemory > headroom ? freeMemory - headroom : 0;
+  // the caller's cap on all of it (a shared device): within what the device has free
+  const bool capped = cfg.deviceMemoryLimit >= 0 && std::size_t(cfg.deviceMemoryLimit) < usable;
+  if (capped) usable = std::size_t(cfg.deviceMemoryLimit);
   // Shrink an automatic chunk until the streaming part fits (a given chunkRows is kept and checked).
   for (;;) {
     p.streamBytes = chunkBytes(p.chunkRows, d, k, cfg.dtype, p.op, cfg.metric) + exactScratch(p.chunkRows);
@@ -131,6 +134,17 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   // page-locked memory that the open pins (cudaHostAlloc) and no other process may page out.
   const std::int64_t chunks = (n + p.chunkRows - 1) / p.chunkRows;
   p.buffers = cfg.buffers > 0 ? cfg.buffers : int(std::clamp<std::int64_t>(chunks, 1, 3));
+  if (capped && p.fixedBytes + p.streamBytes > usable) {
+    const std::int64_t least = cfg.chunkRows > 0 ? p.chunkRows : std::min<std::int64_t>(1024, n);
+    const std::size_t smallest = p.fixedBytes + chunkBytes(least, d, k, cfg.dtype, p.op, cfg.metric) + exactScratch(least);
+    throw EngineError(ErrorCode::InvalidArgument,
+                      "a device memory budget of " + mib(usable) + " is too small for K×D = " + std::to_string(k) +
+                          "×" + std::to_string(d) + ": the centroids and sums need " + mib(p.fixedBytes) +
+                          " and streaming chunks of " + std::to_string(p.chunkRows) + " rows " + mib(p.streamBytes) +
+                          "; the smallest budget that works is " + std::to_string((smallest + kMiB - 1) / kMiB) +
+                          " MiB (chunks of " +
+                          std::to_string(least) + " rows)");
+  }
   if (p.fixedBytes + p.streamBytes > usable)
     throw EngineError(ErrorCode::OutOfMemory,
                       "CUDA: K×D = " + std::to_string(k) + "×" + std::to_string(d) + " needs " + mib(p.fixedBytes) +

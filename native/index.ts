@@ -106,6 +106,13 @@ export interface EngineOptions {
   /** bytes of memory for resident rows (device memory on CUDA, host memory on CPU); default: planner */
   memoryBudget?: number;
   /**
+   * CUDA: bytes of device memory the engine may take in all — centroids, sums, chunk slots and resident rows — for a
+   * job on a shared device (the rows that do not fit go to the host tier). A cap too small for the centroids and one
+   * chunk fails at open (InvalidArgumentError) with the smallest cap that works. Default: the device's free memory
+   * less a headroom. The CPU backend ignores it (memoryBudget caps its resident rows).
+   */
+  deviceMemory?: number;
+  /**
    * bytes of host memory for the host tier: the rows after the resident ones, kept by the engine (page-locked on CUDA)
    * the first time a pass feeds them, so later passes need only the rows past them. 0: none. Default: what the host
    * (or its cgroup) has available, less a fifth of it and at least 2 GiB

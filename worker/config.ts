@@ -13,8 +13,8 @@
  * | KMFLEET_BACKEND                  | (spec's)                 | force cpu or cuda for every job, overriding spec.backend=auto    |
  * | KMFLEET_THREADS                  | all cores                | CPU threads of the cpu backend                                   |
  * | KMFLEET_CHUNK_ROWS               | planner                  | rows per engine host buffer (fixes the chunk size: bitwise runs) |
- * | KMFLEET_GPU_MEMORY               | planner                  | memory for rows kept across passes, e.g. 60G (device on CUDA,    |
- * |                                  |                          | host on CPU): the first tier (native EngineOptions.memoryBudget) |
+ * | KMFLEET_GPU_MEMORY               | device's free memory     | device memory a job may take in all, e.g. 60G; 0: no rows kept   |
+ * |                                  |                          | on the device (the CPU backend: memory for its resident rows)    |
  * | KMFLEET_HOST_MEMORY              | available − max(⅕, 2 GiB)| host memory for the rows past those (the host tier), e.g. 200G;  |
  * |                                  |                          | 0 = none: they are read again every pass                         |
  * | KMFLEET_CACHE_DIR                | (off)                    | local dataset cache directory (the pod's NVMe)                   |

@@ -194,7 +194,10 @@ export class JobAttempt {
     };
     if (config.chunkRows !== undefined) options.chunkRows = config.chunkRows;
     if (config.threads !== undefined) options.threads = config.threads;
-    if (config.gpuMemoryBytes !== undefined) options.memoryBudget = config.gpuMemoryBytes;
+    if (config.gpuMemoryBytes !== undefined) {
+      options.memoryBudget = config.gpuMemoryBytes; // the CPU backend's resident rows; CUDA's within the cap below
+      if (config.gpuMemoryBytes > 0) options.deviceMemory = config.gpuMemoryBytes;
+    }
     if (config.hostMemoryBytes !== undefined) options.hostMemoryBudget = config.hostMemoryBytes;
     // an engine of an earlier job waiting to be closed gives its memory (and its GPU) back before this one takes any
     releases?.releaseAll();

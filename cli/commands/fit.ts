@@ -90,7 +90,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
     const engine = await Engine.open({
       rows: source.rows, dims: source.dims, k, metric: spec.metric, dtype: source.dtype,
       backend: opts.backend, precision: opts.precision, chunkRows: opts.chunkRows, threads: opts.threads,
-      memoryBudget: budgets.gpu, hostMemoryBudget: budgets.host,
+      ...deviceBudget(budgets.gpu), hostMemoryBudget: budgets.host,
     });
     const ac = new AbortController();
     const onSigint = () => ac.abort(new Error('interrupted'));
@@ -126,6 +126,12 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
 }
 
 type FittedEngine = Parameters<typeof writeLabels>[0] & Parameters<typeof writeDistances>[0] & { plan: { backend: string; device: string; precision: string; chunkRows: number; buffers: number; residentRows: number; hostRows: number } };
+
+/** --gpu-memory as engine options: a cap on all the device memory the job takes; 0 keeps no rows on the device. */
+function deviceBudget(bytes: number | undefined): { memoryBudget?: number; deviceMemory?: number } {
+  if (bytes === undefined) return {};
+  return bytes === 0 ? { memoryBudget: 0 } : { memoryBudget: bytes, deviceMemory: bytes };
+}
 
 /** A size option's bytes, or the CLI's bad-input error naming the option. */
 function sizeOption(text: string, option: string): number {

@@ -44,7 +44,7 @@ export function defineCommands(program: Command): void {
     .addOption(new Option('--convert <c>', 'also read a float64 .npy, rounded to float32 as it is read').choices(['f64-to-f32']))
     .option('--chunk-rows <n>', 'rows per host buffer (default: the planner picks)', positiveInt('--chunk-rows'))
     .option('--threads <n>', 'CPU threads (default: all cores)', positiveInt('--threads'))
-    .option('--gpu-memory <size>', 'memory for rows kept on the device across passes, e.g. 12G (the CPU backend: its resident rows; default: the planner\'s)')
+    .option('--gpu-memory <size>', 'device memory the job may take in all, e.g. 12G; rows that do not fit go to host memory; 0 keeps no rows on the device (the CPU backend: memory for its resident rows; default: what the device has free)')
     .option('--host-memory <size>', 'host memory for the rows that do not fit the device, e.g. 64G, 0 for none (default: what the host can spare)')
     .option('--distances', 'also write distances.npy (float32 N: distance of each row to its centroid)')
     .requiredOption('--out <dir>', 'output directory (created if missing)')

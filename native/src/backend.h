@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -57,6 +58,9 @@ struct EngineConfig {
   int buffers = 0;                // host buffers; 0 = default (2 cpu, 3 cuda)
   int threads = 0;                // CPU threads; 0 = all cores
   std::int64_t memoryBudget = -1; // bytes for resident rows (device memory on CUDA, host on CPU); -1 = planner
+  // CUDA: bytes of device memory the engine may take in all (centroids, sums, chunk slots, resident rows): a job on a
+  // shared device; -1 = what the device has free, less a headroom. The CPU backend ignores it.
+  std::int64_t deviceMemoryLimit = -1;
   // bytes of host memory for the engine's host tier (host_tier.h): the rows after the resident ones, kept as they are
   // first fed; -1 = what the host can give (host_memory.h availableHostMemory), 0 = none
   std::int64_t hostMemoryBudget = -1;
@@ -221,7 +225,14 @@ class Backend {
   // Host memory for `bytes` of the engine's host tier, in the form processChunk reads fastest (page-locked on CUDA).
   // Where that form cannot be had (a page-lock limit), plain memory with `warning` set; OutOfMemory when there is
   // none.
-  virtual HostBlock allocateHostRows(std::size_t bytes, std::string& warning);
+  virtual HostBlock allocateHostRows(std::size_t bytes, std::string& warning) {
+    (void)warning;
+    void* p = nullptr;
+    if (posix_memalign(&p, 64, bytes < 64 ? 64 : (bytes + 63) / 64 * 64) != 0)
+      throw EngineError(ErrorCode::OutOfMemory, "cannot allocate " + std::to_string(bytes >> 20) +
+                                                    " MiB of host memory for the host tier");
+    return HostBlock(p, std::free);
+  }
 
   // Wait for all work of the pass and return its totals. Labels (and distances) are in the engine's arrays.
   virtual PassTotals finishPass() = 0;

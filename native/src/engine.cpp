@@ -71,6 +71,7 @@ void validate(const EngineConfig& c) {
   if (c.buffers < 0 || c.buffers > 64) invalid("buffers must be in 1..64, got " + str(c.buffers));
   if (c.threads < 0 || c.threads > 1024) invalid("threads must be in 1..1024, got " + str(c.threads));
   if (c.memoryBudget < -1) invalid("memoryBudget must be >= 0, got " + str(c.memoryBudget));
+  if (c.deviceMemoryLimit < -1) invalid("deviceMemory must be >= 0, got " + str(c.deviceMemoryLimit));
   if (c.hostMemoryBudget < -1) invalid("hostMemoryBudget must be >= 0, got " + str(c.hostMemoryBudget));
   if (c.device < 0) invalid("device must be >= 0, got " + str(c.device));
 }

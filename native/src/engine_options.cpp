@@ -103,6 +103,9 @@ EngineConfig parseConfig(Napi::Env env, const Napi::Value& value) {
   c.memoryBudget = intOption(env, o, "memoryBudget", -1, false);
   if (!o.Get("memoryBudget").IsUndefined() && c.memoryBudget < 0)
     throwJs(env, ErrorCode::InvalidArgument, "memoryBudget must be >= 0, got " + std::to_string(c.memoryBudget));
+  c.deviceMemoryLimit = intOption(env, o, "deviceMemory", -1, false);
+  if (!o.Get("deviceMemory").IsUndefined() && c.deviceMemoryLimit < 0)
+    throwJs(env, ErrorCode::InvalidArgument, "deviceMemory must be >= 0, got " + std::to_string(c.deviceMemoryLimit));
   c.hostMemoryBudget = intOption(env, o, "hostMemoryBudget", -1, false);
   if (!o.Get("hostMemoryBudget").IsUndefined() && c.hostMemoryBudget < 0)
     throwJs(env, ErrorCode::InvalidArgument,

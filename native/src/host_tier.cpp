@@ -6,16 +6,6 @@
 
 namespace kmfleet {
 
-// Plain 64-byte-aligned memory: what a backend that reads the host directly (the CPU) needs.
-HostBlock Backend::allocateHostRows(std::size_t bytes, std::string& warning) {
-  (void)warning;
-  void* p = nullptr;
-  if (posix_memalign(&p, 64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64)) != 0)
-    throw EngineError(ErrorCode::OutOfMemory, "cannot allocate " + std::to_string(bytes >> 20) +
-                                                  " MiB of host memory for the host tier");
-  return HostBlock(p, std::free);
-}
-
 HostTier::HostTier(std::int64_t firstRow, std::int64_t rows, std::int64_t chunkRows, std::size_t rowBytes)
     : first_(firstRow), rows_(rows), chunkRows_(std::max<std::int64_t>(1, chunkRows)), rowBytes_(rowBytes),
       heldEnd_(firstRow) {

@@ -344,6 +344,22 @@ describe('memory planner', () => {
     expect(given.plan.chunkRows).toBe(100_000);  // a given chunk size is kept
   });
 
+  it('keeps within a device memory cap, and names the smallest cap that works when it is too small', async () => {
+    const rows = 4_000_000, dims = 32, k = 64;
+    const err = await open({ rows, dims, k, deviceMemory: 8 << 20 }).then(() => undefined, (e: Error) => e);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    const m = /device memory budget of 8\.0 MiB is too small for K×D = 64×32: .* the smallest budget that works is (\d+) MiB \(chunks of 1024 rows\)/.exec(err!.message);
+    expect(m, err!.message).not.toBeNull();
+    // that cap opens, with no row kept on the device
+    const least = await open({ rows, dims, k, deviceMemory: Number(m![1]) << 20 });
+    expect(least.plan.residentRows).toBe(0);
+    // a cap between keeps some rows, fewer than without it; all of them in a cap as large as the device
+    const capped = await open({ rows, dims, k, deviceMemory: 2 * 2 ** 30 });
+    expect(capped.plan.residentRows).toBeGreaterThan(0);
+    expect(capped.plan.residentRows).toBeLessThan(rows);
+    expect((await open({ rows, dims, k, deviceMemory: 2 ** 50 })).plan.residentRows).toBe(rows);
+  });
+
   it('pins three host buffers, never more than the dataset has chunks, and keeps a given count', async () => {
     const dims = 32;  // 128 MiB chunks of 1,048,576 rows
     expect((await open({ rows: 4_000_000, dims, k: 64 })).plan.buffers).toBe(3);

@@ -116,6 +116,8 @@ describe('kmfleet fit', () => {
     cases.push([['--input', data, '--k', String(N + 1)], /larger than the dataset/]);
     cases.push([['--input', data, '--k', '0'], /--k must be a positive integer/]);
     cases.push([['--input', data, '--k', '3', '--init', f8], /shape \(10, 4\); expected \(3, 8\)/]);
+    cases.push([['--input', data, '--k', '2', '--host-memory', '12Q'], /--host-memory must be a size such as 512M, 12G or 1\.5GiB \(binary units\), got '12Q'/]);
+    cases.push([['--input', data, '--k', '2', '--gpu-memory', '-1G'], /--gpu-memory must be a size/]);
     const nan = join(dir, 'nan.npy');
     const v = new Float32Array(100 * 4).fill(1);
     v[57 * 4 + 2] = NaN;
@@ -132,6 +134,31 @@ describe('kmfleet fit', () => {
       expect(lines.at(-1)).toMatch(/^kmfleet: error: /);
       expect(existsSync(join(out, 'summary.json'))).toBe(false);
       expect(existsSync(out) ? readdirSync(out) : []).toEqual([]);
+    }
+  });
+
+  it('--gpu-memory and --host-memory: rows held where they say, the same bits, and the summary says where rows came from', () => {
+    const run = (name: string, ...extra: string[]) => {
+      const out = join(dir, `tiers-${name}`);
+      const r = kmfleet('fit', '--input', data, '--k', String(K), '--seed', '5', '--max-iter', '6', '--tol', '0', '--chunk-rows', '2000', '--backend', 'cpu', '--out', out, '--json', ...extra);
+      expect(r.code, r.stderr).toBe(0);
+      return { summary: JSON.parse(r.stdout), centroids: sha(join(out, 'centroids.npy')), labels: sha(join(out, 'assignments.npy')) };
+    };
+    const all = run('all');
+    // the CPU backend's resident rows: an fp32 row and its fp64 norm; 5,000 of them, then 6,000 in the host tier
+    const split = run('split', '--gpu-memory', String(5000 * (D * 4 + 8)), '--host-memory', `${(6000 * D * 4) / 1024}K`);
+    const fed = run('fed', '--gpu-memory', '0', '--host-memory', '0');
+    expect(all.summary.tiers.laterPasses.rows).toEqual({ resident: N, host: 0, fed: 0 });
+    expect(split.summary.plan).toMatchObject({ residentRows: 5000, hostRows: 6000 });
+    expect(split.summary.tiers).toMatchObject({
+      fedFrom: 'file',
+      firstPass: { rows: { resident: 0, host: 0, fed: N } },
+      laterPasses: { rows: { resident: 5000, host: 6000, fed: N - 11_000 }, bytes: { host: 6000 * D * 4, fed: (N - 11_000) * D * 4 } },
+    });
+    expect(fed.summary.tiers.laterPasses.rows).toEqual({ resident: 0, host: 0, fed: N });
+    for (const r of [split, fed]) {
+      expect(r.centroids).toBe(all.centroids);
+      expect(r.labels).toBe(all.labels);
     }
   });
 
