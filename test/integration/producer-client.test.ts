@@ -2,18 +2,9 @@
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  requestCancel,
-  ArgumentError,
-  JobCancelledError,
-  JobFailedError,
-  KmfleetClient,
-  SpecValidationError,
-  WaitTimeoutError,
-  cancelRequested,
-  readIterations,
-  type JobProgress,
-} from '../../producer/index.js';
+import { ArgumentError, JobCancelledError, JobFailedError, KmfleetClient, SpecValidationError, WaitTimeoutError, type JobProgress } from '../../producer/index.js';
+import { requestCancel, cancelRequested } from '../../producer/cancel.js';
+import { readIterations } from '../../producer/job-state.js';
 import { CancelListener } from '../../worker/cancel-listener.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 import { startSimWorker, type SimWorker } from './producer-sim-worker.js';
@@ -365,7 +356,7 @@ describe('connection failures', () => {
 
   it('talks TLS to a rediss:// server (parseRedisUrl options + the CA)', async () => {
     const s = await startRedisServer({ tls: true, password: 'pw' });
-    const { parseRedisUrl } = await import('../../producer/index.js');
+    const { parseRedisUrl } = await import('../../producer/connection.js');
     const opts = parseRedisUrl(s.url);
     expect(opts.tls).toEqual({});
     const c = new KmfleetClient({ connection: { ...opts, tls: { ...opts.tls, ca: s.tlsCa } } });

@@ -1,6 +1,8 @@
 // Durations as `kmfleet schedule --every` and RepeatInput.every take them.
 import { describe, expect, it } from 'vitest';
-import { ArgumentError, parseDuration, parseRepeat } from '../../producer/index.js';
+import { ArgumentError } from '../../producer/index.js';
+import { parseDuration } from '../../producer/duration.js';
+import { parseRepeat } from '../../producer/schedule.js';
 
 describe('parseDuration', () => {
   it('reads units, compounds and plain ms', () => {
