@@ -6,8 +6,8 @@
  *
  * Why: through Node's HTTP client every socket read is a fresh Buffer that goes through the HTTP parser, a Readable and
  * an async iterator before we copy it into place, and 128 MB of short-lived socket Buffers trigger a mark-compact GC
- * every ~10 MB ("external memory pressure"). On the build machine a 128 MB download from s3rver took ~180–210 ms of
- * client CPU that way and ~35 ms direct (bench/RESULTS.md, Pipeline) — CPU the download shares with the engine.
+ * every ~10 MB ("external memory pressure"): several times the client CPU of a direct read (bench/RESULTS.md,
+ * Pipeline), CPU the download shares with the engine.
  *
  * Everything else is the SDK's: the request as its middleware built and signed it (SigV4 headers, query, endpoint),
  * its retries around this handler, its parsing of the answer's headers (ETag…), and its error deserialization: an
