@@ -53,7 +53,7 @@ describe('kmfleet --help', () => {
     const ours = r.loaded.filter((u) => u.includes('/dist/')).map(nameOf).sort();
     // errors/: the root class that the exit status is read from, with no dependency
     expect(ours).toEqual(['cli/commands/index', 'cli/main', 'cli/options', 'errors/exit-status', 'errors/index', 'errors/kmfleet-error',
-      'errors/kmfleet-input-error', 'producer/keys', 'producer/spec-vocabulary']);
+      'errors/kmfleet-input-error', 'producer/errors/job-errors', 'producer/keys', 'producer/spec-vocabulary']);
     const packages = new Set(r.loaded.filter((u) => u.includes('/node_modules/')).map(nameOf));
     expect([...packages]).toEqual(['commander']);
   });

@@ -2,7 +2,7 @@
  * Errors of the S3 layer that callers must tell apart: a missing object and a dataset that changed under a job are
  * user-visible failures (no retry); everything else is either retried here or surfaces as the SDK's own error.
  */
-import { KmfleetError } from '../../errors/index.js';
+import { KmfleetError, KmfleetInputError } from '../../errors/index.js';
 
 export class S3ObjectNotFoundError extends KmfleetError {
   readonly code = 'S3_NOT_FOUND';
@@ -29,6 +29,11 @@ export class S3ObjectChangedError extends KmfleetError {
 /** A read returned fewer or more bytes than the range asked for (truncated body, lying server). */
 export class S3ShortReadError extends KmfleetError {
   readonly code = 'S3_SHORT_READ';
+}
+
+/** A KMFLEET_S3_* setting that cannot be used (bad input: the CLI exits with 2). */
+export class S3ConfigError extends KmfleetInputError {
+  override readonly code = 'S3_CONFIG';
 }
 
 /**
