@@ -55,6 +55,7 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json CMakeLists.txt ./
 COPY native/ native/
 COPY cuda/ cuda/
+COPY errors/ errors/
 COPY producer/ producer/
 COPY core/ core/
 COPY worker/ worker/

@@ -4,9 +4,12 @@
  * anything else is 500 with a generic message (the details go to the log, not to the client).
  */
 import { z } from 'zod';
+import { KmfleetError } from '../errors/index.js';
 import { KmfleetInputError, JobNotFoundError, RedisUnavailableError, SpecValidationError } from '../producer/errors/index.js';
 
-export class HttpError extends Error {
+/** A request the API answers with `statusCode` and this message (and the bad fields, for a 400). */
+export class HttpError extends KmfleetError {
+  readonly code = 'HTTP_ANSWER';
   constructor(
     readonly statusCode: number,
     message: string,

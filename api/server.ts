@@ -13,6 +13,7 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
+import { KmfleetInputError } from '../errors/index.js';
 import { hostAllowance } from '../producer/allowed-hosts.js';
 import type { KmfleetClient } from '../producer/client.js';
 import type { S3Handle } from '../worker/s3/client.js';
@@ -52,9 +53,9 @@ export interface ApiServer {
   close(): Promise<void>;
 }
 
-/** Refusals of the configuration: the CLI maps UsageError to exit code 2. */
-export class ApiConfigError extends Error {
-  override name = 'UsageError';
+/** A setting of the API server that cannot be used (exit code 2 in the CLI). */
+export class ApiConfigError extends KmfleetInputError {
+  override readonly code = 'API_CONFIG';
 }
 
 const BODY_LIMIT = 256 * 1024;

@@ -4,14 +4,16 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { KmfleetInputError } from '../errors/index.js';
 
 export const TOKEN_ENV = 'KMFLEET_API_TOKEN';
 export const TOKEN_FILE_ENV = 'KMFLEET_API_TOKEN_FILE';
 /** Shorter tokens are refused: a guessable token on a network address is no protection. */
 export const MIN_TOKEN_LENGTH = 16;
 
-export class TokenConfigError extends Error {
-  override name = 'UsageError';
+/** KMFLEET_API_TOKEN / KMFLEET_API_TOKEN_FILE that cannot be used (exit code 2 in the CLI). */
+export class TokenConfigError extends KmfleetInputError {
+  override readonly code = 'API_TOKEN_CONFIG';
 }
 
 /** The configured token, or undefined when neither variable is set. Throws TokenConfigError on a bad setting. */

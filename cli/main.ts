@@ -8,6 +8,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
+import { EXIT_STATUS, KmfleetError } from '../errors/index.js';
 import { defineCommands } from './commands/index.js';
 
 /** The version in the package.json of the package this file belongs to (from cli/ or dist/cli/). */
@@ -53,8 +54,6 @@ export const EXIT_CODES_HELP = `Exit codes:
     4    timed out waiting (--timeout): the job goes on
     130  interrupted`;
 
-/** Errors that mean "your input is wrong": exit code 2. Matched by name so that no module is loaded for this. */
-const INPUT_ERRORS = new Set(['DatasetFormatError', 'KmeansSpecError', 'InvalidArgumentError', 'NonFiniteInputError', 'UsageError']);
 /** File errors, in words: Node's own messages read "ENOENT: no such file or directory, open '…'". */
 const FILE_ERRORS: Record<string, string> = {
   ENOENT: 'no such file or directory',
@@ -64,16 +63,12 @@ const FILE_ERRORS: Record<string, string> = {
   EACCES: 'permission denied',
 };
 
-/** Outcomes a script must tell from a failed job (producer/errors/kmfleet-error.ts: the SDK errors' exitCode). */
-const OWN_CODES: Record<string, number> = { RedisUnavailableError: 3, WaitTimeoutError: 4 };
-
+/** Our errors exit with the status of their code (errors/exit-status.ts); a file that cannot be read is bad input. */
 export function exitCodeOf(err: unknown): number {
   if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
-  const e = err as { name?: string; code?: string };
-  if (e?.name === 'KmeansAbortedError') return 130; // interrupted (SIGINT), like a shell
-  if (e?.name && OWN_CODES[e.name] !== undefined) return OWN_CODES[e.name];
-  if (e && (INPUT_ERRORS.has(e.name ?? '') || (e.code ?? '') in FILE_ERRORS)) return 2;
-  return 1;
+  if (err instanceof KmfleetError) return EXIT_STATUS[err.code];
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && Object.hasOwn(FILE_ERRORS, code) ? 2 : 1;
 }
 
 export function messageOf(err: unknown): string {

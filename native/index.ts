@@ -228,26 +228,29 @@ export interface GpuInfo {
   devices: { ordinal: number; name: string; computeCapability: string; totalMemory: number; freeMemory: number }[];
 }
 
-export class EngineError extends Error {
-  constructor(message: string, readonly code: string) {
-    super(message);
-    this.name = new.target.name;
-  }
+import { KmfleetError } from '../errors/index.js';
+
+/** What the engine refused or failed at; `code` is the addon's own (native/src: the thrown error's code). */
+export abstract class EngineError extends KmfleetError {
+  abstract override readonly code: 'INVALID_ARGUMENT' | 'OUT_OF_MEMORY' | 'NON_FINITE_INPUT' | 'DEVICE_ERROR' | 'CANCELLED';
 }
+/** A bad option, shape, centroid or call (out of order, on a closed engine); not the SDK's ArgumentError. */
 export class InvalidArgumentError extends EngineError {
-  constructor(message: string) { super(message, 'INVALID_ARGUMENT'); }
+  readonly code = 'INVALID_ARGUMENT';
 }
 export class OutOfMemoryError extends EngineError {
-  constructor(message: string) { super(message, 'OUT_OF_MEMORY'); }
+  readonly code = 'OUT_OF_MEMORY';
 }
 export class NonFiniteInputError extends EngineError {
-  constructor(message: string, readonly row: number) { super(message, 'NON_FINITE_INPUT'); }
+  readonly code = 'NON_FINITE_INPUT';
+  constructor(message: string, readonly row: number) { super(message); }
 }
 export class DeviceError extends EngineError {
-  constructor(message: string) { super(message, 'DEVICE_ERROR'); }
+  readonly code = 'DEVICE_ERROR';
 }
 export class CancelledError extends EngineError {
-  constructor(message = 'cancelled') { super(message, 'CANCELLED'); }
+  readonly code = 'CANCELLED';
+  constructor(message = 'cancelled') { super(message); }
 }
 
 // ---- implementation -----------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
  */
 import { isIP } from 'node:net';
 import { networkInterfaces } from 'node:os';
-import { InvalidArgumentError } from './errors/index.js';
+import { ArgumentError } from './errors/index.js';
 
 interface HostName {
   /** lowercase; IPv6 in brackets */
@@ -57,13 +57,13 @@ export interface HostAllowance {
 }
 
 /**
- * The rule for a server bound to `host`. Throws InvalidArgumentError naming an allowedHosts entry that is not a host
+ * The rule for a server bound to `host`. Throws ArgumentError naming an allowedHosts entry that is not a host
  * name (a URL, a path, a space...), so a mistyped --allowed-host fails at start, not as refused requests.
  */
 export function hostAllowance(o: { host: string; allowedHosts?: readonly string[] }): HostAllowance {
   const extra = (o.allowedHosts ?? []).map((v) => {
     const h = parseHost(v);
-    if (!h) throw new InvalidArgumentError(`--allowed-host ${JSON.stringify(v)} must be a host name, optionally with :port (e.g. kmfleet.example.com or proxy:8443)`);
+    if (!h) throw new ArgumentError(`--allowed-host ${JSON.stringify(v)} must be a host name, optionally with :port (e.g. kmfleet.example.com or proxy:8443)`);
     return h;
   });
   const bound = new Set(boundNames(o.host));

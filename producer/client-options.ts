@@ -4,7 +4,7 @@
 import type { JobsOptions } from 'bullmq';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { RedisConnectionOptions } from './connection.js';
-import { InvalidArgumentError } from './errors/job-errors.js';
+import { ArgumentError } from './errors/job-errors.js';
 import { JOB_ID_RE, JOB_ID_RULE, type JobData } from './job-data.js';
 import type { Limits } from './limits.js';
 import type { JobProgress } from './progress.js';
@@ -145,7 +145,7 @@ export interface CancelResult {
 
 export function checkJobId(jobId: string): void {
   if (typeof jobId !== 'string' || !JOB_ID_RE.test(jobId)) {
-    throw new InvalidArgumentError(`job id ${JSON.stringify(jobId)} must be ${JOB_ID_RULE}`);
+    throw new ArgumentError(`job id ${JSON.stringify(jobId)} must be ${JOB_ID_RULE}`);
   }
 }
 
@@ -153,14 +153,14 @@ export function checkJobId(jobId: string): void {
 export function checkPriority(priority: number | undefined): number {
   if (priority === undefined || priority === 0) return DEFAULT_PRIORITY;
   if (!Number.isSafeInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
-    throw new InvalidArgumentError(`priority must be an integer from 0 to ${MAX_PRIORITY} (1 = highest; got ${priority})`);
+    throw new ArgumentError(`priority must be an integer from 0 to ${MAX_PRIORITY} (1 = highest; got ${priority})`);
   }
   return priority;
 }
 
 export function checkScheduleName(name: string, what = 'schedule name'): void {
   if (typeof name !== 'string' || !MODEL_NAME_RE.test(name)) {
-    throw new InvalidArgumentError(`${what} ${JSON.stringify(name)} must be 1-128 characters [a-zA-Z0-9._-]`);
+    throw new ArgumentError(`${what} ${JSON.stringify(name)} must be 1-128 characters [a-zA-Z0-9._-]`);
   }
 }
 

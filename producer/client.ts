@@ -36,7 +36,7 @@ import {
   type WaitOptions,
 } from './client-options.js';
 import { connectionFromEnv, describeConnection, parseRedisUrl, type RedisConnectionOptions } from './connection.js';
-import { InvalidArgumentError } from './errors/index.js';
+import { ArgumentError } from './errors/index.js';
 import { JOB_NAME, type JobData } from './job-data.js';
 import { clearJobState, type RedisClient } from './job-state.js';
 import { keyspace, type Keys } from './keys.js';
@@ -187,7 +187,7 @@ export class KmfleetClient {
     checkJobId(jobId);
     const priority = checkPriority(opts.priority);
     if (opts.delayMs !== undefined && !(Number.isSafeInteger(opts.delayMs) && opts.delayMs >= 0)) {
-      throw new InvalidArgumentError(`delay must be a non-negative integer of ms (got ${opts.delayMs})`);
+      throw new ArgumentError(`delay must be a non-negative integer of ms (got ${opts.delayMs})`);
     }
     const hash = specHash(spec);
     const enqueueId = randomUUID();
@@ -277,10 +277,10 @@ export class KmfleetClient {
   async list(opts: ListOptions = {}): Promise<JobInfo[]> {
     const states = opts.states ?? LISTED_STATES;
     for (const s of states) {
-      if (!LISTED_STATES.includes(s)) throw new InvalidArgumentError(`cannot list jobs in state ${JSON.stringify(s)} (one of ${LISTED_STATES.join(', ')})`);
+      if (!LISTED_STATES.includes(s)) throw new ArgumentError(`cannot list jobs in state ${JSON.stringify(s)} (one of ${LISTED_STATES.join(', ')})`);
     }
     const limit = opts.limit ?? 50;
-    if (!Number.isSafeInteger(limit) || limit < 1) throw new InvalidArgumentError(`limit must be a positive integer (got ${limit})`);
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new ArgumentError(`limit must be a positive integer (got ${limit})`);
     return this.guard(async () => {
       const queue = await this.queue();
       const found: { job: Job; state: JobState }[] = [];
@@ -328,7 +328,7 @@ export class KmfleetClient {
       const state = await stateOf(job);
       if (state === 'active') return { id: jobId, outcome: 'active', state };
       if (job.repeatJobKey && state !== 'completed' && state !== 'failed') {
-        throw new InvalidArgumentError(`job ${jobId} is the next run of a schedule: unschedule it, or cancel this run`);
+        throw new ArgumentError(`job ${jobId} is the next run of a schedule: unschedule it, or cancel this run`);
       }
       let removed = 0;
       try {
@@ -394,7 +394,7 @@ export class KmfleetClient {
       } catch (err) {
         // cron-parser's complaints (BullMQ parses the pattern when it computes the next run)
         if (/pattern|cron|invalid|explicit|constraint|got value/i.test((err as Error).message)) {
-          throw new InvalidArgumentError(`invalid schedule for ${name}: ${(err as Error).message}`);
+          throw new ArgumentError(`invalid schedule for ${name}: ${(err as Error).message}`);
         }
         throw err;
       }

@@ -1,12 +1,12 @@
 /**
  * Durations as people write them: "15m", "1h", "1h30m", "90s", "250ms", "2d" — or a plain number of ms.
  */
-import { InvalidArgumentError } from './errors/job-errors.js';
+import { ArgumentError } from './errors/job-errors.js';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const PART = /(\d+(?:\.\d+)?)(ms|s|m|h|d)/gy;
 
-/** ms of a duration (a positive whole number of ms); InvalidArgumentError naming `what` otherwise. */
+/** ms of a duration (a positive whole number of ms); ArgumentError naming `what` otherwise. */
 export function parseDuration(value: string | number, what = 'duration'): number {
   let ms: number;
   const text = typeof value === 'string' ? value.trim() : '';
@@ -23,7 +23,7 @@ export function parseDuration(value: string | number, what = 'duration'): number
     if (text === '' || end !== text.length) ms = NaN;
   }
   if (!Number.isSafeInteger(ms) || ms < 1) {
-    throw new InvalidArgumentError(`${what} must be a duration such as 15m, 1h, 1h30m, 90s, or a positive number of ms (got ${JSON.stringify(value)})`);
+    throw new ArgumentError(`${what} must be a duration such as 15m, 1h, 1h30m, 90s, or a positive number of ms (got ${JSON.stringify(value)})`);
   }
   return ms;
 }

@@ -17,6 +17,7 @@
  * Per-job keys carry the queue name: two queues under one prefix may reuse a job id. Job ids may contain ':'
  * (jobs made by a scheduler are `repeat:<schedule>:<millis>`).
  */
+import { ArgumentError } from './errors/job-errors.js';
 export const DEFAULT_PREFIX = 'kmfleet';
 export const DEFAULT_QUEUE = 'jobs';
 
@@ -48,7 +49,7 @@ function checkPart(what: string, value: string): string {
   // Job ids may contain ':' (a scheduler's jobs are `repeat:<name>:<millis>`); keys stay unambiguous
   // because the part before and after the id is fixed. The hash tag is the first {...}, so the id can't move it.
   if (typeof value !== 'string' || value === '' || /\s/.test(value)) {
-    throw new TypeError(`${what} ${JSON.stringify(value)} must be a non-empty string without spaces`);
+    throw new ArgumentError(`${what} ${JSON.stringify(value)} must be a non-empty string without spaces`);
   }
   return value;
 }
@@ -56,8 +57,8 @@ function checkPart(what: string, value: string): string {
 export function keyspace(opts: KeyspaceOptions = {}): Keys {
   const prefix = opts.prefix ?? DEFAULT_PREFIX;
   const queueName = opts.queue ?? DEFAULT_QUEUE;
-  if (!NAME_RE.test(prefix)) throw new TypeError(`prefix ${JSON.stringify(prefix)} must match ${NAME_RE}`);
-  if (!NAME_RE.test(queueName)) throw new TypeError(`queue name ${JSON.stringify(queueName)} must match ${NAME_RE}`);
+  if (!NAME_RE.test(prefix)) throw new ArgumentError(`prefix ${JSON.stringify(prefix)} must match ${NAME_RE}`);
+  if (!NAME_RE.test(queueName)) throw new ArgumentError(`queue name ${JSON.stringify(queueName)} must match ${NAME_RE}`);
   const tag = `{${prefix}}`;
   const job = (jobId: string, what: string) => `${tag}:job:${queueName}:${checkPart('job id', jobId)}:${what}`;
   const model = (name: string, what: string) => `${tag}:model:${checkPart('model name', name)}:${what}`;

@@ -4,7 +4,7 @@
  */
 import type { JobSchedulerJson, RepeatOptions } from 'bullmq';
 import { parseDuration } from './duration.js';
-import { InvalidArgumentError } from './errors/job-errors.js';
+import { ArgumentError } from './errors/job-errors.js';
 import type { JobData } from './job-data.js';
 import type { JobSpec } from './spec.js';
 
@@ -32,23 +32,23 @@ export interface ScheduleInfo {
 export function parseRepeat(r: RepeatInput): Omit<RepeatOptions, 'key'> {
   const hasCron = r.cron !== undefined && r.cron !== '';
   const hasEvery = r.every !== undefined;
-  if (hasCron === hasEvery) throw new InvalidArgumentError('a schedule needs exactly one of cron or every');
+  if (hasCron === hasEvery) throw new ArgumentError('a schedule needs exactly one of cron or every');
   if (r.tz !== undefined) {
-    if (!hasCron) throw new InvalidArgumentError('tz applies to cron schedules only');
+    if (!hasCron) throw new ArgumentError('tz applies to cron schedules only');
     try {
       new Intl.DateTimeFormat('en-US', { timeZone: r.tz });
     } catch {
-      throw new InvalidArgumentError(`unknown time zone ${JSON.stringify(r.tz)} (use an IANA name such as Europe/Berlin)`);
+      throw new ArgumentError(`unknown time zone ${JSON.stringify(r.tz)} (use an IANA name such as Europe/Berlin)`);
     }
   }
   if (r.limit !== undefined && !(Number.isSafeInteger(r.limit) && r.limit >= 1)) {
-    throw new InvalidArgumentError(`limit must be a positive integer (got ${r.limit})`);
+    throw new ArgumentError(`limit must be a positive integer (got ${r.limit})`);
   }
   const limit = r.limit !== undefined ? { limit: r.limit } : {};
   if (hasEvery) return { every: parseDuration(r.every as number | string, 'every'), ...limit };
   const fields = (r.cron as string).trim().split(/\s+/);
   if (fields.length < 5 || fields.length > 6) {
-    throw new InvalidArgumentError(`cron ${JSON.stringify(r.cron)} must have 5 fields (or 6 with seconds)`);
+    throw new ArgumentError(`cron ${JSON.stringify(r.cron)} must have 5 fields (or 6 with seconds)`);
   }
   return { pattern: fields.join(' '), ...(r.tz ? { tz: r.tz } : {}), ...limit };
 }

@@ -45,6 +45,7 @@
  * | AWS_REGION, AWS_ACCESS_KEY_ID, … | AWS standard chain       | S3 credentials and region                                        |
  */
 import { cpus } from 'node:os';
+import { KmfleetInputError } from '../errors/index.js';
 import { connectionFromEnv, type RedisConnectionOptions } from '../producer/connection.js';
 import { DEFAULT_PREFIX, DEFAULT_QUEUE } from '../producer/keys.js';
 import { resolveLimits, type Limits } from '../producer/limits.js';
@@ -86,11 +87,8 @@ export interface WorkerConfig {
   limits: Limits;
 }
 
-export class WorkerConfigError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'WorkerConfigError';
-  }
+export class WorkerConfigError extends KmfleetInputError {
+  override readonly code = 'WORKER_CONFIG';
 }
 
 const MB = 1024 * 1024;

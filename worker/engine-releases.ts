@@ -1,7 +1,7 @@
 /**
  * Engines of finished jobs, closed once BullMQ has recorded how the job ended instead of in the processor before it
- * returns. close() frees the engine's host buffers, resident rows and device memory synchronously on the JS thread
- * (~8 ms for 1M × 32 on the 2-core build machine), and the job's completion used to wait for it.
+ * returns. close() frees the engine's host buffers, resident rows and device memory synchronously on the JS thread,
+ * milliseconds for a large dataset that the job's completion need not wait for.
  *
  *   processor, finally:   releases.defer(jobId, () => { engine.close(); devices.release(ordinal); })
  *   worker.ts:            'completed' / 'failed' → releases.reported(job.id)

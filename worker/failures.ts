@@ -6,14 +6,12 @@ import { UnrecoverableError } from 'bullmq';
 import { InvalidArgumentError, NonFiniteInputError } from '../native/index.js';
 import { SpecValidationError } from '../producer/errors/spec-validation-error.js';
 import { DatasetFormatError, KmeansSpecError } from '../core/index.js';
+import { KmfleetError } from '../errors/index.js';
 import { S3ObjectChangedError, S3ObjectNotFoundError, UnsafeS3UriError } from './s3/errors.js';
 
 /** A problem with the job itself, already phrased for the user. */
-export class JobInputError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'JobInputError';
-  }
+export class JobInputError extends KmfleetError {
+  readonly code = 'JOB_INPUT';
 }
 
 /** The message to fail the job with, unrecoverably, or null when the failure is worth a retry. */

@@ -1,10 +1,9 @@
 /**
  * Each iteration's Redis writes (its history stream entry and the job's progress) go out once the engine is busy with
- * the next pass. Building and sending them took ~0.3–0.5 ms of the JS thread per iteration while the engine waited
- * between passes (bench/pipeline: 20 iterations a job); the driver starts the next pass in the microtasks that follow
- * onIteration, so a write queued behind them (setImmediate) runs beside that pass. The writes stay in iteration order
- * with at most one iteration's outstanding, and a failed write stops the run at the next iteration, or before the
- * outputs, as when they were chained in line.
+ * the next pass: building and sending them holds the JS thread, and the engine would wait for it between passes. The
+ * driver starts the next pass in the microtasks that follow onIteration, so a write queued behind them (setImmediate)
+ * runs beside that pass. The writes stay in iteration order with at most one iteration's outstanding, and a failed
+ * write stops the run at the next iteration, or before the outputs.
  *
  *   await writes.next(() => Promise.all([appendIteration(...), progress(...)]));   // in onIteration
  *   await writes.flush();                                                         // after the run

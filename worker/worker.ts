@@ -7,6 +7,7 @@
  *   ... await w.shutdown('SIGTERM');
  */
 import { UnrecoverableError, Worker } from 'bullmq';
+import { KmfleetError } from '../errors/index.js';
 import * as native from '../native/index.js';
 import { CancelListener } from './cancel-listener.js';
 import { describeConnection } from '../producer/connection.js';
@@ -23,7 +24,8 @@ import { createProcessor, type OpenEngine } from './processor.js';
 import { createS3, type S3Handle } from './s3/client.js';
 import { jobIdKeyProblem } from './s3/uri.js';
 
-export class RedisPolicyError extends Error {
+export class RedisPolicyError extends KmfleetError {
+  readonly code = 'REDIS_POLICY';
   /** `node`: the cluster node (host:port) whose policy evicts, in cluster mode */
   constructor(readonly policy: string, readonly node?: string) {
     super(
@@ -33,7 +35,6 @@ export class RedisPolicyError extends Error {
         (node ? '(on every master of the cluster) ' : '') +
         '(and `maxmemory-policy noeviction` in redis.conf, or your provider\'s parameter group) and start the worker again.',
     );
-    this.name = 'RedisPolicyError';
   }
 }
 

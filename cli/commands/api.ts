@@ -3,6 +3,7 @@
  * queue as every queue command; the bearer token from KMFLEET_API_TOKEN or KMFLEET_API_TOKEN_FILE; S3 settings (for
  * presigned output URLs) as a worker's (KMFLEET_S3_*, AWS_*); request log as JSON lines on stdout (KMFLEET_LOG_LEVEL).
  */
+import { KmfleetInputError } from '../../errors/index.js';
 import type { ConnectionFlags } from '../options.js';
 import { cliAction, withClient } from './connection.js';
 
@@ -15,7 +16,7 @@ interface ApiFlags extends ConnectionFlags {
 export const action = cliAction(async (flags: ApiFlags) => {
   const port = Number(flags.port);
   if (!/^\d+$/.test(flags.port) || port > 65535) {
-    throw Object.assign(new Error(`--port must be 0..65535 (got ${flags.port})`), { name: 'UsageError' });
+    throw new KmfleetInputError(`--port must be 0..65535 (got ${flags.port})`);
   }
   const { tokenFromEnv } = await import('../../api/token.js');
   const token = tokenFromEnv();

@@ -1,11 +1,10 @@
 /**
  * What every queue command's action shares: a client from the connection flags (cli/options.ts) and the environment
- * (--redis-url, else REDIS_URL; REDIS_CLUSTER_NODES for a Redis Cluster; --prefix / KMFLEET_PREFIX; --queue / KMFLEET_QUEUE) that is always closed, and the
- * mapping of the SDK's input errors to the CLI's exit code 2.
+ * (--redis-url, else REDIS_URL; REDIS_CLUSTER_NODES for a Redis Cluster; --prefix / KMFLEET_PREFIX; --queue / KMFLEET_QUEUE) that is always closed.
  */
 import { KmfleetClient } from '../../producer/client.js';
 import { connectionFromEnv } from '../../producer/connection.js';
-import { KmfleetInputError } from '../../producer/errors/kmfleet-error.js';
+import { KmfleetError, KmfleetInputError } from '../../errors/index.js';
 import type { ConnectionFlags } from '../options.js';
 
 /** A client from the flags and the environment; closed when `fn` settles. */
@@ -24,27 +23,25 @@ export async function withClient<T>(flags: ConnectionFlags, fn: (client: Kmfleet
 }
 
 /**
- * Wraps an action: the SDK's input errors (bad spec, bad job id, bad REDIS_URL...) leave as `UsageError`,
- * which cli/main.ts maps to exit code 2; everything else keeps its name (exit 1).
+ * Wraps an action: a plain Error named 'UsageError' leaves as a KmfleetInputError (exit code 2); every error of
+ * ours already carries its exit status in its code (cli/main.ts).
  */
 export function cliAction<A extends unknown[]>(fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
   return async (...args: A) => {
     try {
       await fn(...args);
     } catch (err) {
-      if (err instanceof KmfleetInputError) {
-        const usage = new Error(err.message, { cause: err });
-        usage.name = 'UsageError';
-        throw usage;
+      if (err instanceof Error && !(err instanceof KmfleetError) && err.name === 'UsageError') {
+        throw new KmfleetInputError(err.message, { cause: err });
       }
       throw err;
     }
   };
 }
 
-/** An error that cli/main.ts reports with exit code 1 (a failure, not bad input). */
-export class CommandFailure extends Error {
-  override name = 'CommandFailure';
+/** What a command could not do (no such job, no such schedule): exit code 1, a failure, not bad input. */
+export class CommandFailure extends KmfleetError {
+  readonly code = 'COMMAND_FAILED';
 }
 
 export function printJson(value: unknown): void {

@@ -5,6 +5,7 @@
  *   kmfleet enqueue --dataset s3://data/emb.npy --k 64 --output s3://models/emb --name emb --job-id emb-2026-11-22 --wait
  */
 import { readFile } from 'node:fs/promises';
+import { KmfleetInputError } from '../../errors/index.js';
 import type { ConnectionFlags, SpecFlags } from '../options.js';
 import { cliAction, printJson, withClient } from './connection.js';
 import { formatResult } from './status.js';
@@ -15,10 +16,6 @@ function numeric(v: string): number | string {
   return /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(v.trim()) ? Number(v) : v;
 }
 
-class SpecFileError extends Error {
-  override name = 'UsageError';
-}
-
 /** The spec object from --spec (if any) and the flags; validation is the SDK's. */
 export async function specFromFlags(flags: SpecFlags): Promise<Record<string, unknown>> {
   let spec: Record<string, unknown> = {};
@@ -27,10 +24,10 @@ export async function specFromFlags(flags: SpecFlags): Promise<Record<string, un
     try {
       spec = JSON.parse(text);
     } catch (e) {
-      throw new SpecFileError(`spec file ${flags.spec} is not valid JSON: ${(e as Error).message}`);
+      throw new KmfleetInputError(`spec file ${flags.spec} is not valid JSON: ${(e as Error).message}`);
     }
     if (spec === null || typeof spec !== 'object' || Array.isArray(spec)) {
-      throw new SpecFileError(`spec file ${flags.spec} must hold a JSON object`);
+      throw new KmfleetInputError(`spec file ${flags.spec} must hold a JSON object`);
     }
   }
   const out: Record<string, unknown> = { ...spec };

@@ -1,4 +1,5 @@
 /** `kmfleet history NAME [--limit N]`: results of a named model, newest first. */
+import { KmfleetInputError } from '../../errors/index.js';
 import type { ConnectionFlags } from '../options.js';
 import { cliAction, printJson, withClient } from './connection.js';
 import { formatDuration } from './status.js';
@@ -10,9 +11,7 @@ interface HistoryFlags extends ConnectionFlags {
 export const action = cliAction(async (name: string, flags: HistoryFlags) => {
   const limit = flags.limit === undefined ? 20 : Number(flags.limit);
   if (!Number.isSafeInteger(limit) || limit < 1) {
-    const e = new Error(`--limit must be a positive integer (got ${flags.limit})`);
-    e.name = 'UsageError';
-    throw e;
+    throw new KmfleetInputError(`--limit must be a positive integer (got ${flags.limit})`);
   }
   const results = await withClient(flags, (c) => c.history(name, { limit }));
   if (flags.json) return printJson(results);

@@ -27,7 +27,7 @@ export interface InitOptions {
 /**
  * What an init reads of the dataset: the given centroids (checked), the random rows, or k-means++'s sample. None of it
  * needs the engine, so a caller may start it before the engine opens (readInitRows, then RunKmeansOptions.initRows):
- * the read overlaps the open (16–25 ms on a CUDA engine; a pod's cached dataset file used to be read only after it).
+ * the read overlaps the open (tens of ms on a CUDA engine), a pod's cached dataset file included.
  */
 export type InitRows =
   | { kind: 'given'; centroids: Float32Array }

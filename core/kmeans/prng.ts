@@ -108,8 +108,8 @@ const BITSET_MAX_ROWS = 1 << 27;
 /**
  * The rows `distinctIndices(rng, n, count)` draws, ascending: the same set from the same generator state, for a
  * sample whose order does not matter (k-means++'s, read in row order). Floyd's draws are kept in a bitset and read
- * back in order, not shuffled into a Set and sorted: for 65,536 of 1M rows ~2 ms against ~16 ms, time in which the
- * JS thread leaves the dataset's sockets unread (stop 21, the GPU machine's host).
+ * back in order, not put in a Set and sorted: the sort holds the JS thread several times longer, while the dataset's
+ * sockets go unread.
  */
 export function distinctIndicesSorted(rng: Rng, n: number, count: number): Float64Array {
   if (count > n) throw new RangeError(`cannot draw ${count} distinct rows from ${n}`);

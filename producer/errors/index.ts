@@ -1,4 +1,4 @@
-export { KmfleetError, KmfleetInputError } from './kmfleet-error.js';
+export { KmfleetError, KmfleetInputError } from '../../errors/index.js';
 export { SpecValidationError, type SpecIssue } from './spec-validation-error.js';
 export { LimitsConfigError } from './limits-config-error.js';
 export { ConnectionConfigError } from './connection-config-error.js';
@@ -8,6 +8,6 @@ export {
   JobFailedError,
   JobCancelledError,
   WaitTimeoutError,
-  InvalidArgumentError,
+  ArgumentError,
 } from './job-errors.js';
 export { abortError, isAbortError } from './abort-error.js';

@@ -1,7 +1,8 @@
-import { KmfleetError, KmfleetInputError } from './kmfleet-error.js';
+import { KmfleetError, KmfleetInputError } from '../../errors/index.js';
 
 /** No job with this id (never enqueued, or removed — e.g. a waiting job that was cancelled). */
 export class JobNotFoundError extends KmfleetError {
+  readonly code = 'JOB_NOT_FOUND';
   constructor(readonly jobId: string, detail = '') {
     super(`job ${jobId} not found${detail ? ` (${detail})` : ''}`);
   }
@@ -9,6 +10,7 @@ export class JobNotFoundError extends KmfleetError {
 
 /** The job ended in the failed state; `failedReason` is BullMQ's, `attemptsMade` counts tries. */
 export class JobFailedError extends KmfleetError {
+  readonly code = 'JOB_FAILED';
   constructor(
     readonly jobId: string,
     readonly failedReason: string,
@@ -20,6 +22,7 @@ export class JobFailedError extends KmfleetError {
 
 /** The job was cancelled (removed while waiting, or failed with reason "cancelled" while active). */
 export class JobCancelledError extends KmfleetError {
+  readonly code = 'JOB_CANCELLED';
   constructor(readonly jobId: string) {
     super(`job ${jobId} was cancelled`);
   }
@@ -27,7 +30,7 @@ export class JobCancelledError extends KmfleetError {
 
 /** wait() gave up; the job itself goes on. */
 export class WaitTimeoutError extends KmfleetError {
-  override readonly exitCode = 4 as const;
+  readonly code = 'WAIT_TIMEOUT';
   constructor(
     readonly jobId: string,
     readonly timeoutMs: number,
@@ -37,5 +40,10 @@ export class WaitTimeoutError extends KmfleetError {
   }
 }
 
-/** A job id, schedule name, priority or similar argument that is not acceptable. */
-export class InvalidArgumentError extends KmfleetInputError {}
+/**
+ * A job id, schedule name, priority, duration or similar argument of an SDK call that is not acceptable. (The engine's
+ * own refusals are native/index.ts's InvalidArgumentError.)
+ */
+export class ArgumentError extends KmfleetInputError {
+  override readonly code = 'BAD_ARGUMENT';
+}

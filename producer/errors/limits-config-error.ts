@@ -1,4 +1,6 @@
-import { KmfleetInputError } from './kmfleet-error.js';
+import { KmfleetInputError } from '../../errors/index.js';
 
 /** A KMFLEET_MAX_* environment variable (or a limits option) that is not a positive integer. */
-export class LimitsConfigError extends KmfleetInputError {}
+export class LimitsConfigError extends KmfleetInputError {
+  override readonly code = 'LIMITS_CONFIG';
+}

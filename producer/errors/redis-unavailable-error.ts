@@ -1,7 +1,9 @@
-import { KmfleetError } from './kmfleet-error.js';
+import { KmfleetError } from '../../errors/index.js';
 
-/** Redis could not be reached (producers fail fast instead of queueing commands while it is down). */
+/**
+ * Redis could not be reached (producers fail fast instead of queueing commands while it is down). Not the job's
+ * outcome, so the CLI gives it its own exit status and a script may retry.
+ */
 export class RedisUnavailableError extends KmfleetError {
-  /** the CLI's "could not use Redis": not the job's outcome, so a script may retry */
-  override readonly exitCode = 3 as const;
+  readonly code = 'REDIS_UNAVAILABLE';
 }

@@ -1,4 +1,4 @@
-import { KmfleetInputError } from './kmfleet-error.js';
+import { KmfleetInputError } from '../../errors/index.js';
 
 /** One problem of a spec: where (dotted path, e.g. `dataset.dims`) and what. */
 export interface SpecIssue {
@@ -12,6 +12,7 @@ export interface SpecIssue {
  *   invalid job spec (2 problems): dataset.uri: must be an s3:// URI ... (got "x"); k: must be an integer ...
  */
 export class SpecValidationError extends KmfleetInputError {
+  override readonly code = 'INVALID_JOB_SPEC';
   readonly issues: readonly SpecIssue[];
   constructor(issues: SpecIssue[]) {
     const n = issues.length;

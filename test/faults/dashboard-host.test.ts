@@ -14,7 +14,7 @@ import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KmfleetClient } from '../../producer/client.js';
-import { InvalidArgumentError } from '../../producer/errors/index.js';
+import { ArgumentError } from '../../producer/errors/index.js';
 import { startDashboard, type DashboardServer } from '../../producer/dashboard/server.js';
 import { ensureDistBuilt } from '../helpers/dist-build.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
@@ -138,7 +138,7 @@ describe('dashboard: only requests that name this server are answered', () => {
 
   it('refuses an allowed host that is not a host name', async () => {
     for (const bad of ['http://proxy.example', 'proxy.example/x', 'a b', '', 'proxy:99999']) {
-      await expect(startDashboard({ client, port: 0, allowedHosts: [bad] }), bad).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(startDashboard({ client, port: 0, allowedHosts: [bad] }), bad).rejects.toBeInstanceOf(ArgumentError);
     }
   });
 

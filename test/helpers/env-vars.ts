@@ -1,6 +1,6 @@
 /**
  * The environment variables the project's code reads — `env.X`, `env['X']`, and quoted KMFLEET_/REDIS_/AWS_ names
- * (config tables) in the TypeScript of worker/, producer/, cli/, api/ and native/, and `getenv("X")` in the engine's C++ and
+ * (config tables) in the TypeScript of errors/, worker/, producer/, cli/, api/ and native/, and `getenv("X")` in the engine's C++ and
  * CUDA (native/src, cuda/ without its stand-alone tools) — so that docs, compose and manifests can be checked against
  * the code instead of against a hand-kept list.
  */
@@ -23,10 +23,11 @@ export function envVarsReadByCode(root: string = ROOT): Set<string> {
         const src = readFileSync(p, 'utf8');
         for (const m of src.matchAll(/env\.([A-Z_][A-Z0-9_]*)/g)) names.add(m[1]);
         for (const m of src.matchAll(/env\[['"]([A-Z_][A-Z0-9_]*)['"]\]/g)) names.add(m[1]);
-        for (const m of src.matchAll(/['"`]((?:KMFLEET|REDIS|AWS)_[A-Z0-9_]+)['"`]/g)) names.add(m[1]);
+        // an error's `code = 'REDIS_…'` (errors/exit-status.ts) names no variable
+        for (const m of src.matchAll(/(?<!code = )['"`]((?:KMFLEET|REDIS|AWS)_[A-Z0-9_]+)['"`]/g)) names.add(m[1]);
       }
     }
   };
-  for (const d of ['worker', 'producer', 'cli', 'native', 'cuda', 'api']) walk(join(root, d));
+  for (const d of ['errors', 'worker', 'producer', 'cli', 'native', 'cuda', 'api']) walk(join(root, d));
   return names;
 }

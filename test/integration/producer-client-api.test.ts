@@ -1,16 +1,9 @@
 // The SDK's waiting and job-handling surface against a real redis-server and real (simulated) BullMQ workers: wait()
 // woken by queue events, abort signals, progress as an async iterator, list / retry / remove, and the priority order.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  JobCancelledError,
-  JobFailedError,
-  KmfleetClient,
-  WaitTimeoutError,
-  readIterations,
-  requestCancel,
-  type JobProgress,
-  type ProgressUpdate,
-} from '../../producer/index.js';
+import { JobCancelledError, JobFailedError, KmfleetClient, WaitTimeoutError, type JobProgress, type ProgressUpdate } from '../../producer/index.js';
+import { requestCancel } from '../../producer/cancel.js';
+import { readIterations } from '../../producer/job-state.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 import { startSimWorker, type SimOptions, type SimWorker } from './producer-sim-worker.js';
 

@@ -2,18 +2,9 @@
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  requestCancel,
-  InvalidArgumentError,
-  JobCancelledError,
-  JobFailedError,
-  KmfleetClient,
-  SpecValidationError,
-  WaitTimeoutError,
-  cancelRequested,
-  readIterations,
-  type JobProgress,
-} from '../../producer/index.js';
+import { ArgumentError, JobCancelledError, JobFailedError, KmfleetClient, SpecValidationError, WaitTimeoutError, type JobProgress } from '../../producer/index.js';
+import { requestCancel, cancelRequested } from '../../producer/cancel.js';
+import { readIterations } from '../../producer/job-state.js';
 import { CancelListener } from '../../worker/cancel-listener.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 import { startSimWorker, type SimWorker } from './producer-sim-worker.js';
@@ -96,8 +87,8 @@ describe('enqueue', () => {
     expect(await queue.getJobCounts('waiting', 'prioritized')).toEqual({ waiting: 0, prioritized: 2 });
     expect(((await queue.getJob(a.id))!).opts.priority).toBe(1000);
     expect((await c.get(b.id))!.state).toBe('waiting');
-    await expect(c.enqueue(spec(), { jobId: '42' })).rejects.toBeInstanceOf(InvalidArgumentError);
-    await expect(c.enqueue(spec(), { jobId: 'a:b' })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(c.enqueue(spec(), { jobId: '42' })).rejects.toBeInstanceOf(ArgumentError);
+    await expect(c.enqueue(spec(), { jobId: 'a:b' })).rejects.toBeInstanceOf(ArgumentError);
     await expect(c.enqueue(spec(), { priority: -1 })).rejects.toThrow(/priority/);
   });
 });
@@ -287,7 +278,7 @@ describe('schedules', () => {
     await expect(c.schedule('x', { cron: '0 3 * * 1', every: 5 }, spec())).rejects.toThrow(/exactly one of cron or every/);
     await expect(c.schedule('x', { cron: '0 3 * *' }, spec())).rejects.toThrow(/5 fields/);
     await expect(c.schedule('x', { cron: '0 3 * * 1', tz: 'Mars/Olympus' }, spec())).rejects.toThrow(/time zone/);
-    await expect(c.schedule('x', { cron: '99 3 * * 1' }, spec())).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(c.schedule('x', { cron: '99 3 * * 1' }, spec())).rejects.toBeInstanceOf(ArgumentError);
     await expect(c.schedule('bad name', { every: 1000 }, spec())).rejects.toThrow(/schedule name/);
     await expect(c.schedule('x', { every: 1000 }, spec({ k: 0 }))).rejects.toBeInstanceOf(SpecValidationError);
     expect((await c.schedules()).map((x) => x.name)).toEqual(['weekly']);
@@ -365,7 +356,7 @@ describe('connection failures', () => {
 
   it('talks TLS to a rediss:// server (parseRedisUrl options + the CA)', async () => {
     const s = await startRedisServer({ tls: true, password: 'pw' });
-    const { parseRedisUrl } = await import('../../producer/index.js');
+    const { parseRedisUrl } = await import('../../producer/connection.js');
     const opts = parseRedisUrl(s.url);
     expect(opts.tls).toEqual({});
     const c = new KmfleetClient({ connection: { ...opts, tls: { ...opts.tls, ca: s.tlsCa } } });

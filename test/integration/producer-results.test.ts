@@ -1,19 +1,10 @@
 // The Redis side of the contract the worker writes: result history + latest, iteration stream, checkpoint record (read side).
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  appendIteration,
-  clearJobState,
-  keyspace,
-  readCheckpointRecord,
-  readHistory,
-  readIterations,
-  readLatest,
-  readModels,
-  recordResult,
-  KmfleetClient,
-  type JobResult,
-} from '../../producer/index.js';
+import { KmfleetClient, type JobResult } from '../../producer/index.js';
+import { appendIteration, clearJobState, readCheckpointRecord, readIterations } from '../../producer/job-state.js';
+import { keyspace } from '../../producer/keys.js';
+import { readHistory, readLatest, readModels, recordResult } from '../../producer/results.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 
 let server: RedisServerHandle;
@@ -109,7 +100,7 @@ describe('per-job state', () => {
 
 describe('connection checks', () => {
   it('assertNoEviction accepts noeviction and refuses an evicting Redis with a clear message', async () => {
-    const { assertNoEviction, maxmemoryPolicy } = await import('../../producer/index.js');
+    const { assertNoEviction, maxmemoryPolicy } = await import('../../producer/eviction-policy.js');
     expect(await maxmemoryPolicy(redis)).toBe('noeviction');
     await expect(assertNoEviction(redis)).resolves.toBeUndefined();
     const lru = await startRedisServer({ maxmemoryPolicy: 'allkeys-lru', maxmemory: '64mb' });

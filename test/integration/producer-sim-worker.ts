@@ -6,19 +6,14 @@
  */
 import { UnrecoverableError, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import {
-  CANCEL_REASON,
-  appendIteration,
-  makeProgress,
-  parseJobSpec,
-  readLatest,
-  recordResult,
-  specHash,
-  workerRedisOptions,
-  type JobData,
-  type JobResult,
-  type Keys,
-} from '../../producer/index.js';
+import { parseJobSpec, specHash, type JobResult } from '../../producer/index.js';
+import { CANCEL_REASON } from '../../producer/cancel.js';
+import { workerRedisOptions } from '../../producer/connection.js';
+import type { JobData } from '../../producer/job-data.js';
+import { appendIteration } from '../../producer/job-state.js';
+import type { Keys } from '../../producer/keys.js';
+import { makeProgress } from '../../producer/progress.js';
+import { readLatest, recordResult } from '../../producer/results.js';
 import { CancelListener } from '../../worker/cancel-listener.js';
 
 export interface SimOptions {

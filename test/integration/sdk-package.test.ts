@@ -58,7 +58,7 @@ afterAll(async () => {
 
 describe('npm pack', () => {
   it('ships the built SDK, the CLI and the README, not the sources, tests or benchmarks', () => {
-    for (const f of ['dist/producer/index.js', 'dist/producer/index.d.ts', 'dist/cli/main.js', 'bin/kmfleet.js', 'README.md',
+    for (const f of ['dist/producer/index.js', 'dist/producer/index.d.ts', 'dist/errors/index.js', 'dist/cli/main.js', 'bin/kmfleet.js', 'README.md',
       'package.json', 'producer/README.md', 'producer/dashboard/static/index.html']) {
       expect(files, f).toContain(f);
     }

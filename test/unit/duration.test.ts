@@ -1,6 +1,8 @@
 // Durations as `kmfleet schedule --every` and RepeatInput.every take them.
 import { describe, expect, it } from 'vitest';
-import { InvalidArgumentError, parseDuration, parseRepeat } from '../../producer/index.js';
+import { ArgumentError } from '../../producer/index.js';
+import { parseDuration } from '../../producer/duration.js';
+import { parseRepeat } from '../../producer/schedule.js';
 
 describe('parseDuration', () => {
   it('reads units, compounds and plain ms', () => {
@@ -17,7 +19,7 @@ describe('parseDuration', () => {
 
   it('refuses anything else, naming what it is for', () => {
     for (const bad of ['', '15x', 'm', '1h 30m', '-5m', '0s', '0', '0.5ms', 'soon']) {
-      expect(() => parseDuration(bad, 'every'), bad).toThrow(InvalidArgumentError);
+      expect(() => parseDuration(bad, 'every'), bad).toThrow(ArgumentError);
     }
     expect(() => parseDuration('15x', 'every')).toThrow(/^every must be a duration such as 15m, 1h, 1h30m, 90s, or a positive number of ms \(got "15x"\)$/);
   });

@@ -25,7 +25,7 @@ function documentedVars(): Set<string> {
   return names;
 }
 
-const PRODUCT_DIRS = ['producer', 'worker', 'native', 'cuda', 'cli', 'api'];
+const PRODUCT_DIRS = ['errors', 'producer', 'worker', 'native', 'cuda', 'cli', 'api'];
 const NOT_PRODUCT = new Set(['test', 'tests', 'bench', 'tools', 'node_modules', 'dist']);
 
 /**

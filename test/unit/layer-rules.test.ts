@@ -27,18 +27,22 @@ function importsOf(file: string): string[] {
   return specs.map((s) => normalize(join(dirname(file), s)).replace(/\.js$/, '.ts'));
 }
 
-const TS_LAYERS = ['producer', 'core', 'worker', 'native', 'cli', 'api'] as const;
+const TS_LAYERS = ['errors', 'producer', 'core', 'worker', 'native', 'cli', 'api'] as const;
 type Layer = (typeof TS_LAYERS)[number];
 const layerOf = (path: string): Layer | undefined => TS_LAYERS.find((l) => path === l || path.startsWith(`${l}/`));
 
+/** The root of every error: a leaf that each layer may import, through its index only. */
+const ERRORS = { errors: (t: string) => t === 'errors/index.ts' };
+
 /** What a file of each layer may import from another layer (undefined: nothing of it). */
 const MAY_IMPORT: Record<Layer, Partial<Record<Layer, (target: string) => boolean>>> = {
-  producer: {},
-  core: { native: (t) => t === 'native/index.ts' },
-  worker: { producer: () => true, core: (t) => t === 'core/index.ts', native: (t) => t === 'native/index.ts' },
-  native: {},
-  cli: { producer: () => true, core: (t) => t === 'core/index.ts', worker: () => true, native: (t) => t === 'native/index.ts', api: () => true },
-  api: { producer: () => true, worker: (t) => t === 'worker/s3/client.ts' },
+  errors: {},
+  producer: { ...ERRORS },
+  core: { ...ERRORS, native: (t) => t === 'native/index.ts' },
+  worker: { ...ERRORS, producer: () => true, core: (t) => t === 'core/index.ts', native: (t) => t === 'native/index.ts' },
+  native: { ...ERRORS },
+  cli: { ...ERRORS, producer: () => true, core: (t) => t === 'core/index.ts', worker: () => true, native: (t) => t === 'native/index.ts', api: () => true },
+  api: { ...ERRORS, producer: () => true, worker: (t) => t === 'worker/s3/client.ts' },
 };
 
 describe('layer rules (docs/DESIGN.md)', () => {

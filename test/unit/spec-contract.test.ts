@@ -1,21 +1,12 @@
 // The rest of the contract that needs no server: key names, REDIS_URL parsing, s3 URIs, progress, dataset limits.
 import { describe, expect, it } from 'vitest';
-import {
-  ConnectionConfigError,
-  DEFAULT_LIMITS,
-  checkDatasetLimits,
-  connectionFromEnv,
-  describeConnection,
-  keyspace,
-  makeProgress,
-  asJobProgress,
-  parseRedisUrl,
-  parseS3ObjectUri,
-  parseS3PrefixUri,
-  redactRedisUrl,
-  s3Join,
-  JOB_ID_RE,
-} from '../../producer/index.js';
+import { ConnectionConfigError, connectionFromEnv } from '../../producer/index.js';
+import { describeConnection, parseRedisUrl, redactRedisUrl } from '../../producer/connection.js';
+import { JOB_ID_RE } from '../../producer/job-data.js';
+import { keyspace } from '../../producer/keys.js';
+import { DEFAULT_LIMITS, checkDatasetLimits } from '../../producer/limits.js';
+import { makeProgress, asJobProgress } from '../../producer/progress.js';
+import { parseS3ObjectUri, parseS3PrefixUri, s3Join } from '../../producer/s3-uri.js';
 
 describe('keys', () => {
   it('puts every key under one hash tag, BullMQ prefix included', () => {

@@ -1,13 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import {
-  DEFAULT_LIMITS,
-  SpecValidationError,
-  parseJobSpec,
-  resolveLimits,
-  specHash,
-  canonicalJson,
-  type JobSpec,
-} from '../../producer/index.js';
+import { SpecValidationError, parseJobSpec, specHash, type JobSpec } from '../../producer/index.js';
+import { DEFAULT_LIMITS, resolveLimits } from '../../producer/limits.js';
+import { canonicalJson } from '../../producer/spec.js';
 
 const minimal = { dataset: { uri: 's3://data-bkt/emb/x.npy' }, k: 64, output: 's3://out-bkt/runs/' };
 

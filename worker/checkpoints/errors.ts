@@ -1,8 +1,10 @@
+import { KmfleetError } from '../../errors/index.js';
+
 /**
  * This worker no longer owns the job: its BullMQ lock expired (or was taken) and another worker claimed the job since.
  * Whatever it was about to write (a checkpoint, outputs) must not be written; the job is someone else's now.
  */
-export class FencedError extends Error {
+export class FencedError extends KmfleetError {
   readonly code = 'FENCED';
   constructor(
     readonly jobId: string,
@@ -13,15 +15,13 @@ export class FencedError extends Error {
         ? `job ${jobId}: this worker lost the job's lock; not writing`
         : `job ${jobId}: another worker claimed the job since this one did; not writing`,
     );
-    this.name = 'FencedError';
   }
 }
 
 /** The job was cancelled before its outputs were committed: the attempt stops, its staged outputs are discarded. */
-export class CancelledBeforeCommitError extends Error {
-  readonly code = 'CANCELLED';
+export class CancelledBeforeCommitError extends KmfleetError {
+  readonly code = 'CANCELLED_BEFORE_COMMIT';
   constructor(readonly jobId: string) {
     super(`job ${jobId}: cancelled before its outputs were committed`);
-    this.name = 'CancelledBeforeCommitError';
   }
 }

@@ -4,8 +4,8 @@
  * started, for the first). Both must hold.
  *
  * Why a time floor: a checkpoint costs about the same whatever the iteration (an S3 PUT of 2·K·D floats and a fenced
- * Redis write: ~6 ms against a local s3rver, tens of ms against a remote S3), so on fast iterations "every iteration"
- * made checkpoints 6–10 % of the run (bench/pipeline: 20 × ~6 ms beside ~55 ms iterations). What a crash loses is
+ * Redis write: milliseconds against a local S3, tens of ms against a remote one), so on fast iterations "every
+ * iteration" would spend a good part of the run on checkpoints. What a crash loses is
  * bounded by time, not by iterations: at most the interval plus one iteration, small next to the lock expiry
  * (KMFLEET_LOCK_DURATION_MS, 30 s) that a killed worker's job waits out before another worker resumes it. Slow
  * iterations (large jobs: seconds each) are longer than the floor, so they keep one checkpoint per `checkpointEvery`.

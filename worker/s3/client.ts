@@ -11,6 +11,7 @@ import { S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { DirectReadHandler, type InnerHandler } from './direct-read.js';
+import { S3ConfigError } from './errors.js';
 import { DEFAULT_RETRY, type RetryPolicy } from './retry.js';
 
 export type S3Compat = 'none' | 's3rver';
@@ -40,7 +41,7 @@ export function s3SettingsFromEnv(env: NodeJS.ProcessEnv = process.env): S3Setti
   const endpoint = env.KMFLEET_S3_ENDPOINT || undefined;
   const compat = (env.KMFLEET_S3_COMPAT || 'none') as S3Compat;
   if (compat !== 'none' && compat !== 's3rver') {
-    throw new Error(`KMFLEET_S3_COMPAT must be 'none' or 's3rver', got ${JSON.stringify(env.KMFLEET_S3_COMPAT)}`);
+    throw new S3ConfigError(`KMFLEET_S3_COMPAT must be 'none' or 's3rver', got ${JSON.stringify(env.KMFLEET_S3_COMPAT)}`);
   }
   const pathStyle = env.KMFLEET_S3_FORCE_PATH_STYLE;
   // Static keys in the given env are used as they are (what the SDK's env provider would do with process.env), so a
@@ -67,13 +68,13 @@ function flag(v: string | undefined, name: string): boolean | undefined {
   if (v === undefined || v === '') return undefined;
   if (v === '1' || v === 'true') return true;
   if (v === '0' || v === 'false') return false;
-  throw new Error(`${name} must be 1/true or 0/false, got ${JSON.stringify(v)}`);
+  throw new S3ConfigError(`${name} must be 1/true or 0/false, got ${JSON.stringify(v)}`);
 }
 
 function positiveInt(v: string | undefined, name: string): number | undefined {
   if (v === undefined || v === '') return undefined;
   const n = Number(v);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, got ${JSON.stringify(v)}`);
+  if (!Number.isInteger(n) || n <= 0) throw new S3ConfigError(`${name} must be a positive integer, got ${JSON.stringify(v)}`);
   return n;
 }
 

@@ -6,8 +6,8 @@
  *
  * Why: through Node's HTTP client every socket read is a fresh Buffer that goes through the HTTP parser, a Readable and
  * an async iterator before we copy it into place, and 128 MB of short-lived socket Buffers trigger a mark-compact GC
- * every ~10 MB ("external memory pressure"). On the build machine a 128 MB download from s3rver took ~180–210 ms of
- * client CPU that way and ~35 ms direct (bench/RESULTS.md, Pipeline) — CPU the download shares with the engine.
+ * every ~10 MB ("external memory pressure"): several times the client CPU of a direct read (bench/RESULTS.md,
+ * Pipeline), CPU the download shares with the engine.
  *
  * Everything else is the SDK's: the request as its middleware built and signed it (SigV4 headers, query, endpoint),
  * its retries around this handler, its parsing of the answer's headers (ETag…), and its error deserialization: an
@@ -18,6 +18,7 @@
  */
 import { connect as netConnect } from 'node:net';
 import { Readable } from 'node:stream';
+import { S3ShortReadError } from './errors.js';
 
 /** Where a GET's body goes; the handler sets `written` when it put the body there itself. */
 export interface DirectBody {
@@ -202,13 +203,13 @@ function directGet(
     const onHead = () => {
       const end = head!.indexOf('\r\n\r\n');
       if (end < 0) {
-        if (head!.length > MAX_HEAD_BYTES) finish(namedError(`GET ${request.path}: answer head over ${MAX_HEAD_BYTES} bytes`, 'S3ShortReadError', 'S3_SHORT_READ'));
+        if (head!.length > MAX_HEAD_BYTES) finish(new S3ShortReadError(`GET ${request.path}: answer head over ${MAX_HEAD_BYTES} bytes`));
         return;
       }
       const lines = head!.toString('latin1', 0, end).split('\r\n');
       const m = /^HTTP\/1\.[01] (\d{3}) ?(.*)$/.exec(lines[0]);
       if (!m) {
-        finish(namedError(`GET ${request.path}: not an HTTP answer: ${JSON.stringify(lines[0].slice(0, 80))}`, 'S3ShortReadError', 'S3_SHORT_READ'));
+        finish(new S3ShortReadError(`GET ${request.path}: not an HTTP answer: ${JSON.stringify(lines[0].slice(0, 80))}`));
         return;
       }
       status = Number(m[1]);
@@ -254,7 +255,7 @@ function directGet(
       if (bytes.length > 0) other.push(Buffer.from(bytes));
       got += bytes.length;
       if (otherLength >= 0 && got >= otherLength) answerOther();
-      else if (got > MAX_OTHER_BODY_BYTES) finish(namedError(`GET ${request.path}: ${status} answer over ${MAX_OTHER_BODY_BYTES} bytes`, 'S3ShortReadError', 'S3_SHORT_READ'));
+      else if (got > MAX_OTHER_BODY_BYTES) finish(new S3ShortReadError(`GET ${request.path}: ${status} answer over ${MAX_OTHER_BODY_BYTES} bytes`));
     };
 
     const onread = {

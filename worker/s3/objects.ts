@@ -112,8 +112,8 @@ export async function readObjectStart(s3: S3Handle, loc: S3Location, length: num
  * Asked as a listing of zero keys (ListObjectsV2, MaxKeys 0), not HeadBucket: on S3 both are one round trip that needs
  * s3:ListBucket and answers 404 NoSuchBucket for a missing bucket (the listing with a body, so the SDK names the code
  * itself), but s3rver answers a bucket HEAD with a full listing — readdir and stat of every object, synchronously on
- * its one thread —, which held back the dataset's header GET sent beside it (bench/RESULTS.md, Pipeline: 11–24 ms
- * instead of 4–6 ms once a few jobs' outputs are in the bucket). A zero-key listing reads nothing there.
+ * its one thread —, which holds back the dataset's header GET sent beside it once a few jobs' outputs are in the
+ * bucket. A zero-key listing reads nothing there.
  */
 export async function assertBucketExists(s3: S3Handle, bucket: string): Promise<void> {
   try {
