@@ -49,6 +49,7 @@ import { clientConnectionOptions, createRedisClient } from './redis-factory.js';
 import { readHistory, readLatest, readModels, type JobResult } from './results.js';
 import { normalizeScheduleSpec, parseRepeat, toScheduleInfo, type RepeatInput, type ScheduleInfo } from './schedule.js';
 import { parseJobSpec, specHash, type JobSpecInput } from './spec.js';
+import { queueTelemetry, withSpan } from './telemetry.js';
 
 export * from './client-options.js';
 
@@ -158,6 +159,7 @@ export class KmfleetClient {
         connection: this.redis,
         prefix: this.keys.bullPrefix,
         defaultJobOptions: this.jobOptions,
+        telemetry: queueTelemetry(), // with tracing on: the enqueue's trace goes with the job to the worker
       });
       // BullMQ re-emits connection errors (and prints them when nobody listens); callers get them as
       // RedisUnavailableError from the failing call instead.
@@ -192,22 +194,24 @@ export class KmfleetClient {
     const hash = specHash(spec);
     const enqueueId = randomUUID();
     const data: JobData = { spec, specHash: hash, enqueuedAt: Date.now(), enqueueId };
-    return this.guard(async () => {
-      const queue = await this.queue();
-      // An id that is free again (its job was cancelled while waiting, or expired) may still have per-job
-      // state: a stale cancel flag would cancel the new job at once, old iterations would mix with new ones.
-      // Atomic with the existence check, so a concurrent enqueue that already created the job is never touched.
-      await this.redis.eval(
-        CLEAR_IF_NO_JOB, 4, queue.toKey(jobId),
-        this.keys.iterations(jobId), this.keys.checkpoint(jobId), this.keys.cancel(jobId),
-      );
-      // BullMQ's add is a no-op for an existing jobId; reading the job back tells which add won.
-      await queue.add(JOB_NAME, data, { jobId, priority, ...(opts.delayMs ? { delay: opts.delayMs } : {}) });
-      const stored = await queue.getJob(jobId);
-      const storedData = stored?.data as JobData | undefined;
-      const created = !storedData || storedData.enqueueId === enqueueId;
-      return { id: jobId, created, sameSpec: created || storedData?.specHash === hash, specHash: hash };
-    });
+    return withSpan('kmfleet.enqueue', { 'kmfleet.job.id': jobId }, () =>
+      this.guard(async () => {
+        const queue = await this.queue();
+        // An id that is free again (its job was cancelled while waiting, or expired) may still have per-job
+        // state: a stale cancel flag would cancel the new job at once, old iterations would mix with new ones.
+        // Atomic with the existence check, so a concurrent enqueue that already created the job is never touched.
+        await this.redis.eval(
+          CLEAR_IF_NO_JOB, 4, queue.toKey(jobId),
+          this.keys.iterations(jobId), this.keys.checkpoint(jobId), this.keys.cancel(jobId),
+        );
+        // BullMQ's add is a no-op for an existing jobId; reading the job back tells which add won.
+        await queue.add(JOB_NAME, data, { jobId, priority, ...(opts.delayMs ? { delay: opts.delayMs } : {}) });
+        const stored = await queue.getJob(jobId);
+        const storedData = stored?.data as JobData | undefined;
+        const created = !storedData || storedData.enqueueId === enqueueId;
+        return { id: jobId, created, sameSpec: created || storedData?.specHash === hash, specHash: hash };
+      }),
+    );
   }
 
   /** Everything known about a job, or null if there is no such job. */

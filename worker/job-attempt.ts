@@ -34,6 +34,7 @@ import type { FleetMetrics, JobOutcome } from './metrics/index.js';
 import { reportDevice } from './metrics/report-device.js';
 import { OutputWriter, type OutputFile } from './outputs/writer.js';
 import type { ProcessorDeps } from './processor.js';
+import { iterationSpan, phaseSpan } from './tracing.js';
 
 /** Where the run starts: a checkpoint to resume, or an init and the rows it reads. */
 interface Start {
@@ -266,6 +267,7 @@ export class JobAttempt {
       log: this.log,
       onIteration: async (report, cp) => {
         const tb = performance.now();
+        iterationSpan(report);
         this.deps.metrics?.iterationDone(report.ms, source.rows);
         await iterationWrites.next(async () => {
           const { iteration, inertia, reassigned, shift, ms } = report;
@@ -345,7 +347,7 @@ export class JobAttempt {
       startedAt: this.startedAt,
       finishedAt: Date.now(),
     });
-    await outputs.commit(buildSummary(jobResult, result, this.attempt, source.rowBytes, this.fedFrom()));
+    await phaseSpan('commit', () => outputs.commit(buildSummary(jobResult, result, this.attempt, source.rowBytes, this.fedFrom())));
     return jobResult;
   }
 

@@ -1,9 +1,12 @@
 /**
  * The worker's logger: pino, JSON lines to stdout. Every line about a job comes from a child logger that carries the
- * job id and attempt (jobLogger), so one grep follows a job across pods and restarts. Credentials never reach a line:
- * known secret fields are redacted, and Redis URLs are logged only through redactRedisUrl.
+ * job id and attempt (jobLogger), so one grep follows a job across pods and restarts; every line names its host (the
+ * pod), and with tracing on a line written inside a span carries its trace_id and span_id. Credentials never reach a
+ * line: known secret fields are redacted, and Redis URLs are logged only through redactRedisUrl.
  */
+import { hostname } from 'node:os';
 import { pino, type Logger, type LoggerOptions } from 'pino';
+import { traceLogFields } from '../producer/telemetry.js';
 
 export type { Logger } from 'pino';
 
@@ -29,7 +32,8 @@ export function createLogger(opts: { level?: string; name?: string; destination?
     name: opts.name ?? 'kmfleet-worker',
     level: opts.level ?? 'info',
     redact: { paths: REDACT_PATHS, censor: '[redacted]' },
-    base: { pid: process.pid },
+    base: { pid: process.pid, hostname: hostname() },
+    mixin: traceLogFields,
   };
   return opts.destination ? pino(options, opts.destination as pino.DestinationStream) : pino(options);
 }

@@ -41,6 +41,7 @@ import type { LockLossRegistry } from './lock-loss.js';
 import type { Logger } from './logger.js';
 import type { FleetMetrics } from './metrics/index.js';
 import type { S3Handle } from './s3/client.js';
+import { jobSpan, phaseSpan } from './tracing.js';
 
 export type { OpenEngine };
 
@@ -75,19 +76,22 @@ export function createProcessor(deps: ProcessorDeps): Processor {
   return async (job, token, bullSignal) => runJob(new JobAttempt(deps, openEngine, job, token, bullSignal));
 }
 
-/** The steps of one attempt (job-attempt.ts); on failure, the error its outcome calls for. */
-async function runJob(attempt: JobAttempt): Promise<JobResult> {
-  try {
-    attempt.validate();
-    await attempt.open();
-    const start = await attempt.start();
-    const { result, centroidsUpload } = await attempt.iterate(start);
-    const jobResult = await attempt.finish(start, result, centroidsUpload);
-    await attempt.record(jobResult, result);
-    return jobResult;
-  } catch (err) {
-    throw await attempt.settle(err);
-  } finally {
-    await attempt.release();
-  }
+/** The steps of one attempt (job-attempt.ts), each a span (tracing.ts); on failure, the error its outcome calls for. */
+function runJob(attempt: JobAttempt): Promise<JobResult> {
+  return jobSpan(attempt.jobId, attempt.attempt, async (setOutcome) => {
+    try {
+      attempt.validate();
+      await phaseSpan('open', () => attempt.open());
+      const start = await phaseSpan('init', () => attempt.start());
+      const { result, centroidsUpload } = await phaseSpan('iterate', () => attempt.iterate(start));
+      const jobResult = await phaseSpan('outputs', () => attempt.finish(start, result, centroidsUpload));
+      await phaseSpan('record', () => attempt.record(jobResult, result));
+      return jobResult;
+    } catch (err) {
+      throw await attempt.settle(err);
+    } finally {
+      await attempt.release();
+      setOutcome(attempt.outcome);
+    }
+  });
 }

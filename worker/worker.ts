@@ -14,6 +14,7 @@ import { describeConnection } from '../producer/connection.js';
 import { evictingNode } from '../producer/eviction-policy.js';
 import { createRedisClient, isCluster } from '../producer/redis-factory.js';
 import { keyspace, type Keys } from '../producer/keys.js';
+import { queueTelemetry } from '../producer/telemetry.js';
 import type { WorkerConfig } from './config.js';
 import { createLogger, type Logger } from './logger.js';
 import { createFleetMetrics, startMetricsServer, type FleetMetrics, type MetricsServer } from './metrics/index.js';
@@ -122,6 +123,7 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
     stalledInterval: config.stalledIntervalMs,
     maxStalledCount: config.maxStalledCount,
     autorun: true,
+    telemetry: queueTelemetry(), // with tracing on: each job's `process` span continues the producer's trace
   });
   worker.on('error', (err) => logger.error({ err: err.message }, 'worker error'));
   // a finished job's engine is closed once BullMQ has recorded the job's end: its completion no longer waits for that

@@ -6,6 +6,7 @@
 import { loadWorkerConfig } from '../../worker/config.js';
 import { installShutdownHandlers } from '../../worker/lifecycle.js';
 import { startWorker } from '../../worker/worker.js';
+import { stopTracing } from '../tracing.js';
 
 interface WorkerOptions {
   /** global options (before the command's name) */
@@ -27,7 +28,9 @@ export async function action(opts: WorkerOptions): Promise<void> {
   if (opts.cacheDir) env.KMFLEET_CACHE_DIR = opts.cacheDir;
   const config = loadWorkerConfig(env);
   const w = await startWorker(config, { announce: false });
-  installShutdownHandlers(w, { graceMs: config.shutdownGraceMs });
+  // the spans still buffered leave before the process does (stopTracing waits 2 s at most, and nothing without tracing)
+  const exit = (code: number) => void stopTracing().finally(() => process.exit(code));
+  installShutdownHandlers(w, { graceMs: config.shutdownGraceMs, exit });
   w.announce();  // only now: a SIGTERM sent as soon as 'worker started' shows must find the handlers in place
   // Run until a signal: the handlers exit the process.
   await new Promise<never>(() => {});

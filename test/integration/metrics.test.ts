@@ -55,10 +55,13 @@ describe('worker metrics with a real Redis and BullMQ queue', () => {
       const m = await scrape(server);
       const q = `{queue="${QUEUE}"}`;
       // BullMQ takes jobs without a priority first: the active one came from the wait list
-      expect(m.get(`kmfleet_queue_waiting${q}`)).toBe(2);
-      expect(m.get(`kmfleet_queue_prioritized${q}`)).toBe(2);
-      expect(m.get(`kmfleet_queue_delayed${q}`)).toBe(1);
-      expect(m.get(`kmfleet_queue_active${q}`)).toBe(1);
+      const jobs = (state: string) => m.get(`kmfleet_queue_jobs{queue="${QUEUE}",state="${state}"}`);
+      expect(jobs('waiting')).toBe(2);
+      expect(jobs('prioritized')).toBe(2);
+      expect(jobs('delayed')).toBe(1);
+      expect(jobs('active')).toBe(1);
+      // one gauge with a state label: no gauge per state
+      expect([...m.keys()].filter((k) => k.startsWith('kmfleet_queue_') && !/^kmfleet_queue_(jobs|pending|up|scrape_errors_total)\{/.test(k))).toEqual([]);
       expect(m.get(`kmfleet_queue_pending${q}`)).toBe(5);
       expect(m.get(`kmfleet_queue_up${q}`)).toBe(1);
       expect(m.get(`kmfleet_queue_scrape_errors_total${q}`)).toBe(0);
@@ -69,7 +72,7 @@ describe('worker metrics with a real Redis and BullMQ queue', () => {
       // the gauges refresh on each scrape: finish the active job, the pending count drops
       await job!.moveToCompleted('done', token, false);
       const m2 = await scrape(server);
-      expect(m2.get(`kmfleet_queue_active${q}`)).toBe(0);
+      expect(m2.get(`kmfleet_queue_jobs{queue="${QUEUE}",state="active"}`)).toBe(0);
       expect(m2.get(`kmfleet_queue_pending${q}`)).toBe(4);
     } finally {
       await server.close();
@@ -175,7 +178,7 @@ describe('worker metrics with a real Redis and BullMQ queue', () => {
       expect((await fetch(`${exporter.server.url}/readyz`)).status).toBe(200);
       const m = await scrape(exporter.server);
       expect(m.get('kmfleet_queue_pending{queue="exported"}')).toBe(2);
-      expect(m.get('kmfleet_queue_prioritized{queue="exported"}')).toBe(1);
+      expect(m.get('kmfleet_queue_jobs{queue="exported",state="prioritized"}')).toBe(1);
       // queue gauges and process metrics only: the exporter must not look like a worker on a dashboard
       expect([...m.keys()].filter((k) => k.startsWith('kmfleet_') && !k.startsWith('kmfleet_queue_'))).toEqual([]);
       expect(m.has('process_cpu_user_seconds_total')).toBe(true);
@@ -185,6 +188,7 @@ describe('worker metrics with a real Redis and BullMQ queue', () => {
       const down = await scrape(exporter.server); // the scrape itself still answers 200
       expect(down.get('kmfleet_queue_up{queue="exported"}')).toBe(0);
       expect(down.has('kmfleet_queue_pending{queue="exported"}')).toBe(false);
+      expect([...down.keys()].some((k) => k.startsWith('kmfleet_queue_jobs'))).toBe(false);
       expect(down.get('kmfleet_queue_scrape_errors_total{queue="exported"}')).toBeGreaterThanOrEqual(1);
       expect((await fetch(`${exporter.server.url}/healthz`)).status).toBe(200);
     } finally {

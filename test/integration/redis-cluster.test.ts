@@ -170,7 +170,7 @@ describe('Redis Cluster: SDK → worker → S3, cancel, noeviction on every mast
         const m = parsePrometheus(await (await fetch(`http://127.0.0.1:${exporter.server.port}/metrics`)).text());
         return m.get('kmfleet_queue_up{queue="jobs"}') === 1 ? m : undefined;
       }, 10_000, 'kmfleet_queue_up 1');
-      expect(metrics.get('kmfleet_queue_prioritized{queue="jobs"}')).toBe(1); // every SDK job has a priority
+      expect(metrics.get('kmfleet_queue_jobs{queue="jobs",state="prioritized"}')).toBe(1); // every SDK job has a priority
     } finally {
       await exporter.close();
       expect((await client.cancel('cl-waiting')).outcome).toBe('removed');

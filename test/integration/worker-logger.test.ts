@@ -1,6 +1,7 @@
 /**
  * Worker log lines: every line about a job carries its id and attempt; credentials never reach a line.
  */
+import { hostname } from 'node:os';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { loadWorkerConfig, WorkerConfigError } from '../../worker/config.js';
@@ -18,14 +19,16 @@ function capture() {
 }
 
 describe('worker logger and config', () => {
-  it('job lines carry jobId and attempt; secrets are redacted', () => {
+  it('job lines carry jobId, attempt and the host; secrets are redacted', () => {
     const { lines, stream } = capture();
     const log = createLogger({ level: 'debug', destination: stream });
     const job = jobLogger(log, 'job-7', 2);
     job.info({ s3: { credentials: { accessKeyId: 'AKIA', secretAccessKey: 'shh' } }, redis: { password: 'pw' } }, 'started');
     job.child({ phase: 'iterate' }).debug({ iteration: 1 }, 'iteration');
     expect(lines).toHaveLength(2);
-    for (const l of lines) expect(l).toMatchObject({ jobId: 'job-7', attempt: 2, name: 'kmfleet-worker' });
+    for (const l of lines) expect(l).toMatchObject({ jobId: 'job-7', attempt: 2, name: 'kmfleet-worker', hostname: hostname(), pid: process.pid });
+    // without tracing, no trace fields
+    for (const l of lines) expect(l).not.toHaveProperty('trace_id');
     const text = JSON.stringify(lines);
     expect(text).not.toContain('shh');
     expect(text).not.toContain('"pw"');

@@ -5,6 +5,7 @@
  * then resumes one iteration earlier, with the same bitwise result.
  */
 import { encodeCheckpoint, type KmeansCheckpoint } from '../../core/index.js';
+import { checkpointSpan } from '../tracing.js';
 import type { CheckpointStore } from './store.js';
 
 export class BackgroundCheckpointSaver {
@@ -58,7 +59,7 @@ export class BackgroundCheckpointSaver {
 
   private async save(cp: KmeansCheckpoint): Promise<void> {
     const t = performance.now();
-    await this.store.save(cp.iteration, encodeCheckpoint(cp), this.specHash, this.datasetEtag);
+    await checkpointSpan(cp.iteration, () => this.store.save(cp.iteration, encodeCheckpoint(cp), this.specHash, this.datasetEtag));
     this.lastSaved = Math.max(this.lastSaved, cp.iteration);
     const ms = performance.now() - t;
     this.saveMs += ms;

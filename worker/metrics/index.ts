@@ -25,7 +25,7 @@
  * Metrics (all `kmfleet_*`): jobs_started_total, jobs_total{outcome}, jobs_in_progress, job_duration_seconds{outcome},
  * iteration_duration_seconds, iterations_total, rows_processed_total, rows_per_second, s3_bytes_read_total,
  * checkpoint_duration_seconds, device_memory_used_bytes{device}, device_info{backend,device,compute_capability,driver},
- * and with a queue: queue_{waiting,prioritized,delayed,active,pending}{queue}, queue_up{queue},
+ * and with a queue: queue_jobs{queue,state}, queue_pending{queue}, queue_up{queue},
  * queue_scrape_errors_total{queue}. KEDA reads max(kmfleet_queue_pending) (docs/operations.md, Autoscaling).
  */
 export {
@@ -40,6 +40,7 @@ export {
 export {
   registerQueueDepthGauges,
   QUEUE_DEPTH_METRICS,
+  QUEUE_STATES,
   type JobCountsSource,
   type QueueDepth,
   type QueueDepthGauges,

@@ -1,6 +1,8 @@
 /**
  * Queue-depth gauges, read from BullMQ on every scrape (never on a timer, so an idle fleet costs Redis nothing
- * when nobody scrapes). The autoscaler reads `kmfleet_queue_pending` = waiting + prioritized + active:
+ * when nobody scrapes): `kmfleet_queue_jobs{state}`, one series per state, and `kmfleet_queue_pending`, the one
+ * series the autoscaler reads (a sum over states would have to be taken per pod before the max() across pods,
+ * which KEDA's query should not have to spell out) = waiting + prioritized + active:
  *
  *  - waiting and prioritized are the work not yet taken. Prioritized jobs live in a ZSET, which is why KEDA's
  *    Redis list scaler (it sees only the `wait` LIST) can't be used and we scale on this gauge instead.
@@ -10,7 +12,7 @@
  *    a GPU now. When it becomes due it moves to `wait` and the fleet scales up from there.
  *
  * Every pod that registers these gauges reports the same global numbers, so aggregate with max(), never sum().
- * One getJobCounts call (one Redis round trip) serves the five gauges of a scrape.
+ * One getJobCounts call (one Redis round trip) serves the gauges of a scrape.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
 
@@ -29,11 +31,11 @@ export interface QueueDepth {
   pending: number;
 }
 
+/** The job states `kmfleet_queue_jobs` has a series for (its `state` label). */
+export const QUEUE_STATES = ['waiting', 'prioritized', 'delayed', 'active'] as const;
+
 export const QUEUE_DEPTH_METRICS = {
-  waiting: 'kmfleet_queue_waiting',
-  prioritized: 'kmfleet_queue_prioritized',
-  delayed: 'kmfleet_queue_delayed',
-  active: 'kmfleet_queue_active',
+  jobs: 'kmfleet_queue_jobs',
   pending: 'kmfleet_queue_pending',
 } as const;
 
@@ -102,25 +104,29 @@ export function registerQueueDepthGauges(registry: Registry, source: JobCountsSo
     },
   });
 
-  const help: Record<keyof QueueDepth, string> = {
-    waiting: 'Jobs in the wait list (not yet taken)',
-    prioritized: 'Jobs waiting with a priority (a ZSET the Redis list scaler cannot see)',
-    delayed: 'Jobs delayed (retry back-off or scheduled), not counted as pending',
-    active: 'Jobs being processed by a worker now',
-    pending: 'waiting + prioritized + active: the autoscaler target (aggregate with max, not sum)',
-  };
-  for (const key of Object.keys(QUEUE_DEPTH_METRICS) as Array<keyof QueueDepth>) {
-    new Gauge({
-      name: QUEUE_DEPTH_METRICS[key],
-      help: help[key],
-      labelNames,
-      registers: [registry],
-      async collect() {
-        const d = await refresh();
-        if (d === undefined) this.reset();
-        else this.set({ queue }, d[key]);
-      },
-    });
-  }
+  new Gauge({
+    name: QUEUE_DEPTH_METRICS.jobs,
+    help:
+      'Jobs in the queue by state: waiting (not yet taken), prioritized (waiting with a priority: a ZSET the Redis ' +
+      'list scaler cannot see), delayed (retry back-off or scheduled, not counted as pending), active (being processed)',
+    labelNames: ['queue', 'state'] as const,
+    registers: [registry],
+    async collect() {
+      const d = await refresh();
+      this.reset();
+      if (d !== undefined) for (const state of QUEUE_STATES) this.set({ queue, state }, d[state]);
+    },
+  });
+  new Gauge({
+    name: QUEUE_DEPTH_METRICS.pending,
+    help: 'waiting + prioritized + active: the autoscaler target (aggregate with max, not sum)',
+    labelNames,
+    registers: [registry],
+    async collect() {
+      const d = await refresh();
+      if (d === undefined) this.reset();
+      else this.set({ queue }, d.pending);
+    },
+  });
   return { read };
 }
