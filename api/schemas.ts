@@ -59,6 +59,15 @@ export function apiSchemas(spec: z.ZodType, registry?: z.core.$ZodRegistry<{ id?
     shift: nullableNumber.meta({ description: 'sum of squared centroid shifts in the last iteration' }),
     etaMs: nullableNumber.meta({ description: 'time left if every remaining iteration runs (an upper bound)' }),
     updatedAt: ms('ms since epoch of this report'),
+    rowsPerPass: z
+      .object({
+        resident: z.number().int().meta({ description: 'rows kept on the device' }),
+        host: z.number().int().meta({ description: "rows kept in the engine's host memory" }),
+        fed: z.number().int().meta({ description: 'rows read again every pass, from fedFrom' }),
+        fedFrom: z.enum(['memory', 'disk', 's3']),
+      })
+      .optional()
+      .meta({ description: 'where each pass after the first takes its rows; absent until the engine is open' }),
   }));
 
   const JobOutputs = named('JobOutputs', z.object({

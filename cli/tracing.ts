@@ -9,6 +9,7 @@
  * Redis spans only under a span of ours or BullMQ's (a worker's idle polling makes none), naming the command alone.
  */
 import type { SpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { KmfleetInputError } from '../errors/index.js';
 
 export type TraceExporterName = 'otlp' | 'console';
 
@@ -16,11 +17,9 @@ export interface TracingSettings {
   exporters: TraceExporterName[];
 }
 
-export class TracingConfigError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'TracingConfigError';
-  }
+/** OTEL_* asks for something kmfleet does not export (bad input: exit 2). */
+export class TracingConfigError extends KmfleetInputError {
+  override readonly code = 'TRACING_CONFIG';
 }
 
 const SUPPORTED_PROTOCOL = 'http/protobuf';

@@ -38,7 +38,7 @@ export {
 export type { Limits } from './limits.js';
 
 // what a job reports
-export type { JobPhase, JobProgress } from './progress.js';
+export type { JobPhase, JobProgress, RowsPerPass } from './progress.js';
 export type { JobOutputs, JobResult, StopReason } from './results.js';
 
 // schedules and connections

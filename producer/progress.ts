@@ -28,6 +28,19 @@ export interface JobProgress {
   etaMs: number | null;
   /** ms since epoch of this report. */
   updatedAt: number;
+  /** Where each pass after the first takes its rows; absent until the worker's engine is open. */
+  rowsPerPass?: RowsPerPass;
+}
+
+/**
+ * Rows of a pass by where they come from: kept on the device (resident), kept in the engine's host memory (host), and
+ * read again every pass (fed) from the worker's memory cache, its disk cache, or S3.
+ */
+export interface RowsPerPass {
+  resident: number;
+  host: number;
+  fed: number;
+  fedFrom: 'memory' | 'disk' | 's3';
 }
 
 /** What the run has shown so far, for the ETA: one entry per iteration, and where it stops. */
@@ -99,6 +112,7 @@ export function makeProgress(args: {
   last?: IterationRecord;
   msPerIteration?: number;
   convergence?: ConvergenceTrend;
+  rowsPerPass?: RowsPerPass;
   now?: number;
 }): JobProgress {
   const { phase, iteration, maxIter, rows, last, msPerIteration, convergence } = args;
@@ -119,6 +133,7 @@ export function makeProgress(args: {
     shift: last?.shift ?? null,
     etaMs,
     updatedAt: args.now ?? Date.now(),
+    ...(args.rowsPerPass ? { rowsPerPass: args.rowsPerPass } : {}),
   };
 }
 

@@ -11,7 +11,7 @@ import { CANCEL_REASON } from '../producer/cancel.js';
 import type { CancelWatch } from './cancel-listener.js';
 import type { JobData } from '../producer/job-data.js';
 import { appendIteration } from '../producer/job-state.js';
-import { makeProgress, type JobPhase } from '../producer/progress.js';
+import { makeProgress, type JobPhase, type RowsPerPass } from '../producer/progress.js';
 import { recordResult, type JobResult } from '../producer/results.js';
 import { parseJobSpec, specHash as computeSpecHash, type JobSpec } from '../producer/spec.js';
 import { BackgroundCheckpointSaver } from './checkpoints/background-saver.js';
@@ -224,7 +224,7 @@ export class JobAttempt {
   }
 
   /** Rows by where they stay between passes, for the engine-open log. */
-  private tierPlan(): { resident: number; host: number; fed: number; fedFrom: FedFrom } {
+  private tierPlan(): RowsPerPass {
     const { residentRows, hostRows } = this.engine!.plan;
     return { resident: residentRows, host: hostRows, fed: this.source!.rows - residentRows - hostRows, fedFrom: this.fedFrom() };
   }
@@ -448,6 +448,7 @@ export class JobAttempt {
         last: last && { iteration: last.iteration, inertia: last.inertia, reassigned: last.reassigned, shift: last.shift, ms: last.ms },
         msPerIteration: recent.length ? recent.reduce((s, h) => s + h.ms, 0) / recent.length : undefined,
         convergence: spec && { history, shiftStop: spec.tol * dataVariance, reassignedStop: spec.tolReassign },
+        rowsPerPass: this.engine ? this.tierPlan() : undefined,
       }),
     );
   }

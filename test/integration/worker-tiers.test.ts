@@ -46,7 +46,8 @@ describe('worker: rows past the resident ones', () => {
       const summary = JSON.parse((await stack.s3.get('out', `tiers/${id}/summary.json`)).toString('utf8'));
       const centroids = decodeNpy(await stack.s3.get('out', `tiers/${id}/centroids.npy`));
       const labels = decodeNpy(await stack.s3.get('out', `tiers/${id}/assignments.npy`));
-      return { result, summary, centroids, labels };
+      const progress = (await stack.client.get(id))?.progress;
+      return { result, summary, centroids, labels, progress };
     } finally {
       await worker.shutdown();
     }
@@ -74,6 +75,7 @@ describe('worker: rows past the resident ones', () => {
       laterPasses: { rows: { resident, host: ROWS - resident, fed: 0 }, bytes: { fed: 0 } },
     });
     // (the random init's rows come with the spans around them: a few more bytes, the same in both jobs)
+    expect(host.progress?.rowsPerPass).toEqual({ resident, host: ROWS - resident, fed: 0, fedFrom: 's3' });
     expect(host.result.timings.s3BytesRead).toBeGreaterThanOrEqual(ROWS * ROW_BYTES);
     expect(host.result.timings.s3BytesRead).toBeLessThanOrEqual(1.02 * ROWS * ROW_BYTES);
 
