@@ -51,8 +51,9 @@ describe('kmfleet --help', () => {
   it('loads the command table only: no command module, engine, queue or S3 code', () => {
     const r = kmfleetTraced('--help');
     const ours = r.loaded.filter((u) => u.includes('/dist/')).map(nameOf).sort();
-    // errors/: the root class that the exit status is read from, with no dependency
-    expect(ours).toEqual(['cli/commands/index', 'cli/main', 'cli/options', 'errors/exit-status', 'errors/index', 'errors/kmfleet-error',
+    // errors/: the root class that the exit status is read from, with no dependency; cli/tracing: bin/kmfleet.js asks
+    // it whether OTEL_* wants traces (it loads the OpenTelemetry SDK only then)
+    expect(ours).toEqual(['cli/commands/index', 'cli/main', 'cli/options', 'cli/tracing', 'errors/exit-status', 'errors/index', 'errors/kmfleet-error',
       'errors/kmfleet-input-error', 'producer/errors/job-errors', 'producer/keys', 'producer/spec-vocabulary']);
     const packages = new Set(r.loaded.filter((u) => u.includes('/node_modules/')).map(nameOf));
     expect([...packages]).toEqual(['commander']);
