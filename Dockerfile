@@ -60,6 +60,7 @@ COPY core/ core/
 COPY worker/ worker/
 COPY cli/ cli/
 COPY api/ api/
+COPY dashboard/ dashboard/
 COPY bin/ bin/
 
 RUN KMFLEET_CUDA_ARCHS="${KMFLEET_CUDA_ARCHS}" npm run build \
@@ -93,8 +94,8 @@ COPY --from=build --chown=root:root /src/package.json ./package.json
 COPY --from=build --chown=root:root /src/node_modules ./node_modules
 COPY --from=build --chown=root:root /src/dist ./dist
 COPY --from=build --chown=root:root /src/bin ./bin
-# the dashboard's static page (kmfleet dashboard serves it from producer/dashboard/static next to dist/)
-COPY --from=build --chown=root:root /src/producer/dashboard/static ./producer/dashboard/static
+# the dashboard's static page (kmfleet dashboard serves it from dashboard/static next to dist/)
+COPY --from=build --chown=root:root /src/dashboard/static ./dashboard/static
 COPY --from=build --chown=root:root /src/build/Release/kmfleet_native.node ./build/Release/kmfleet_native.node
 
 # The NVIDIA container toolkit mounts the driver for these capabilities; nothing else from the host is needed.

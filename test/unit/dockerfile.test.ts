@@ -234,11 +234,11 @@ describe('Dockerfile', () => {
     expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && i.args.includes(`/src/${addon} ./${addon}`))).toBe(true);
   });
 
-  it('copies the dashboard static files where the dashboard server looks for them from dist/', () => {
-    const server = readFileSync(join(ROOT, 'producer', 'dashboard', 'server.ts'), 'utf8');
-    expect(server).toContain("'../../../producer/dashboard/static'");
-    expect(existsSync(join(ROOT, 'producer', 'dashboard', 'static', 'index.html'))).toBe(true);
-    expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && i.args.includes('/src/producer/dashboard/static ./producer/dashboard/static'))).toBe(true);
+  it('copies the dashboard static files where the dashboard plugin looks for them from dist/', () => {
+    const plugin = readFileSync(join(ROOT, 'dashboard', 'plugin.ts'), 'utf8');
+    expect(plugin).toContain("'../../dashboard/static'");
+    expect(existsSync(join(ROOT, 'dashboard', 'static', 'index.html'))).toBe(true);
+    expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && i.args.includes('/src/dashboard/static ./dashboard/static'))).toBe(true);
   });
 
   it('health-checks /healthz on the metrics port, and exposes that port', () => {

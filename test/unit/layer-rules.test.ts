@@ -27,7 +27,7 @@ function importsOf(file: string): string[] {
   return specs.map((s) => normalize(join(dirname(file), s)).replace(/\.js$/, '.ts'));
 }
 
-const TS_LAYERS = ['producer', 'core', 'worker', 'native', 'cli', 'api'] as const;
+const TS_LAYERS = ['producer', 'core', 'worker', 'native', 'cli', 'api', 'dashboard'] as const;
 type Layer = (typeof TS_LAYERS)[number];
 const layerOf = (path: string): Layer | undefined => TS_LAYERS.find((l) => path === l || path.startsWith(`${l}/`));
 
@@ -37,8 +37,9 @@ const MAY_IMPORT: Record<Layer, Partial<Record<Layer, (target: string) => boolea
   core: { native: (t) => t === 'native/index.ts' },
   worker: { producer: () => true, core: (t) => t === 'core/index.ts', native: (t) => t === 'native/index.ts' },
   native: {},
-  cli: { producer: () => true, core: (t) => t === 'core/index.ts', worker: () => true, native: (t) => t === 'native/index.ts', api: () => true },
+  cli: { producer: () => true, core: (t) => t === 'core/index.ts', worker: () => true, native: (t) => t === 'native/index.ts', api: () => true, dashboard: () => true },
   api: { producer: () => true, worker: (t) => t === 'worker/s3/client.ts' },
+  dashboard: { producer: () => true },
 };
 
 describe('layer rules (docs/DESIGN.md)', () => {
