@@ -15,8 +15,8 @@ import type { ScheduleInfo } from '../producer/schedule.js';
 export const QUEUE_STATES = ['waiting', 'prioritized', 'delayed', 'active', 'completed', 'failed'] as const;
 export type QueueState = (typeof QUEUE_STATES)[number];
 
-/** A page of the 'all' list merges the first offset+limit jobs of every state: bounded so a poll stays cheap. */
-export const MAX_ALL_WINDOW = 1000;
+/** The order of the states in the list of all jobs: running, then in the order they will run, then finished. */
+export const LIST_ORDER: readonly QueueState[] = ['active', 'waiting', 'prioritized', 'delayed', 'failed', 'completed'];
 export const MAX_PAGE = 200;
 
 /** One row of the jobs table. */
@@ -55,9 +55,9 @@ export interface JobPage {
   /** Jobs in that state (all states: their sum) when the page was read. */
   total: number;
   /**
-   * One state: BullMQ's order (waiting and prioritized in the order they run, delayed soonest first, finished ones
-   * latest first). All states: every active job first, then the rest newest first (the latest of created, started,
-   * finished).
+   * Each state in BullMQ's order (waiting and prioritized in the order they run, delayed soonest first, active and
+   * finished ones newest first); all states: one after the other in LIST_ORDER, so that a page is a plain slice. Counts
+   * and lists are separate reads: a job that changes state between them may show on two pages or none, once.
    */
   jobs: JobRow[];
 }
@@ -82,7 +82,6 @@ function toRow(job: Job, state: QueueState): JobRow {
   };
 }
 
-const recency = (j: JobRow) => Math.max(j.createdAt, j.startedAt ?? 0, j.finishedAt ?? 0);
 /** waiting, prioritized and delayed lists read in the order the jobs will run; the others newest first. */
 const ascending = (state: QueueState) => state === 'waiting' || state === 'prioritized' || state === 'delayed';
 
@@ -116,15 +115,15 @@ export async function jobPage(client: KmfleetClient, opts: { state?: string; off
     const s = state as QueueState;
     return { state: s, offset, limit, total: byState[s], jobs: await read(s, offset, offset + limit - 1) };
   }
-  if (offset + limit > MAX_ALL_WINDOW) {
-    throw new InvalidArgumentError(`the list of all states pages through its newest ${MAX_ALL_WINDOW} jobs; pick a state to see older ones`);
+  // the page's window [offset, offset+limit) over the states laid end to end: read only the part each state holds
+  const reads: Promise<JobRow[]>[] = [];
+  let start = 0;
+  for (const s of LIST_ORDER) {
+    const from = Math.max(offset, start), to = Math.min(offset + limit, start + byState[s]);
+    if (from < to) reads.push(read(s, from - start, to - start - 1));
+    start += byState[s];
   }
-  const perState = await Promise.all(QUEUE_STATES.map((s) => (byState[s] ? read(s, 0, offset + limit - 1) : Promise.resolve([]))));
-  const all = perState.flat();
-  const active = all.filter((j) => j.state === 'active').sort((a, b) => recency(b) - recency(a));
-  const rest = all.filter((j) => j.state !== 'active').sort((a, b) => recency(b) - recency(a));
-  const total = QUEUE_STATES.reduce((n, s) => n + byState[s], 0);
-  return { state: 'all', offset, limit, total, jobs: [...active, ...rest].slice(offset, offset + limit) };
+  return { state: 'all', offset, limit, total: start, jobs: (await Promise.all(reads)).flat().slice(0, limit) };
 }
 
 export async function jobDetail(client: KmfleetClient, jobId: string): Promise<JobInfo | null> {

@@ -118,7 +118,7 @@
     const { total } = lastPage;
     $('#page-text').textContent = total ? `${Math.min(offset + 1, total)}–${Math.min(offset + rows.length, total)} of ${total}` : '';
     $('#prev').disabled = offset === 0;
-    $('#next').disabled = offset + PAGE >= total || (filter === 'all' && offset + 2 * PAGE > 1000);
+    $('#next').disabled = offset + PAGE >= total;
   }
 
   function renderSchedules(list) {
