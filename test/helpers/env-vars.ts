@@ -27,6 +27,6 @@ export function envVarsReadByCode(root: string = ROOT): Set<string> {
       }
     }
   };
-  for (const d of ['worker', 'producer', 'cli', 'native', 'cuda', 'api']) walk(join(root, d));
+  for (const d of ['worker', 'producer', 'dashboard', 'cli', 'native', 'cuda', 'api']) walk(join(root, d));
   return names;
 }
