@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # The kmfleet worker image (docs/operations.md). Two stages:
-#   build  CUDA devel image + Node 20 from the official tarball (version and SHA-256 pinned): npm ci, the native
+#   build  CUDA devel image + Node 22 LTS from the official tarball (version and SHA-256 pinned): npm ci, the native
 #          addon for the GPUs users rent (KMFLEET_CUDA_ARCHS) and the TypeScript build, then dev deps pruned.
 #   run    CUDA base image (no toolkit): the addon links cudart statically and the driver comes from the host
 #          through the NVIDIA container toolkit. Non-root, tini as PID 1 so SIGTERM reaches the worker.
@@ -14,14 +14,19 @@
 
 ARG CUDA_VERSION=13.0.2
 ARG UBUNTU_VERSION=24.04
+# The base images by digest as well as tag: a re-pushed tag can't change what is built. Change a digest with its tag
+# (CUDA_VERSION, UBUNTU_VERSION); read the current ones with
+#   docker buildx imagetools inspect nvidia/cuda:13.0.2-devel-ubuntu24.04   (the "Digest:" of the index, all platforms)
+ARG CUDA_DEVEL_DIGEST=sha256:5dc1bca23d05bd37b011be68ec470c03b403a5da07ec3a86e41af9470e9d0cc6
+ARG CUDA_BASE_DIGEST=sha256:2ab6381d970b211fb93853796dc6707eb8a72575a375c422b17cf4d8b2641701
 
 # ---------------------------------------------------------------------------------------------------------------
-FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu${UBUNTU_VERSION} AS build
+FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu${UBUNTU_VERSION}@${CUDA_DEVEL_DIGEST} AS build
 
-# Node 20 from nodejs.org, checksums from its SHASUMS256.txt: a tampered or truncated download fails the build.
-ARG NODE_VERSION=20.20.2
-ARG NODE_SHA256_AMD64=df770b2a6f130ed8627c9782c988fda9669fa23898329a61a871e32f965e007d
-ARG NODE_SHA256_ARM64=73093db209e4e9e09dd7d15a47aeaab1b74833830df03efa5f942a1122c5fa71
+# Node 22 (LTS) from nodejs.org, checksums from its SHASUMS256.txt: a tampered or truncated download fails the build.
+ARG NODE_VERSION=22.22.2
+ARG NODE_SHA256_AMD64=88fd1ce767091fd8d4a99fdb2356e98c819f93f3b1f8663853a2dee9b438068a
+ARG NODE_SHA256_ARM64=e9e1930fd321a470e29bb68f30318bf58e3ecb4acb4f1533fb19c58328a091fe
 ARG TARGETARCH
 # CUDA architectures of the addon: A100 (80), A10G (86), L4/L40S (89), H100/H200 (90). Read by CMakeLists.txt.
 ARG KMFLEET_CUDA_ARCHS="80;86;89;90"
@@ -61,6 +66,7 @@ COPY core/ core/
 COPY worker/ worker/
 COPY cli/ cli/
 COPY api/ api/
+COPY dashboard/ dashboard/
 COPY bin/ bin/
 
 RUN KMFLEET_CUDA_ARCHS="${KMFLEET_CUDA_ARCHS}" npm run build \
@@ -68,9 +74,9 @@ RUN KMFLEET_CUDA_ARCHS="${KMFLEET_CUDA_ARCHS}" npm run build \
  && npm prune --omit=dev --no-audit --no-fund
 
 # ---------------------------------------------------------------------------------------------------------------
-FROM nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION} AS run
+FROM nvidia/cuda:${CUDA_VERSION}-base-ubuntu${UBUNTU_VERSION}@${CUDA_BASE_DIGEST} AS run
 
-ARG NODE_VERSION=20.20.2
+ARG NODE_VERSION=22.22.2
 LABEL org.opencontainers.image.title="kmfleet worker" \
       org.opencontainers.image.description="GPU worker for exact k-means clustering jobs (BullMQ, S3, CUDA)" \
       org.opencontainers.image.licenses="Apache-2.0"
@@ -94,8 +100,8 @@ COPY --from=build --chown=root:root /src/package.json ./package.json
 COPY --from=build --chown=root:root /src/node_modules ./node_modules
 COPY --from=build --chown=root:root /src/dist ./dist
 COPY --from=build --chown=root:root /src/bin ./bin
-# the dashboard's static page (kmfleet dashboard serves it from producer/dashboard/static next to dist/)
-COPY --from=build --chown=root:root /src/producer/dashboard/static ./producer/dashboard/static
+# the dashboard's static page (kmfleet dashboard serves it from dashboard/static next to dist/)
+COPY --from=build --chown=root:root /src/dashboard/static ./dashboard/static
 COPY --from=build --chown=root:root /src/build/Release/kmfleet_native.node ./build/Release/kmfleet_native.node
 
 # The NVIDIA container toolkit mounts the driver for these capabilities; nothing else from the host is needed.

@@ -1,5 +1,5 @@
 /**
- * Which Host headers kmfleet's HTTP servers answer: `kmfleet dashboard` (producer/dashboard/server.ts) and `kmfleet api`
+ * Which Host headers kmfleet's HTTP servers answer: `kmfleet dashboard` (dashboard/server.ts) and `kmfleet api`
  * (api/server.ts) refuse the others with 421, on every path.
  *
  * A DNS-rebinding page is served from its own name, then points that name at 127.0.0.1: the browser treats the

@@ -136,6 +136,13 @@ export interface RemoveResult {
   state: JobState | null;
 }
 
+export interface PromoteResult {
+  id: string;
+  /** 'promoted': a delayed job (a retry's back-off, a later start) moved to the queue to run now; 'not-delayed': left alone. */
+  outcome: 'promoted' | 'not-delayed' | 'not-found';
+  state: JobState | null;
+}
+
 export interface CancelResult {
   id: string;
   outcome: CancelOutcome;

@@ -31,6 +31,7 @@ import {
   type KmfleetClientOptions,
   type ListOptions,
   type ProgressUpdate,
+  type PromoteResult,
   type RemoveResult,
   type RetryResult,
   type WaitOptions,
@@ -343,6 +344,27 @@ export class KmfleetClient {
       if (removed !== 1) return { id: jobId, outcome: 'active', state: 'active' }; // a worker took it meanwhile
       await clearJobState(this.redis, this.keys, jobId);
       return { id: jobId, outcome: 'removed', state };
+    });
+  }
+
+  /**
+   * Runs a delayed job now: a retry waiting out its back-off, a job enqueued with `delayMs`, a schedule's next run
+   * (the schedule goes on from it). Jobs in other states are left alone ('not-delayed').
+   */
+  async promote(jobId: string): Promise<PromoteResult> {
+    return this.guard(async () => {
+      const job = await (await this.queue()).getJob(jobId);
+      if (!job) return { id: jobId, outcome: 'not-found', state: null };
+      const state = await stateOf(job);
+      if (state !== 'delayed') return { id: jobId, outcome: 'not-delayed', state };
+      try {
+        await job.promote();
+      } catch (err) {
+        // it became due (or was removed) between the read and the promote
+        if (!/not in the delayed state|missing/i.test((err as Error).message)) throw err;
+        return { id: jobId, outcome: 'not-delayed', state: await stateOf(job) };
+      }
+      return { id: jobId, outcome: 'promoted', state };
     });
   }
 

@@ -8,6 +8,9 @@
  *   query: ?db=N (instead of /N)
  *   REDIS_CLUSTER_NODES=host:port,…                          Redis Cluster seed nodes; REDIS_URL then gives only the
  *                                                             scheme, user and password (producer/redis-cluster.ts)
+ *   REDIS_PASSWORD=…                                          the password, for a REDIS_URL without one (its user part,
+ *                                                             if any, is then the ACL user): the URL can live in a
+ *                                                             ConfigMap, the password in a Secret (as is: no escaping)
  *
  * Connections are made in one place, producer/redis-factory.ts, which picks a node or a cluster from these options.
  */
@@ -84,7 +87,20 @@ export function parseRedisUrl(url: string): RedisConnectionOptions {
  * REDIS_CLUSTER_NODES, cluster mode.
  */
 export function connectionFromEnv(env: NodeJS.ProcessEnv = process.env, url?: string): RedisConnectionOptions {
-  const base = parseRedisUrl(url || env.REDIS_URL || DEFAULT_REDIS_URL);
+  const text = url || env.REDIS_URL || DEFAULT_REDIS_URL;
+  const base = parseRedisUrl(text);
+  const password = env.REDIS_PASSWORD;
+  if (password) {
+    const u = new URL(text.trim());
+    if (u.username && !u.password) {
+      // redis://app@host with REDIS_PASSWORD: `app` is the ACL user, not a bare password
+      base.username = base.password;
+    } else if (base.password !== undefined && base.password !== password) {
+      // two different passwords: which one is meant can't be known, and guessing would hide a stale Secret
+      throw new ConnectionConfigError('REDIS_URL and REDIS_PASSWORD give two different passwords: keep one of them');
+    }
+    base.password = password;
+  }
   const nodes = env.REDIS_CLUSTER_NODES?.trim();
   return nodes ? withClusterNodes(base, parseClusterNodes(nodes)) : base;
 }

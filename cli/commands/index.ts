@@ -163,7 +163,9 @@ export function defineCommands(program: Command): void {
           'only localhost, 127.0.0.1, [::1] and the bound address are answered otherwise (421: DNS rebinding)',
         (v: string, prev: string[] = []) => [...prev, v],
       )
-      .option('--allow-cancel', 'show a cancel button on unfinished jobs'),
+      .option('--allow-actions', 'show cancel, retry, remove and promote buttons (off: read-only)')
+      // the flag's name before retry, remove and promote joined cancel
+      .addOption(new Option('--allow-cancel').hideHelp().implies({ allowActions: true })),
   ).action(lazy(() => import('./dashboard.js')));
 
   addConnectionOptions(

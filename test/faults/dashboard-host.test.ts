@@ -2,8 +2,8 @@
  * DNS rebinding against `kmfleet dashboard`: a page on another site rebinds its name to 127.0.0.1 and becomes
  * same-origin with the dashboard, but its requests still carry its own name as Host. Real HTTP requests with forged
  * Host headers (node:http), against the real server on a real redis-server, and against the real CLI process:
- *   - every endpoint (static page and files, each API, cancel with --allow-cancel, unknown paths) answers 421 to a
- *     foreign Host (also a missing one, and names that only start like ours), leaks no job data, and cancels nothing;
+ *   - every endpoint (static page and files, each API, each action with --allow-actions, unknown paths) answers 421 to
+ *     a foreign Host (also a missing one, and names that only start like ours), leaks no job data, and changes nothing;
  *   - localhost, 127.0.0.1 and [::1] on any port (ssh tunnels), the bound address with its port (each address of the
  *     machine when bound to 0.0.0.0) and the `--allowed-host` names are answered;
  *   - a malformed --allowed-host is refused at start (exit 2).
@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KmfleetClient } from '../../producer/client.js';
 import { ArgumentError } from '../../producer/errors/index.js';
-import { startDashboard, type DashboardServer } from '../../producer/dashboard/server.js';
+import { startDashboard, type DashboardServer } from '../../dashboard/server.js';
 import { ensureDistBuilt } from '../helpers/dist-build.js';
 import { startRedisServer, type RedisServerHandle } from '../helpers/redis-server.js';
 
@@ -53,10 +53,15 @@ const ENDPOINTS: [string, string, Record<string, string>?][] = [
   ['GET', '/favicon.ico'],
   ['GET', '/api/config'],
   ['GET', '/api/queue'],
+  ['GET', '/api/jobs?state=waiting'],
   ['GET', `/api/jobs/${JOB}`],
   ['GET', `/api/jobs/${JOB}/iterations`],
   ['GET', `/api/models/${MODEL}/history`],
   ['POST', `/api/jobs/${JOB}/cancel`, { 'X-Kmfleet': 'cancel' }],
+  ['POST', `/api/jobs/${JOB}/remove`, { 'X-Kmfleet': 'remove' }],
+  ['POST', `/api/jobs/${JOB}/retry`, { 'X-Kmfleet': 'retry' }],
+  ['POST', `/api/jobs/${JOB}/promote`, { 'X-Kmfleet': 'promote' }],
+  ['DELETE', `/api/jobs/${JOB}`],
   ['GET', '/no/such/thing'],
 ];
 
@@ -70,7 +75,7 @@ describe('dashboard: only requests that name this server are answered', () => {
     redis = await startRedisServer();
     client = new KmfleetClient({ connection: redis.url });
     await client.enqueue({ dataset: { uri: 's3://data/x.npy' }, k: 4, output: 's3://out/runs', name: MODEL }, { jobId: JOB });
-    dash = await startDashboard({ client, port: 0, allowCancel: true, allowedHosts: ['kmfleet.example.com', 'proxy.internal:8443'] });
+    dash = await startDashboard({ client, port: 0, actions: true, allowedHosts: ['kmfleet.example.com', 'proxy.internal:8443'] });
     port = Number(new URL(dash.url).port);
   });
   afterAll(async () => {
@@ -79,7 +84,7 @@ describe('dashboard: only requests that name this server are answered', () => {
     await redis?.stop();
   });
 
-  it('refuses foreign Hosts with 421 on every endpoint, leaking nothing and cancelling nothing', async () => {
+  it('refuses foreign Hosts with 421 on every endpoint, leaking nothing and changing nothing', async () => {
     const foreign = [
       `evil.example:${port}`,
       'evil.example',
@@ -144,7 +149,7 @@ describe('dashboard: only requests that name this server are answered', () => {
 
   it('`kmfleet dashboard --allowed-host` (the CLI process): foreign Host 421, the named proxy answered; a bad name exits 2', async () => {
     ensureDistBuilt();
-    const proc = spawn(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), 'dashboard', '--port', '0', '--allow-cancel', '--allowed-host', 'dash.example.org', '--allowed-host', 'gw.example.org:8443'], {
+    const proc = spawn(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), 'dashboard', '--port', '0', '--allow-actions', '--allowed-host', 'dash.example.org', '--allowed-host', 'gw.example.org:8443'], {
       env: { ...process.env, REDIS_URL: redis.url },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -163,7 +168,7 @@ describe('dashboard: only requests that name this server are answered', () => {
       expect((await send(p, 'POST', `/api/jobs/${JOB}/cancel`, `evil.example:${p}`, { 'X-Kmfleet': 'cancel' })).status).toBe(421);
       expect((await send(p, 'GET', '/', `gw.example.org:${p}`)).status).toBe(421);
       expect((await send(p, 'GET', '/', 'gw.example.org:8443')).status).toBe(200);
-      const q = await send(p, 'GET', '/api/queue', 'dash.example.org');
+      const q = await send(p, 'GET', '/api/jobs', 'dash.example.org');
       expect(q.status).toBe(200);
       expect(q.body).toContain(JOB);
       expect((await client.get(JOB))?.cancelRequested).toBeFalsy();

@@ -26,7 +26,7 @@ function newestMtime(dir: string): number {
 export function ensureDistBuilt(): void {
   const entry = join(ROOT, 'dist', 'cli', 'main.js');
   const built = existsSync(entry) ? statSync(entry).mtimeMs : 0;
-  const sources = Math.max(...['errors', 'producer', 'core', 'worker', 'native', 'cli', 'api'].map((d) => newestMtime(join(ROOT, d))));
+  const sources = Math.max(...['errors', 'producer', 'dashboard', 'core', 'worker', 'native', 'cli', 'api'].map((d) => newestMtime(join(ROOT, d))));
   if (sources > built || !distBuilt()) {
     try {
       execFileSync(process.execPath, [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(ROOT, 'tsconfig.json')], { stdio: 'pipe' });

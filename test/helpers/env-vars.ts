@@ -28,6 +28,6 @@ export function envVarsReadByCode(root: string = ROOT): Set<string> {
       }
     }
   };
-  for (const d of ['errors', 'worker', 'producer', 'cli', 'native', 'cuda', 'api']) walk(join(root, d));
+  for (const d of ['errors', 'worker', 'producer', 'dashboard', 'cli', 'native', 'cuda', 'api']) walk(join(root, d));
   return names;
 }

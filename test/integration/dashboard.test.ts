@@ -1,10 +1,13 @@
 /**
  * `kmfleet dashboard` against a real redis-server and a real BullMQ worker in this process that runs a job
  * slowly, writing progress and iteration records with the producer helpers (as the real worker does):
- *   1. the JSON API: counts by state, recent jobs, schedules, one job's progress and iterations, model history;
+ *   1. the JSON API: counts by state, jobs, schedules, one job's progress and iterations, model history;
  *   2. a real browser (Debian's /usr/bin/chromium through playwright-core): the page shows the running job's
- *      progress, its convergence curve has one point per iteration written, follows new iterations live, and
- *      shows a hostile failure reason as text. Skipped, with the reason printed, when chromium is missing.
+ *      progress, its convergence curve (log scale: point heights follow log10 of the inertia; linear on a click) has
+ *      one point per iteration written, follows new iterations live, says that a failed job failed (and where)
+ *      instead of its last phase, and shows a hostile failure reason as text. Skipped, with the reason printed, when
+ *      chromium is missing.
+ * Pagination, the sub-path mount and the job actions: dashboard-mount.test.ts.
  * Set KMFLEET_DASHBOARD_SCREENSHOT=docs/dashboard.png to refresh the README's screenshot.
  */
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
@@ -14,8 +17,8 @@ import { UnrecoverableError, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KmfleetClient } from '../../producer/client.js';
-import { startDashboard, type DashboardServer } from '../../producer/dashboard/server.js';
-import type { QueueSnapshot } from '../../producer/dashboard/snapshot.js';
+import { startDashboard, type DashboardServer } from '../../dashboard/server.js';
+import type { JobPage, QueueSnapshot } from '../../dashboard/snapshot.js';
 import type { JobData } from '../../producer/job-data.js';
 import { appendIteration, type IterationRecord } from '../../producer/job-state.js';
 import { keyspace } from '../../producer/keys.js';
@@ -59,7 +62,11 @@ async function getJson<T>(path: string): Promise<{ status: number; body: T }> {
 
 async function processor(job: Job): Promise<JobResult> {
   const data = job.data as JobData;
-  if (data.spec.name === 'broken') throw new UnrecoverableError(EVIL);
+  if (data.spec.name === 'broken') {
+    // what the real worker reports before it opens the dataset: the page must not show this as if it still ran
+    await job.updateProgress(makeProgress({ phase: 'opening', iteration: 0, maxIter: MAX_ITER, rows: 0 }));
+    throw new UnrecoverableError(EVIL);
+  }
   const startedAt = Date.now();
   let last: IterationRecord | undefined;
   for (let i = 1; i <= MAX_ITER; i++) {
@@ -98,7 +105,7 @@ beforeAll(async () => {
   await client.enqueue(spec('emb-v2'), { jobId: 'urgent-1', priority: 3 });
   await client.enqueue(spec('emb-v2'), { jobId: 'later-1', delayMs: 3_600_000 });
   await client.schedule('nightly', { cron: '0 3 * * *' }, spec('nightly'));
-  dash = await startDashboard({ client, port: 0, allowCancel: true });
+  dash = await startDashboard({ client, port: 0, actions: true });
 });
 
 afterAll(async () => {
@@ -116,14 +123,18 @@ describe('dashboard JSON API', () => {
     expect(status).toBe(200);
     // delayed: later-1 and the schedule's next run; every SDK job has a priority (BullMQ's prioritized set)
     expect(body.counts).toEqual({ waiting: 0, prioritized: 2, delayed: 2, active: 1, completed: 0, failed: 1 });
-    const byId = new Map(body.jobs.map((j) => [j.id, j]));
-    expect(body.jobs[0].id).toBe('run-1'); // active jobs first
+    const { body: page } = await getJson<JobPage>('/api/jobs');
+    expect(page).toMatchObject({ state: 'all', offset: 0, total: 6 });
+    const byId = new Map(page.jobs.map((j) => [j.id, j]));
+    expect(page.jobs[0].id).toBe('run-1'); // active jobs first
     expect(byId.get('run-1')).toMatchObject({ state: 'active', name: 'emb-v2', k: 8, progress: { iteration: 5, maxIter: MAX_ITER, phase: 'iterating' } });
     expect(byId.get('broken-1')).toMatchObject({ state: 'failed', failedReason: EVIL });
     expect(byId.get('next-1')?.state).toBe('prioritized');
     expect(byId.get('urgent-1')?.state).toBe('prioritized');
     expect(byId.get('later-1')?.state).toBe('delayed');
     expect(body.schedules.map((s) => [s.name, s.cron])).toEqual([['nightly', '0 3 * * *']]);
+    const { body: config } = await getJson<{ actions: string[] }>('/api/config');
+    expect(config.actions).toEqual(['cancel', 'retry', 'remove', 'promote']);
   });
 
   it('returns one job, its iterations, 404 for an unknown job', async () => {
@@ -138,7 +149,7 @@ describe('dashboard JSON API', () => {
     expect((await getJson('/api/jobs/nope-1')).status).toBe(404);
     expect((await getJson('/api/jobs/a%20b/iterations')).status).toBe(404);
     // a scheduler's job id holds ':' (repeat:<name>:<millis>): the page sends it URL-encoded
-    const { body: q } = await getJson<QueueSnapshot>('/api/queue');
+    const { body: q } = await getJson<JobPage>('/api/jobs?state=delayed');
     const scheduled = q.jobs.find((j) => j.scheduler === 'nightly')!;
     expect(scheduled.id).toMatch(/^repeat:nightly:\d+$/);
     expect((await getJson<{ state: string }>(`/api/jobs/${encodeURIComponent(scheduled.id)}`)).body.state).toBe('delayed');
@@ -194,6 +205,20 @@ describe.skipIf(browserReason !== null)('dashboard in a real browser (Debian chr
       expect(await page.textContent('#detail')).toContain('Convergence · 5 iterations');
       expect(await page.locator('tr[data-job="run-1"]').textContent()).toContain('5 / 20');
 
+      // the curve is on a log scale: each point's height is linear in log10(inertia), not in the inertia
+      const heights = async () => page.$$eval('#detail circle.pt', (cs) => cs.map((c) => Number(c.getAttribute('cy'))));
+      const slopes = (cy: number[], f: (x: number) => number) =>
+        cy.slice(1).map((y, i) => (y - cy[0]) / (f(inertiaAt(i + 2)) - f(inertiaAt(1))));
+      const spread = (xs: number[]) => (Math.max(...xs) - Math.min(...xs)) / Math.abs(xs[0]);
+      expect(await page.getAttribute('#detail svg.chart', 'data-scale')).toBe('log');
+      expect(spread(slopes(await heights(), Math.log10))).toBeLessThan(0.02);
+      expect(spread(slopes(await heights(), (x) => x))).toBeGreaterThan(0.1);
+      await page.click('#scale');
+      await page.waitForFunction(() => document.querySelector('#detail svg.chart')?.getAttribute('data-scale') === 'linear');
+      expect(spread(slopes(await heights(), (x) => x))).toBeLessThan(0.02);
+      await page.click('#scale');
+      await page.waitForFunction(() => document.querySelector('#detail svg.chart')?.getAttribute('data-scale') === 'log');
+
       // live: the worker writes 3 more iterations; the page follows without a reload
       target = 8;
       await page.waitForFunction(() => document.querySelector('#detail polyline.curve')?.getAttribute('data-points') === '8');
@@ -207,12 +232,17 @@ describe.skipIf(browserReason !== null)('dashboard in a real browser (Debian chr
       await page.click('tr[data-job="broken-1"]');
       await page.waitForFunction(() => document.querySelector('#detail .failure') !== null);
       expect(await page.textContent('#detail .failure')).toBe(EVIL);
+      // a failed job says it failed, and where: not its last phase as if it still ran
+      expect(await page.textContent('#progress-text')).toBe('failed while opening · at iteration 0 / 20 · 1 attempt');
+      expect(await page.locator('tr[data-job="broken-1"] td.stopped').textContent()).toBe('failed at 0 / 20');
+      expect(await page.locator('#detail button#retry').count()).toBe(1); // a failed job can be retried, not cancelled
+      expect(await page.locator('#detail button#cancel').count()).toBe(0);
       expect(await page.textContent('tr[data-job="broken-1"] .reason')).toBe(EVIL);
       expect(await page.locator('img').count()).toBe(0);
       expect(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned)).toBeUndefined();
       expect(errors).toEqual([]);
 
-      // the cancel button (allowCancel) goes through the SDK: a waiting job is removed, and the page says so
+      // the cancel button (actions on) goes through the SDK: a waiting job is removed, and the page says so
       page.once('dialog', (d) => void d.accept());
       await page.click('tr[data-job="next-1"]');
       await page.waitForFunction(() => document.querySelector('#detail h3')?.textContent === 'next-1' && document.querySelector('#cancel'));
@@ -237,7 +267,9 @@ describe('dashboard JSON API when the job finishes', () => {
     expect(body.counts.completed).toBe(1);
     expect(body.counts.active).toBe(0);
     expect(body.counts.prioritized).toBe(1);
-    const row = body.jobs.find((j) => j.id === 'run-1')!;
+    const { body: done } = await getJson<JobPage>('/api/jobs?state=completed');
+    expect(done.total).toBe(1);
+    const row = done.jobs.find((j) => j.id === 'run-1')!;
     expect(row).toMatchObject({ state: 'completed', result: { iterations: written, inertia: inertiaAt(written), converged: true } });
     const history = await getJson<JobResult[]>('/api/models/emb-v2/history');
     expect(history.body.map((r) => [r.jobId, r.iterations])).toEqual([['run-1', written]]);

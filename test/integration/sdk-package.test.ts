@@ -59,7 +59,7 @@ afterAll(async () => {
 describe('npm pack', () => {
   it('ships the built SDK, the CLI and the README, not the sources, tests or benchmarks', () => {
     for (const f of ['dist/producer/index.js', 'dist/producer/index.d.ts', 'dist/errors/index.js', 'dist/cli/main.js', 'bin/kmfleet.js', 'README.md',
-      'package.json', 'producer/README.md', 'producer/dashboard/static/index.html']) {
+      'package.json', 'producer/README.md', 'dist/dashboard/server.js', 'dashboard/static/index.html']) {
       expect(files, f).toContain(f);
     }
     const stray = files.filter((f) => /^(test|bench|scripts|infra|native|cuda|worker|cli)\//.test(f) ||

@@ -151,30 +151,37 @@ describe('the Dockerfile parser', () => {
 describe('Dockerfile', () => {
   it('has two stages: build on the CUDA devel image, run on the CUDA base/runtime image, same CUDA version', () => {
     expect(df.stages.map((s) => s.name)).toEqual(['build', 'run']);
-    const dev = /^nvidia\/cuda:(13\.0\.\d+)-devel-ubuntu24\.04$/.exec(build.base);
-    const rt = /^nvidia\/cuda:(13\.0\.\d+)-(base|runtime)-ubuntu24\.04$/.exec(run.base);
+    const dev = /^nvidia\/cuda:(13\.0\.\d+)-devel-ubuntu24\.04@/.exec(build.base);
+    const rt = /^nvidia\/cuda:(13\.0\.\d+)-(base|runtime)-ubuntu24\.04@/.exec(run.base);
     expect(dev, build.base).not.toBeNull();
     expect(rt, run.base).not.toBeNull();
     expect(rt![1]).toBe(dev![1]);
   });
 
-  it('pins every base image: an explicit tag (or digest), never latest, and no ARG without a default in FROM', () => {
+  it('pins every base image by tag and digest, never latest, and no ARG without a default in FROM', () => {
     for (const s of df.stages) {
       expect(s.base, s.rawBase).not.toMatch(/\$/);
-      expect(s.base).toMatch(/(:[\w][\w.-]*|@sha256:[0-9a-f]{64})$/);
-      expect(s.base).not.toMatch(/:latest$/);
+      expect(s.base).toMatch(/^[\w./-]+:[\w][\w.-]*@sha256:[0-9a-f]{64}$/);
+      expect(s.base).not.toMatch(/:latest@/);
     }
     expect(text).not.toMatch(/:latest\b/);
+    // two images, two digests (a digest copied to the other FROM would pull the wrong image)
+    expect(new Set(df.stages.map((s) => s.base.split('@')[1])).size).toBe(df.stages.length);
   });
 
-  it('installs Node 20 from the official tarball with its SHA-256 checked, matching package.json engines', () => {
+  it('installs Node 22 (a maintained LTS) from the official tarball with its SHA-256 checked, within package.json engines', () => {
     const args = stageArgs(build);
     const version = args.get('NODE_VERSION')!;
-    expect(version).toMatch(/^20\.\d+\.\d+$/);
+    expect(version).toMatch(/^22\.\d+\.\d+$/);
+    // engines is a list of caret ranges (^major.minor.patch || …): the image's Node is inside one of them
     const engines = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).engines.node as string;
-    const min = /^>=(\d+)\.(\d+)/.exec(engines)!;
-    const [maj, minor] = version.split('.').map(Number);
-    expect(maj === Number(min[1]) ? minor >= Number(min[2]) : maj > Number(min[1])).toBe(true);
+    const ranges = engines.split('||').map((r) => /^\s*\^(\d+)\.(\d+)\.(\d+)\s*$/.exec(r));
+    expect(ranges.every(Boolean), engines).toBe(true);
+    const [maj, minor, patch] = version.split('.').map(Number);
+    expect(ranges.some((m) => Number(m![1]) === maj && (minor > Number(m![2]) || (minor === Number(m![2]) && patch >= Number(m![3]))))).toBe(true);
+    // and so is the Node this suite runs on (the toolchain the tests vouch for)
+    const [tmaj, tmin] = process.versions.node.split('.').map(Number);
+    expect(ranges.some((m) => Number(m![1]) === tmaj && tmin >= Number(m![2])), `Node ${process.versions.node} vs ${engines}`).toBe(true);
     expect(args.get('NODE_SHA256_AMD64')).toMatch(/^[0-9a-f]{64}$/);
     expect(args.get('NODE_SHA256_ARM64')).toMatch(/^[0-9a-f]{64}$/);
     const dl = runs(build).find((r) => r.includes('nodejs.org/dist/'));
@@ -234,11 +241,11 @@ describe('Dockerfile', () => {
     expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && i.args.includes(`/src/${addon} ./${addon}`))).toBe(true);
   });
 
-  it('copies the dashboard static files where the dashboard server looks for them from dist/', () => {
-    const server = readFileSync(join(ROOT, 'producer', 'dashboard', 'server.ts'), 'utf8');
-    expect(server).toContain("'../../../producer/dashboard/static'");
-    expect(existsSync(join(ROOT, 'producer', 'dashboard', 'static', 'index.html'))).toBe(true);
-    expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && i.args.includes('/src/producer/dashboard/static ./producer/dashboard/static'))).toBe(true);
+  it('copies the dashboard static files where the dashboard plugin looks for them from dist/', () => {
+    const plugin = readFileSync(join(ROOT, 'dashboard', 'plugin.ts'), 'utf8');
+    expect(plugin).toContain("'../../dashboard/static'");
+    expect(existsSync(join(ROOT, 'dashboard', 'static', 'index.html'))).toBe(true);
+    expect(run.instructions.some((i) => i.keyword === 'COPY' && i.flags.from === 'build' && i.args.includes('/src/dashboard/static ./dashboard/static'))).toBe(true);
   });
 
   it('health-checks /healthz on the metrics port, and exposes that port', () => {

@@ -13,7 +13,7 @@ import { EXIT_STATUS, KmfleetError, KmfleetInputError } from '../../errors/index
 import { EngineError } from '../../native/index.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
-const LAYERS = ['errors', 'producer', 'core', 'worker', 'native', 'cli', 'api'];
+const LAYERS = ['errors', 'producer', 'core', 'worker', 'native', 'cli', 'api', 'dashboard'];
 
 function tsFiles(dir: string): string[] {
   const out: string[] = [];

@@ -49,6 +49,14 @@ async function exportedSeriesNames(): Promise<Set<string>> {
 }
 
 describe('infra/compose/compose.yaml', () => {
+  it('is named by its top-level name:, which only Compose v2 reads; docs/operations.md says so, not that v1 works', () => {
+    expect(compose.name).toBe('kmfleet');
+    const ops = readFileSync(join(ROOT, 'docs', 'operations.md'), 'utf8');
+    expect(ops).toMatch(/needs \*\*Docker Compose v2\*\*/);
+    expect(ops).toMatch(/docker-compose` v1[\s\S]{0,80}rejects/);
+    expect(ops).not.toMatch(/docker-compose config` \(v1/);
+  });
+
   it('has the fleet: Redis, MinIO + bucket creation, workers (CPU and GPU profile), exporter, Prometheus, dashboard', () => {
     expect(Object.keys(services).sort()).toEqual(
       ['dashboard', 'grafana', 'minio', 'minio-init', 'prometheus', 'queue-exporter', 'redis', 'worker', 'worker-gpu'].sort(),

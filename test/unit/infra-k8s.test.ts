@@ -15,6 +15,7 @@ import { ConfigMap, Namespace, Secret, Service, ServiceAccount } from 'kubernete
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { DEFAULT_METRICS_PORT, HEALTH_PATH, METRICS_PATH, READY_PATH } from '../../worker/metrics/index.js';
 import { loadWorkerConfig } from '../../worker/config.js';
 import { envVarsReadByCode } from '../helpers/env-vars.js';
@@ -82,6 +83,7 @@ const MODELS: Record<string, new (data: Obj) => { validate(): void }> = {
   'apps/v1/Deployment': Deployment,
   'apps/v1/StatefulSet': StatefulSet,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
+  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
 };
 const CRDS = new Set(['keda.sh/v1alpha1/ScaledObject', 'monitoring.coreos.com/v1/ServiceMonitor', 'monitoring.coreos.com/v1/PrometheusRule']);
 
@@ -400,8 +402,20 @@ describe('services, budget, autoscaling, Redis', () => {
     expect(directive('dir')).toBe('/data');
     const c = redis.spec.template.spec.containers[0];
     const mount = c.volumeMounts.find((m: Obj) => m.name === 'config').mountPath;
-    expect(c.args[0]).toBe(`${mount}/redis.conf`);
-    expect(c.args).toContain('--requirepass');
+    expect(c.args).toEqual([`${mount}/redis.conf`]); // the password is no argument
+    // requirepass: a file the init container writes into the in-memory volume that redis.conf includes last
+    const init = redis.spec.template.spec.initContainers.find((i: Obj) => i.name === 'auth-config');
+    const authDir = init.volumeMounts.find((m: Obj) => m.name === 'auth').mountPath;
+    expect(c.volumeMounts.find((m: Obj) => m.name === 'auth')).toMatchObject({ mountPath: authDir, readOnly: true });
+    expect(redis.spec.template.spec.volumes.find((v: Obj) => v.name === 'auth').emptyDir.medium).toBe('Memory');
+    const includes = [...conf.matchAll(/^include\s+(\S+)$/gm)].map((m) => m[1]);
+    expect(includes).toEqual([`${authDir}/auth.conf`]);
+    expect(conf.trim().split('\n').pop()!.trim()).toBe(`include ${authDir}/auth.conf`); // last: nothing overrides it
+    expect(init.command.join(' ')).toContain(`> ${authDir}/auth.conf`);
+    expect(init.env.find((e: Obj) => e.name === 'REDIS_PASSWORD').valueFrom.secretKeyRef.key).toBe('REDIS_PASSWORD');
+    // the probes' redis-cli reads the password from REDISCLI_AUTH, the same Secret key
+    expect(c.env.find((e: Obj) => e.name === 'REDISCLI_AUTH').valueFrom.secretKeyRef.key).toBe('REDIS_PASSWORD');
+    expect(c.readinessProbe.exec.command.join(' ')).toMatch(/redis-cli ping/);
     expect(c.volumeMounts.find((m: Obj) => m.name === 'data').mountPath).toBe('/data');
     expect(redis.spec.volumeClaimTemplates[0].metadata.name).toBe('data');
     const headless = get('Service', redis.spec.serviceName);
@@ -411,5 +425,31 @@ describe('services, budget, autoscaling, Redis', () => {
     expect(url.hostname).toBe('kmfleet-redis');
     expect(find('Service', url.hostname)).toBeDefined();
     expect(decodeURIComponent(url.password)).toBe(secretExample.stringData.REDIS_PASSWORD);
+  });
+});
+
+describe('who may reach Redis (protected-mode no)', () => {
+  const policy = get('NetworkPolicy', 'kmfleet-redis');
+  const conf = get('ConfigMap', 'kmfleet-redis-config').data['redis.conf'] as string;
+  const clientLabel = policy.spec.ingress[0].from[0].podSelector.matchLabels as Record<string, string>;
+
+  it('a NetworkPolicy selects the Redis pods and admits only labelled pods of this namespace, on the Redis port', () => {
+    expect(conf).toMatch(/^protected-mode no$/m); // the reason the policy must exist
+    expect(selects(policy.spec.podSelector.matchLabels, redis.spec.template.metadata.labels)).toBe(true);
+    expect(policy.spec.policyTypes).toEqual(['Ingress']);
+    expect(policy.spec.ingress).toHaveLength(1);
+    const [rule] = policy.spec.ingress;
+    expect(rule.from).toHaveLength(1);
+    expect(rule.from[0].namespaceSelector).toBeUndefined(); // this namespace only
+    expect(rule.from[0].ipBlock).toBeUndefined();
+    expect(Object.keys(clientLabel)).toEqual(['kmfleet.io/redis-client']);
+    expect(rule.ports).toEqual([{ port: redis.spec.template.spec.containers[0].ports[0].containerPort, protocol: 'TCP' }]);
+  });
+
+  it('every pod that connects to Redis (REDIS_URL) carries the client label, and Redis itself does not', () => {
+    const clients = podSpecs().filter((p) => p.spec.containers.some((c: Obj) => (c.env ?? []).some((e: Obj) => e.name === 'REDIS_URL')));
+    expect(clients.map((p) => p.name).sort()).toEqual(['kmfleet-queue-exporter', 'kmfleet-worker']);
+    for (const p of clients) expect(selects(clientLabel, p.labels), p.name).toBe(true);
+    expect(selects(clientLabel, redis.spec.template.metadata.labels)).toBe(false);
   });
 });

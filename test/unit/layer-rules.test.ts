@@ -27,7 +27,7 @@ function importsOf(file: string): string[] {
   return specs.map((s) => normalize(join(dirname(file), s)).replace(/\.js$/, '.ts'));
 }
 
-const TS_LAYERS = ['errors', 'producer', 'core', 'worker', 'native', 'cli', 'api'] as const;
+const TS_LAYERS = ['errors', 'producer', 'core', 'worker', 'native', 'cli', 'api', 'dashboard'] as const;
 type Layer = (typeof TS_LAYERS)[number];
 const layerOf = (path: string): Layer | undefined => TS_LAYERS.find((l) => path === l || path.startsWith(`${l}/`));
 
@@ -41,8 +41,9 @@ const MAY_IMPORT: Record<Layer, Partial<Record<Layer, (target: string) => boolea
   core: { ...ERRORS, native: (t) => t === 'native/index.ts' },
   worker: { ...ERRORS, producer: () => true, core: (t) => t === 'core/index.ts', native: (t) => t === 'native/index.ts' },
   native: { ...ERRORS },
-  cli: { ...ERRORS, producer: () => true, core: (t) => t === 'core/index.ts', worker: () => true, native: (t) => t === 'native/index.ts', api: () => true },
+  cli: { ...ERRORS, producer: () => true, core: (t) => t === 'core/index.ts', worker: () => true, native: (t) => t === 'native/index.ts', api: () => true, dashboard: () => true },
   api: { ...ERRORS, producer: () => true, worker: (t) => t === 'worker/s3/client.ts' },
+  dashboard: { ...ERRORS, producer: () => true },
 };
 
 describe('layer rules (docs/DESIGN.md)', () => {

@@ -55,6 +55,29 @@ describe('REDIS_CLUSTER_NODES', () => {
   });
 });
 
+describe('REDIS_PASSWORD', () => {
+  it('gives the password of a REDIS_URL without one, as is (no URL escaping), also to a cluster', () => {
+    const pw = 'p@ss:w/rd%41 x';
+    expect(connectionFromEnv({ REDIS_URL: 'rediss://cache.example:6380/2', REDIS_PASSWORD: pw })).toMatchObject({ host: 'cache.example', port: 6380, db: 2, password: pw });
+    // with REDIS_PASSWORD, the URL's lone user part is the ACL user (without it, a bare password)
+    expect(connectionFromEnv({ REDIS_URL: 'redis://app@h:1', REDIS_PASSWORD: pw })).toMatchObject({ username: 'app', password: pw });
+    expect(connectionFromEnv({ REDIS_URL: 'redis://app@h:1' })).toEqual({ host: 'h', port: 1, password: 'app' });
+    expect(connectionFromEnv({ REDIS_URL: 'redis://h:1', REDIS_PASSWORD: pw, REDIS_CLUSTER_NODES: 'n1:7000' })).toMatchObject({ password: pw, cluster: [{ host: 'n1', port: 7000 }] });
+    expect(connectionFromEnv({ REDIS_URL: 'redis://h:1', REDIS_PASSWORD: '' }).password).toBeUndefined();
+    expect(describeConnection(connectionFromEnv({ REDIS_URL: 'redis://h:1', REDIS_PASSWORD: pw }))).not.toContain('p@ss');
+  });
+
+  it('refuses two different passwords without echoing either; the same one twice is fine', () => {
+    expect(() => connectionFromEnv({ REDIS_URL: 'redis://:first-secret@h:1', REDIS_PASSWORD: 'second-secret' })).toThrow(/two different passwords/);
+    try {
+      connectionFromEnv({ REDIS_URL: 'redis://:first-secret@h:1', REDIS_PASSWORD: 'second-secret' });
+    } catch (err) {
+      expect((err as Error).message).not.toMatch(/first-secret|second-secret/);
+    }
+    expect(connectionFromEnv({ REDIS_URL: 'redis://:same@h:1', REDIS_PASSWORD: 'same' }).password).toBe('same');
+  });
+});
+
 describe('Cluster options', () => {
   it('producers fail fast: lazy, no offline queue, one retry per command, a bounded retry strategy', () => {
     const o = clusterOptions(producerRedisOptions({ host: 'h', port: 1, password: 'pw', db: 0 }, 1234));
