@@ -60,7 +60,7 @@ for i in range(0, rows, step):
 m.flush()
 `;
   const r = spawnSync('python3', ['-c', py, String(rows), String(dims), data], { stdio: 'inherit' });
-  if (r.status !== 0) run(process.execPath, ['dist/cli/main.js', 'generate', '--kind', 'normal', '--rows', String(rows), '--dims', String(dims), '--out', data]);
+  if (r.status !== 0) run(process.execPath, ['bin/kmfleet.js', 'generate', '--kind', 'normal', '--rows', String(rows), '--dims', String(dims), '--out', data]);
 }
 const fileBytes = (await import('node:fs')).statSync(data).size;
 const dataBytes = rows * dims * 4;
@@ -102,7 +102,7 @@ function fit(name, extra) {
   log(`fit ${name}: ${extra.join(' ')}`);
   const dir = join(work, `fit-${name}`);
   const t0 = performance.now();
-  const stdout = run(process.execPath, ['dist/cli/main.js', 'fit', '--input', data, '--k', String(k), '--init', 'random', '--max-iter', String(iters), '--tol', '0', '--seed', '1', '--backend', 'cuda', '--out', dir, '--json', ...extra]);
+  const stdout = run(process.execPath, ['bin/kmfleet.js', 'fit', '--input', data, '--k', String(k), '--init', 'random', '--max-iter', String(iters), '--tol', '0', '--seed', '1', '--backend', 'cuda', '--out', dir, '--json', ...extra]);
   const wallMs = performance.now() - t0;
   const s = JSON.parse(stdout.trim().split('\n').at(-1));
   const ms = median(s.history.slice(2).map((h) => h.ms));
