@@ -44,6 +44,7 @@ async function exportedErrorClasses(): Promise<Map<ErrorClass, string>> {
 const ARGS: Record<string, unknown[]> = {
   SpecValidationError: [[{ path: 'k', message: 'must be an integer' }]],
   HttpError: [400, 'bad request'],
+  DashboardHttpError: [403, 'cancel is off'],
 };
 /** The bases that declare `code` without giving one (abstract in TypeScript). */
 const isAbstract = (cls: ErrorClass) => cls === KmfleetError || cls === EngineError;
