@@ -299,6 +299,7 @@ interface NativeEngine {
 
 interface NativeAddon {
   gpuInfo(): GpuInfo;
+  hostMemory(): HostMemory;
   open(options: EngineOptions): Promise<NativeEngine>;
 }
 
@@ -360,6 +361,18 @@ async function later<T>(p: () => Promise<T>): Promise<T> {
   } catch (e) {
     throw typed(e);
   }
+}
+
+/** Host memory as the engine plans its host tier (native/src/host_memory.h). */
+export interface HostMemory {
+  /** bytes this process could still allocate: MemAvailable, or what the cgroup's limit leaves if less; -1 unknown */
+  available: number;
+  /** the host tier's budget when EngineOptions.hostMemoryBudget is not given */
+  hostTierDefault: number;
+}
+
+export function hostMemory(): HostMemory {
+  return loadAddon().hostMemory();
 }
 
 /** Query GPUs without creating an engine (never throws when there is no GPU). */

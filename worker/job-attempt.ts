@@ -67,6 +67,7 @@ export class JobAttempt {
   private store?: CheckpointStore;
   private s3Source?: S3RowSource;
   private source?: RowSource;
+  private releaseMemoryAfterFirstPass = false;
   private saver?: BackgroundCheckpointSaver;
   private engine?: Engine;
   private device?: number;
@@ -130,6 +131,7 @@ export class JobAttempt {
     const opened = await openJob({ s3: this.deps.s3, spec: this.spec!, config: this.deps.config, store, progress: () => this.progress('opening', 0), stop: this.stop, log: this.log });
     this.s3Source = opened.s3Source;
     this.source = opened.source;
+    this.releaseMemoryAfterFirstPass = opened.releaseMemoryAfterFirstPass;
     this.saver = new BackgroundCheckpointSaver(store, this.hash, this.s3Source.etag, (ms) => this.deps.metrics?.checkpointWritten(ms));
     this.timings.openMs = performance.now() - this.t0;
     this.log.info({ claim: store.claim, dataset: this.s3Source.describe(), ms: Math.round(this.timings.openMs) }, 'dataset opened');
@@ -263,6 +265,11 @@ export class JobAttempt {
       resume,
       initRows: start.initRows,
       preload: this.preload,
+      onFirstPass: (held) => {
+        if (!this.releaseMemoryAfterFirstPass || held < source.rows || !(source instanceof MemoryCachedRowSource)) return;
+        this.log.info({ bytes: source.rows * source.rowBytes }, 'the engine holds every row: the memory cache of its download is given back');
+        source.release().catch((err: unknown) => this.log.warn({ err }, 'memory cache release failed'));
+      },
       signal: this.stop,
       log: this.log,
       onIteration: async (report, cp) => {

@@ -7,6 +7,7 @@
  * bucket HEAD lists the bucket). When several fail, the error thrown is the first of claim, bucket, dataset (a typo in
  * `output` is named before anything about the dataset), then progress. On failure nothing stays open or downloading.
  */
+import { hostMemory } from '../native/index.js';
 import type { JobSpec } from '../producer/spec.js';
 import { checkDatasetLimits } from '../producer/limits.js';
 import type { CheckpointStore } from './checkpoints/store.js';
@@ -39,6 +40,11 @@ export interface OpenedJob {
   s3Source: S3RowSource;
   /** what the engine reads: the memory cache, the local cache, or s3Source itself */
   source: RowSource;
+  /**
+   * The memory cache holds a dataset past its size limit for this job's k-means++ sample: give it back once the
+   * engine holds every row (MemoryCachedRowSource.release)
+   */
+  releaseMemoryAfterFirstPass: boolean;
 }
 
 export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
@@ -74,14 +80,19 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
       maxBytes: config.cacheMaxBytes,
       onEvict: (paths: string[]) => o.log.info({ evicted: paths }, 'dataset cache: least recently used files removed to make room'),
     };
-    const fitsMemory = s3Source.rows * s3Source.rowBytes <= config.memoryCacheBytes;
+    const bytes = s3Source.rows * s3Source.rowBytes;
+    const fitsMemory = bytes <= config.memoryCacheBytes;
+    // k-means++'s sample reads nearly every block before the first pass reads them all again. Without a cache
+    // directory, a dataset the host can hold twice over (this download, and the engine's host tier that the first
+    // pass fills from it) is downloaded once into memory for the job and given back after that pass: S3 is read once.
+    const forSample = !fitsMemory && !config.cacheDir && spec.init === 'kmeans++' && 2 * bytes <= hostMemory().available;
     // a dataset the pod has cached already is read from its file; else one that fits the memory cache downloads into
     // it (and, with a cache directory, is written to the file beside the job: cache-filler.ts); a larger one goes
     // through the file as it is read (CachedRowSource)
     const warm = config.cacheDir ? await CachedRowSource.openComplete(s3Source, config.cacheDir, cacheOff) : undefined;
     if (warm) {
       source = warm;
-    } else if (fitsMemory) {
+    } else if (fitsMemory || forSample) {
       const memory = new MemoryCachedRowSource(s3Source, { blockBytes: config.readPartBytes, concurrency: config.readConcurrency, signal: o.stop });
       memory.prefetch();
       source = memory;
@@ -90,7 +101,7 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
       source = await CachedRowSource.startFilling(s3Source, config.cacheDir, cacheOff, cacheOptions);
     }
     await throwFirstFailure([claiming, bucketCheck, progressed]);
-    return { s3Source, source };
+    return { s3Source, source, releaseMemoryAfterFirstPass: forSample && source instanceof MemoryCachedRowSource };
   } catch (err) {
     // the caller never gets the source: stop the download here (the memory cache's buffer goes back to the pool)
     await source.close().catch(() => {});

@@ -35,6 +35,11 @@ export interface RunKmeansOptions {
    * pass, which starts its feeds at the rows it says the engine holds from row 0.
    */
   preload?: { finish(): Promise<number> };
+  /**
+   * After the run's first pass, with the rows the engine now holds from row 0 (PassResult.heldRows): at the source's
+   * row count no later pass reads the source (a worker gives back a memory cache here). Not awaited.
+   */
+  onFirstPass?: (heldRows: number) => void;
   /** abort: the current pass stops at a chunk boundary and the run rejects with KmeansAbortedError */
   signal?: AbortSignal;
   log?: KmeansLogger;
@@ -97,6 +102,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     }
     try {
       const r = await runPass(engine, source, mode, { distances, dataVariance: variance, readTime, firstRow, onBegin, chain });
+      if (!tiers) o.onFirstPass?.(r.heldRows);
       noteTiers(r);
       return r;
     } catch (err) {

@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "engine.h"
+#include "host_memory.h"
 #include "engine_options.h"
 #include "engine_runner.h"
 #ifdef KMFLEET_WITH_CUDA
@@ -614,11 +615,19 @@ Napi::Value GpuInfoJs(const Napi::CallbackInfo& info) {
   return out;
 }
 
+Napi::Value HostMemoryJs(const Napi::CallbackInfo& info) {
+  Napi::Object out = Napi::Object::New(info.Env());
+  out.Set("available", static_cast<double>(availableHostMemory()));
+  out.Set("hostTierDefault", static_cast<double>(defaultHostTierBudget()));
+  return out;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
   data->engineClass = Napi::Persistent(NativeEngine::Define(env));
   env.SetInstanceData<AddonData>(data);
   exports.Set("gpuInfo", Napi::Function::New(env, GpuInfoJs, "gpuInfo"));
+  exports.Set("hostMemory", Napi::Function::New(env, HostMemoryJs, "hostMemory"));
   exports.Set("open", Napi::Function::New(env, Open, "open"));
   return exports;
 }

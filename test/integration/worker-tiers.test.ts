@@ -38,10 +38,10 @@ describe('worker: rows past the resident ones', () => {
 
   const spec = { k: 10, maxIter: 12, tol: 0, seed: 2, init: 'random' as const };
 
-  async function job(id: string, env: Record<string, string>) {
+  async function job(id: string, env: Record<string, string>, s: { init: 'random' | 'kmeans++' } = spec) {
     const worker = await stack.startWorker({ ...BASE_ENV, ...env });
     try {
-      await stack.client.enqueue({ dataset: { uri: 's3://data/tiers.npy' }, ...spec, backend: 'cpu', output: 's3://out/tiers' }, { jobId: id });
+      await stack.client.enqueue({ dataset: { uri: 's3://data/tiers.npy' }, ...spec, ...s, backend: 'cpu', output: 's3://out/tiers' }, { jobId: id });
       const result = await stack.client.wait(id, { timeoutMs: 60_000 });
       const summary = JSON.parse((await stack.s3.get('out', `tiers/${id}/summary.json`)).toString('utf8'));
       const centroids = decodeNpy(await stack.s3.get('out', `tiers/${id}/centroids.npy`));
@@ -82,5 +82,16 @@ describe('worker: rows past the resident ones', () => {
     // no host tier: each later pass reads the rows past the resident ones from S3 again
     expect(none.summary.tiers.laterPasses.rows).toEqual({ resident, host: 0, fed: ROWS - resident });
     expect(none.result.timings.s3BytesRead).toBe(host.result.timings.s3BytesRead + (passes - 1) * (ROWS - resident) * ROW_BYTES);
+  });
+
+  it("k-means++: its sample and the first pass share one download (given back once the engine holds every row)", async () => {
+    const pp = { ...spec, init: 'kmeans++' as const };
+    const ref = await referenceFit(data, pp, ENGINE);
+    const run = await job('tiers-kmeanspp', { KMFLEET_HOST_MEMORY: String(ROWS * ROW_BYTES) }, pp);
+    expect(bytesOf(run.centroids.data).equals(bytesOf(ref.centroids))).toBe(true);
+    expect(bytesOf(run.labels.data).equals(bytesOf(ref.labels))).toBe(true);
+    expect(run.result.timings.s3BytesRead).toBeGreaterThanOrEqual(ROWS * ROW_BYTES);
+    expect(run.result.timings.s3BytesRead).toBeLessThanOrEqual(1.02 * ROWS * ROW_BYTES);
+    expect(run.summary.tiers.laterPasses.rows.fed).toBe(0);
   });
 });

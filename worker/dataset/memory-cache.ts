@@ -67,6 +67,8 @@ export class MemoryCachedRowSource implements RowSource {
   /** run by close() once the lent work is done (onClose) */
   private readonly closeHooks: (() => Promise<void>)[] = [];
   private closing = false;
+  /** release() gave the memory back: reads go to the source below */
+  private released = false;
 
   constructor(private readonly inner: RowSource, opts: MemoryCacheOptions = {}) {
     this.signal = opts.signal;
@@ -101,6 +103,12 @@ export class MemoryCachedRowSource implements RowSource {
       throw new RangeError(`read of rows [${firstRow}, ${firstRow + count}) outside the dataset's ${this.rows} rows`);
     }
     if (count === 0) return Buffer.alloc(0);
+    if (this.released) {
+      const rows = Buffer.allocUnsafe(count * this.rowBytes);
+      await this.inner.read(firstRow, count, rows);
+      this.stats.missRows += count;
+      return rows;
+    }
     const first = Math.floor(firstRow / this.blockRows);
     const last = Math.floor((firstRow + count - 1) / this.blockRows);
     const waits: Promise<void>[] = [];
@@ -288,6 +296,21 @@ export class MemoryCachedRowSource implements RowSource {
     } finally {
       if (onAbort) signal.removeEventListener('abort', onAbort);
     }
+  }
+
+  /**
+   * The job reads no more rows from here for a while (the engine holds every row): the memory goes now instead of at
+   * close(), and not to the spare (a dataset this cache took only for one job's k-means++). Downloads in flight and
+   * lent work finish first; a later read goes to the source below.
+   */
+  async release(): Promise<void> {
+    if (this.released || this.closing || !this.data) return;
+    this.queue = [];
+    await Promise.allSettled([...this.inFlight]);
+    await Promise.all([...this.borrowed]);
+    this.listeners.clear();
+    this.data = undefined;
+    this.released = true;
   }
 
   async close(): Promise<void> {
