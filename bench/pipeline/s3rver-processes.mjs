@@ -4,8 +4,7 @@
  * `processes` > 1 runs that many s3rver instances on one port through node:cluster, over one directory: a request
  * goes to whichever process accepts its connection. s3rver answers every request on one JS thread, a ceiling that AWS
  * S3 and MinIO, serving each connection on its own, do not have; several processes let a bench tell the pipeline's
- * own cost from it. Measured (stop 21, the GPU machine's 16-core host, download.mjs): the 128 MB dataset in 53 ms
- * from one process, 36–42 ms from four, and whole pipeline jobs no faster with four. Objects are plain files, so an object written through one process is read
+ * own cost from it (download.mjs measures the difference). Objects are plain files, so an object written through one process is read
  * through another as soon as its PUT is answered.
  */
 import { spawn } from 'node:child_process';

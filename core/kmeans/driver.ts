@@ -170,7 +170,7 @@ export async function runKmeans(o: RunKmeansOptions): Promise<KmeansResult> {
     // On a device engine, iteration t+1's pass starts as soon as iteration t's stopping rule says there is one: C(t)
     // (its checkpoint) is read by the engine behind that pass's begin, and onIteration (progress, checkpoint) runs
     // beside the pass, so the device does not wait for either. The reports, checkpoints and results are those of one
-    // pass after the other. On the CPU backend they run one after the other, as before: its pass takes every core (and
+    // pass after the other. On the CPU backend they run one after the other: its pass takes every core (and
     // its resident rows are computed in the begin's task), so the read would wait for the pass and the bookkeeping
     // beside it would only take cores from it.
     let next: ReturnType<typeof startFit> | undefined;

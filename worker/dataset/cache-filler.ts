@@ -3,10 +3,9 @@
  * they land, beside the job rather than in its way.
  *
  * A dataset the memory cache holds downloads once, at its full speed, feeding the engine's resident rows as it lands
- * (memory-cache.ts, resident-preload.ts); before, with KMFLEET_CACHE_DIR set, such a dataset went through
- * CachedRowSource instead, whose reads return only after their rows are written to the file, and whose last write
- * waits for the fsync: the first job of a dataset on a pod cost 30–60 % more than without a cache (bench/RESULTS.md,
- * stop 20). Here each landed block is written from the memory cache's buffer on libuv's threads (lent to the memory
+ * (memory-cache.ts, resident-preload.ts); through CachedRowSource instead, its reads would return only after their
+ * rows are written to the file, and the last one after the fsync, putting the file's writes in the job's way. Here
+ * each landed block is written from the memory cache's buffer on libuv's threads (lent to the memory
  * cache, so its buffer outlives the writes); once every row is in, the file is fsynced and renamed to its final name,
  * so a later job on the pod finds it whole. Any failure, or a job that ends before every block landed, leaves no file:
  * the cache is for later jobs, and never fails this one.

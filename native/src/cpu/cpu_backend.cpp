@@ -126,10 +126,9 @@ class CpuBackend final : public Backend {
   bool loadsRows() const override { return true; }
 
   // Converts straight into the resident rows (no host buffer, no pass), on half of the engine's threads: a load runs
-  // while a download is in flight, whose server and client need cores too, and on one thread the loads fell behind
-  // it (stop 21, the GPU machine's 16-core host: 128 MB in 81–86 ms on one thread, against 53 ms for the download
-  // from a local s3rver), so k-means++, queued behind them on the engine thread, started late. A 2-core host keeps
-  // one thread, as before.
+  // while a download is in flight, whose server and client need cores too, and one thread converts slower than a
+  // local S3 server delivers, which would hold up k-means++ queued behind the loads on the engine thread. A 2-core
+  // host keeps one thread.
   void loadRows(const void* rows, std::int64_t firstRow, std::int64_t count) override {
     const std::int64_t R = plan_.residentRows, end = std::min(firstRow + count, R);
     if (firstRow >= end) return;
@@ -260,8 +259,8 @@ class CpuBackend final : public Backend {
     held_.add(firstRow, end);
   }
 
-  // Assignment then accumulation, in pieces of ~1 MiB of rows so that the accumulation finds them in cache
-  // (measured at N=1M, D=32, K=100: ~125 → ~100 ms per pass against whole 16 MiB chunks), all in one pool.run: the
+  // Assignment then accumulation, in pieces of ~1 MiB of rows so that the accumulation finds them in cache (a fifth
+  // faster than whole 16 MiB chunks at N=1M, D=32, K=100), all in one pool.run: the
   // threads take blocks of rows, then ranges of clusters, meeting at barriers (pass_sync.h: a short spin, then sleep).
   void compute(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n) {
     const std::int64_t D = cfg_.dims;
