@@ -114,6 +114,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
       if (!opts.json) process.stderr.write(`fit ${source.describe()}  k=${k}  ${engine.plan.backend}: ${engine.plan.device}, ${engine.plan.precision}${tierLine(engine.plan, source)}\n`);
       const result = await runKmeans({ engine, source, spec, initRows, onIteration, signal: ac.signal });
       progress.done();
+      if (result.tiers.hostTierWarning && !opts.json) process.stderr.write(`kmfleet: warning: ${result.tiers.hostTierWarning}\n`);
       return await writeOutputs(opts, source, spec, result, engine, started);
     } finally {
       process.removeListener('SIGINT', onSigint);
