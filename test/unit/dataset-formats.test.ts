@@ -131,3 +131,98 @@ describe('.npz', () => {
     await expectFormatError(open('npy.npz'), /not a \.npz \(zip\) archive/);
   });
 });
+
+/**
+ * A stored zip written by hand: with `zip64`, every size and offset is 0xffffffff in the entries and given in zip64
+ * extra fields, with a zip64 end record and locator — the layout of archives past 4 GiB, which a test cannot afford.
+ */
+function storedZip(members: { name: string; data: Buffer }[], opts: { zip64?: boolean; comment?: string } = {}): Buffer {
+  const FULL = 0xffffffff;
+  const parts: Buffer[] = [];
+  const central: Buffer[] = [];
+  let offset = 0;
+  for (const m of members) {
+    const name = Buffer.from(m.name);
+    const extra = opts.zip64 ? Buffer.alloc(20) : Buffer.alloc(0);
+    if (opts.zip64) {
+      extra.writeUInt16LE(1, 0);
+      extra.writeUInt16LE(16, 2);
+      extra.writeBigUInt64LE(BigInt(m.data.length), 4);
+      extra.writeBigUInt64LE(BigInt(m.data.length), 12);
+    }
+    const local = Buffer.alloc(30);
+    local.writeUInt32LE(0x04034b50, 0);
+    local.writeUInt32LE(opts.zip64 ? FULL : m.data.length, 18);
+    local.writeUInt32LE(opts.zip64 ? FULL : m.data.length, 22);
+    local.writeUInt16LE(name.length, 26);
+    local.writeUInt16LE(extra.length, 28);
+    const cextra = opts.zip64 ? Buffer.alloc(28) : Buffer.alloc(0);
+    if (opts.zip64) {
+      cextra.writeUInt16LE(1, 0);
+      cextra.writeUInt16LE(24, 2);
+      cextra.writeBigUInt64LE(BigInt(m.data.length), 4);
+      cextra.writeBigUInt64LE(BigInt(m.data.length), 12);
+      cextra.writeBigUInt64LE(BigInt(offset), 20);
+    }
+    const c = Buffer.alloc(46);
+    c.writeUInt32LE(0x02014b50, 0);
+    c.writeUInt32LE(opts.zip64 ? FULL : m.data.length, 20);
+    c.writeUInt32LE(opts.zip64 ? FULL : m.data.length, 24);
+    c.writeUInt16LE(name.length, 28);
+    c.writeUInt16LE(cextra.length, 30);
+    c.writeUInt32LE(opts.zip64 ? FULL : offset, 42);
+    central.push(c, name, cextra);
+    parts.push(local, name, extra, m.data);
+    offset += local.length + name.length + extra.length + m.data.length;
+  }
+  const cd = Buffer.concat(central);
+  const tail: Buffer[] = [cd];
+  if (opts.zip64) {
+    const z = Buffer.alloc(56);
+    z.writeUInt32LE(0x06064b50, 0);
+    z.writeBigUInt64LE(44n, 4);
+    z.writeBigUInt64LE(BigInt(members.length), 24);
+    z.writeBigUInt64LE(BigInt(members.length), 32);
+    z.writeBigUInt64LE(BigInt(cd.length), 40);
+    z.writeBigUInt64LE(BigInt(offset), 48);
+    const loc = Buffer.alloc(20);
+    loc.writeUInt32LE(0x07064b50, 0);
+    loc.writeBigUInt64LE(BigInt(offset + cd.length), 8);
+    loc.writeUInt32LE(1, 16);
+    tail.push(z, loc);
+  }
+  const comment = Buffer.from(opts.comment ?? '', 'latin1');
+  const end = Buffer.alloc(22);
+  end.writeUInt32LE(0x06054b50, 0);
+  end.writeUInt16LE(opts.zip64 ? 0xffff : members.length, 8);
+  end.writeUInt16LE(opts.zip64 ? 0xffff : members.length, 10);
+  end.writeUInt32LE(opts.zip64 ? FULL : cd.length, 12);
+  end.writeUInt32LE(opts.zip64 ? FULL : offset, 16);
+  end.writeUInt16LE(comment.length, 20);
+  return Buffer.concat([...parts, ...tail, end, comment]);
+}
+
+describe('.npz archives written by hand', () => {
+  const npy = encodeNpy(values, [ROWS, DIMS]);
+  const other = encodeNpy(Float32Array.from([1, 2, 3, 4]), [2, 2]);
+
+  it('finds a member through zip64 fields and past an archive comment that holds an end-record signature', async () => {
+    const fakeEnd = Buffer.from([0x50, 0x4b, 0x05, 0x06]).toString('latin1');
+    for (const [name, opts] of [['z64.npz', { zip64: true }], ['comment.npz', { comment: `made by hand ${fakeEnd} here` }]] as const) {
+      writeFileSync(join(dir, name), storedZip([{ name: 'small.npy', data: other }, { name: 'emb.npy', data: npy }], opts));
+      const src = await LocalFileSource.open(join(dir, name), { member: 'emb' });
+      expect({ rows: src.rows, dims: src.dims }, name).toEqual({ rows: ROWS, dims: DIMS });
+      for (const [f, c] of ranges) expect((await readRows(src, f, c)).equals(slice(values, f, c)), `${name} ${f}+${c}`).toBe(true);
+      await src.close();
+    }
+  });
+
+  it('refuses a member whose data runs past the end of the archive', async () => {
+    const whole = storedZip([{ name: 'arr_0.npy', data: npy }]);
+    // the directory says the member is longer than the bytes before it: as if the archive lost data in the middle
+    const cut = Buffer.concat([whole.subarray(0, 200), whole.subarray(whole.length - 22 - 46 - 9)]);
+    cut.writeUInt32LE(200, cut.length - 22 + 16); // the central directory now starts at 200
+    writeFileSync(join(dir, 'lost.npz'), cut);
+    await expectFormatError(LocalFileSource.open(join(dir, 'lost.npz')), /member arr_0\.npy needs bytes \[39, \d+\) but the archive has \d+ \(truncated\?\)/);
+  });
+});

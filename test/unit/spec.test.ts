@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { SpecValidationError, parseJobSpec, specHash, type JobSpec } from '../../producer/index.js';
 import { DEFAULT_LIMITS, resolveLimits } from '../../producer/limits.js';
 import { canonicalJson } from '../../producer/spec.js';
+import { specFromFlags } from '../../cli/commands/enqueue.js';
 
 const minimal = { dataset: { uri: 's3://data-bkt/emb/x.npy' }, k: 64, output: 's3://out-bkt/runs/' };
 
@@ -175,6 +176,11 @@ describe('job spec v1: one error names every bad field', () => {
       'dataset.convert': 'applies to npy and npz datasets only (format fvecs is read as it is)',
     });
     expect(issuesOf({ ...minimal, dataset: { uri: 's3://b12/x.npz', format: 'npz', member: '' } })['dataset.member']).toMatch(/name of an array/);
+  });
+
+  it('kmfleet enqueue --format npz --member reaches the spec', async () => {
+    const spec = await specFromFlags({ dataset: 's3://b12/x.npz', format: 'npz', member: 'emb', k: '4', output: 's3://out-bkt/r' });
+    expect(parseJobSpec(spec).dataset).toEqual({ uri: 's3://b12/x.npz', format: 'npz', member: 'emb' });
   });
 
   it('names the missing required fields of an empty spec and refuses non-objects', () => {
