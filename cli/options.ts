@@ -5,7 +5,7 @@
  */
 import { InvalidArgumentError, type Command } from 'commander';
 import { DEFAULT_PREFIX, DEFAULT_QUEUE } from '../producer/keys.js';
-import { SPEC_DEFAULTS } from '../producer/spec-vocabulary.js';
+import { DATASET_FORMATS, SPEC_DEFAULTS } from '../producer/spec-vocabulary.js';
 
 export const positiveInt = (name: string) => (v: string): number => {
   const n = Number(v);
@@ -62,6 +62,7 @@ export interface SpecFlags {
   format?: string;
   dims?: string;
   convert?: string;
+  member?: string;
   k?: string;
   metric?: string;
   init?: string;
@@ -84,9 +85,10 @@ export function addSpecOptions(cmd: Command, initDefault: string = SPEC_DEFAULTS
   return cmd
     .option('--spec <file.json>', 'read the spec from a JSON file (flags override its fields)')
     .option('--dataset <uri>', 'dataset: s3://bucket/key')
-    .option('--format <f>', `npy | f32 | f16 (default ${SPEC_DEFAULTS.format})`)
+    .option('--format <f>', `${DATASET_FORMATS.join(' | ')} (default ${SPEC_DEFAULTS.format})`)
     .option('--dims <d>', 'dimensions (required for raw f32/f16)')
     .option('--convert <c>', 'f64-to-f32: also accept a float64 .npy, rounded to float32 as it is read')
+    .option('--member <name>', 'npz: the array to read (default: the only one, or arr_0)')
     .option('--k <n>', 'number of clusters')
     .option('--metric <m>', `l2 | cosine (default ${SPEC_DEFAULTS.metric})`)
     .option('--init <init>', `kmeans++ | random | previous | s3://bucket/centroids.npy (default ${initDefault})`)

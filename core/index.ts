@@ -6,7 +6,7 @@
 export * from './kmeans/index.js';
 export * from './formats/index.js';
 export { checkReadRange, type ReadHint, type RowSource } from './dataset/row-source.js';
-export { LocalFileSource, type DatasetFormat, type LocalFileSourceOptions } from './dataset/local-file-source.js';
+export { describeLayout, LocalFileSource, type DatasetFormat, type LocalFileSourceOptions } from './dataset/local-file-source.js';
 export { checkSyntheticOptions, generateDataset, type SyntheticKind, type SyntheticOptions, type SyntheticResult } from './dataset/synthetic.js';
 export { readConverted } from './dataset/converted-read.js';
 export { readFileRange } from './dataset/parallel-read.js';

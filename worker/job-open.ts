@@ -57,6 +57,7 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
       format: spec.dataset.format,
       dims: spec.dataset.dims,
       convert: spec.dataset.convert,
+      member: spec.dataset.member,
       partBytes: config.readPartBytes,
       concurrency: config.readConcurrency,
       // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight

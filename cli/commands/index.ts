@@ -5,6 +5,7 @@
  * To add a command: write cli/commands/<name>.ts exporting `action`, and define the command here.
  */
 import { InvalidArgumentError, Option, type Command } from 'commander';
+import { DATASET_FORMATS } from '../../producer/spec-vocabulary.js';
 import {
   addConnectionOptions, addGlobalConnectionOptions, addSpecOptions, msOption, nonNegativeInt, nonNegativeNumber, positiveInt,
 } from '../options.js';
@@ -29,7 +30,7 @@ export function defineCommands(program: Command): void {
   program
     .command('fit')
     .description('cluster a local .npy / raw f32 / raw f16 file; writes centroids.npy, assignments.npy and summary.json to --out')
-    .requiredOption('--input <file>', 'dataset: .npy (float32 or float16, C order) or raw rows (--format f32|f16 --dims D)')
+    .requiredOption('--input <file>', 'dataset: .npy (float32 or float16, C order), .npz, .fvecs, .bvecs, or raw rows (--format f32|f16 --dims D)')
     .option('--k <n>', 'number of clusters (default: the rows of --init centroids.npy)', positiveInt('--k'))
     .addOption(new Option('--metric <metric>', 'distance').choices(['l2', 'cosine']).default('l2'))
     .option('--init <method>', 'kmeans++ | random | a centroids .npy file (K×D)', 'kmeans++')
@@ -39,7 +40,8 @@ export function defineCommands(program: Command): void {
     .option('--seed <n>', 'seed of the init', nonNegativeInt('--seed'), 0)
     .addOption(new Option('--precision <p>', 'arithmetic of the distance kernels').choices(['auto', 'fp32', 'tf32', 'bf16', 'fp16']).default('auto'))
     .addOption(new Option('--backend <b>', 'engine backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
-    .addOption(new Option('--format <f>', 'dataset format (default: npy for *.npy)').choices(['npy', 'f32', 'f16']))
+    .addOption(new Option('--format <f>', 'dataset format (default: by the extension, .npy .npz .fvecs .bvecs)').choices([...DATASET_FORMATS]))
+    .option('--member <name>', 'npz: the array to read (default: the only one, or arr_0)')
     .option('--dims <d>', 'dimensions per row (raw formats)', positiveInt('--dims'))
     .addOption(new Option('--convert <c>', 'also read a float64 .npy, rounded to float32 as it is read').choices(['f64-to-f32']))
     .option('--chunk-rows <n>', 'rows per host buffer (default: the planner picks)', positiveInt('--chunk-rows'))

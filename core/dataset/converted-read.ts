@@ -1,30 +1,33 @@
 /**
- * A read of rows that are stored in another dtype than the one delivered (a float64 dataset read with the spec's
- * dataset.convert 'f64-to-f32'): the stored bytes land in a scratch buffer, then are converted into the caller's
- * target. Progress (ReadHint.onProgress) is passed on in delivered bytes, whole rows converted as they arrive, so a
- * memory cache can hand out the first rows of a large read early, as it does for unconverted reads.
+ * A read of rows that are stored in another form than the one delivered (a float64 dataset read with the spec's
+ * dataset.convert 'f64-to-f32', fvecs/bvecs records: formats/row-decoding.ts): the stored bytes land in a scratch
+ * buffer, then are decoded into the caller's target. Progress (ReadHint.onProgress) is passed on in delivered bytes,
+ * whole rows decoded as they arrive, so a memory cache can hand out the first rows of a large read early, as it does
+ * for plain reads.
  */
-import { convertF64ToF32 } from '../formats/f64-to-f32.js';
+import { decodeRows, type DecodedRows } from '../formats/row-decoding.js';
 import type { ReadHint } from './row-source.js';
 
 export async function readConverted(
+  layout: DecodedRows,
+  firstRow: number,
   count: number,
-  dims: number,
   target: Buffer,
   hint: ReadHint | undefined,
   readStored: (scratch: Buffer, hint: ReadHint | undefined) => Promise<void>,
 ): Promise<void> {
-  const storedRowBytes = dims * 8;
-  const rowBytes = dims * 4;
+  const { storedRowBytes, rowBytes } = layout;
   // its own ArrayBuffer, offset 0: aligned for a Float64Array view
   const scratch = Buffer.allocUnsafeSlow(count * storedRowBytes);
   let converted = 0;
   const convertTo = (rows: number) => {
     if (rows <= converted) return;
-    convertF64ToF32(
+    decodeRows(
+      layout,
       scratch.subarray(converted * storedRowBytes, rows * storedRowBytes),
       target.subarray(converted * rowBytes, rows * rowBytes),
-      (rows - converted) * dims,
+      firstRow + converted,
+      rows - converted,
     );
     converted = rows;
   };

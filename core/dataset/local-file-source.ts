@@ -1,21 +1,28 @@
 /**
- * A RowSource over a local .npy or raw f32/f16 file: positional reads (pread, several in flight: parallel-read.ts)
+ * A RowSource over a local .npy, .npz (a stored member), fvecs/bvecs or raw f32/f16 file: positional reads (pread, several in flight: parallel-read.ts)
  * straight into the caller's buffer, so the file is streamed and never loaded whole, and concurrent reads need no
  * shared file position.
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import { DatasetFormatError } from '../formats/errors.js';
 import { NPY_HEADER_PROBE_BYTES, npyHeaderLength, parseNpyHeader, type DatasetConversion, type DatasetDType, type DatasetLayout } from '../formats/npy-header.js';
+import { npzLayout } from '../formats/npz.js';
 import { rawLayout } from '../formats/raw.js';
+import type { RowDecoding } from '../formats/row-decoding.js';
+import { VECS_HEADER_BYTES, vecsLayout } from '../formats/vecs.js';
 import { readConverted } from './converted-read.js';
 import { readFileRange } from './parallel-read.js';
 import { checkReadRange, type RowSource } from './row-source.js';
 
-export type DatasetFormat = 'npy' | 'f32' | 'f16';
+export type DatasetFormat = 'npy' | 'npz' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
+/** formats told by a file's extension when none is given */
+const BY_EXTENSION: readonly DatasetFormat[] = ['npy', 'npz', 'fvecs', 'bvecs'];
 
 export interface LocalFileSourceOptions {
-  /** default: 'npy' for *.npy, else required */
+  /** default: by the extension (*.npy, *.npz, *.fvecs, *.bvecs), else required */
   format?: DatasetFormat;
+  /** npz: the member to read (default: the only array, or arr_0) */
+  member?: string;
   /** required for raw formats */
   dims?: number;
   /** 'f64-to-f32': accept a float64 .npy, delivered as float32 rows (`kmfleet fit --convert`) */
@@ -31,6 +38,9 @@ export class LocalFileSource implements RowSource {
   /** bytes of a row in the file (rowBytes unless converting) */
   readonly storedRowBytes: number;
   readonly convert: DatasetConversion | undefined;
+  /** npz: the member read */
+  readonly member: string | undefined;
+  private readonly decoding: RowDecoding | undefined;
 
   private constructor(
     private readonly fh: FileHandle,
@@ -38,7 +48,10 @@ export class LocalFileSource implements RowSource {
     readonly format: DatasetFormat,
     readonly fileSize: number,
     layout: DatasetLayout,
+    member?: string,
   ) {
+    this.member = member;
+    this.decoding = layout.decoding;
     this.rows = layout.rows;
     this.dims = layout.dims;
     this.dtype = layout.dtype;
@@ -50,13 +63,18 @@ export class LocalFileSource implements RowSource {
 
   /** Open and validate a dataset file. Bad files reject with DatasetFormatError (a missing file with the fs error). */
   static async open(path: string, options: LocalFileSourceOptions = {}): Promise<LocalFileSource> {
-    const format = options.format ?? (path.toLowerCase().endsWith('.npy') ? 'npy' : undefined);
-    if (!format) throw new DatasetFormatError(`cannot tell the format of ${path}: give one of npy, f32, f16`);
+    const format = options.format ?? BY_EXTENSION.find((f) => path.toLowerCase().endsWith(`.${f}`));
+    if (!format) throw new DatasetFormatError(`cannot tell the format of ${path}: give one of npy, npz, fvecs, bvecs, f32, f16`);
     const fh = await open(path, 'r');
     try {
       const { size } = await fh.stat();
       let layout: DatasetLayout;
-      if (format === 'npy') {
+      let member: string | undefined;
+      if (format === 'npz') {
+        ({ layout, member } = await npzLayout((position, length) => readAt(fh, position, length), size, options));
+      } else if (format === 'fvecs' || format === 'bvecs') {
+        layout = vecsLayout(format, await readAt(fh, 0, Math.min(size, VECS_HEADER_BYTES)), size, options.dims);
+      } else if (format === 'npy') {
         let head = await readAt(fh, 0, Math.min(size, NPY_HEADER_PROBE_BYTES));
         const total = npyHeaderLength(head);
         if (total !== null && total > head.length && total <= size) head = await readAt(fh, 0, total);
@@ -67,7 +85,7 @@ export class LocalFileSource implements RowSource {
       } else {
         layout = rawLayout(format, size, options.dims);
       }
-      return new LocalFileSource(fh, path, format, size, layout);
+      return new LocalFileSource(fh, path, format, size, layout, member);
     } catch (err) {
       await fh.close();
       throw err;
@@ -75,13 +93,15 @@ export class LocalFileSource implements RowSource {
   }
 
   describe(): string {
-    const kind = this.format === 'npy' ? (this.convert ? 'npy <f8 read as <f4' : `npy <${this.dtype === 'f32' ? 'f4' : 'f2'}`) : `raw ${this.format}`;
-    return `${this.path} (${kind}, ${this.rows} × ${this.dims})`;
+    return `${this.path} (${describeLayout(this.format, this, this.member)}, ${this.rows} × ${this.dims})`;
   }
 
   async read(firstRow: number, count: number, target: Buffer): Promise<void> {
     checkReadRange(this, firstRow, count, target);
-    if (this.convert) return readConverted(count, this.dims, target, undefined, (scratch) => this.readStored(firstRow, count, scratch));
+    if (this.decoding) {
+      const layout = { decoding: this.decoding, dims: this.dims, rowBytes: this.rowBytes, storedRowBytes: this.storedRowBytes };
+      return readConverted(layout, firstRow, count, target, undefined, (scratch) => this.readStored(firstRow, count, scratch));
+    }
     return this.readStored(firstRow, count, target);
   }
 
@@ -106,4 +126,13 @@ async function readAt(fh: FileHandle, position: number, length: number): Promise
     done += bytesRead;
   }
   return buf.subarray(0, done);
+}
+
+/** "npy <f4", "npz arr_0.npy <f8 read as <f4", "fvecs", "raw f16": the kind of file in a source's describe(). */
+export function describeLayout(format: DatasetFormat, l: { dtype: DatasetDType; convert?: DatasetConversion }, member?: string): string {
+  const npy = l.convert ? '<f8 read as <f4' : `<${l.dtype === 'f32' ? 'f4' : 'f2'}`;
+  if (format === 'npy') return `npy ${npy}`;
+  if (format === 'npz') return `npz ${member} ${npy}`;
+  if (format === 'fvecs' || format === 'bvecs') return format === 'bvecs' ? 'bvecs read as f32' : 'fvecs';
+  return `raw ${format}`;
 }

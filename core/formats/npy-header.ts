@@ -9,6 +9,7 @@
  * against the real file size with BigInt arithmetic before anyone trusts them.
  */
 import { DatasetFormatError } from './errors.js';
+import type { RowDecoding } from './row-decoding.js';
 
 export const NPY_MAGIC = Buffer.from([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]); // \x93NUMPY
 /** bytes of magic + version + the longest header-length field */
@@ -34,10 +35,12 @@ export interface DatasetLayout {
   itemSize: number;
   /** dims × itemSize: a delivered row */
   rowBytes: number;
-  /** a row as stored in the file: rowBytes, or dims × 8 for a float64 file read with convert 'f64-to-f32' */
+  /** a row as stored in the file: rowBytes, dims × 8 for a float64 file read with convert 'f64-to-f32', a whole record for fvecs/bvecs */
   storedRowBytes: number;
-  /** set when the stored rows are converted as they are read */
+  /** set when the user asked for the stored rows to be converted as they are read */
   convert?: DatasetConversion;
+  /** set when stored rows differ from delivered rows: readers decode them (row-decoding.ts) */
+  decoding?: RowDecoding;
 }
 
 /** A parsed header of any array, before the dataset rules apply. */
@@ -139,7 +142,7 @@ export function parseNpyHeader(buf: Uint8Array, fileSize: number, opts: { conver
   const d = Number(dims);
   return {
     dtype, rows: r, dims: d, dataOffset: h.dataOffset, fortranOrder: false, itemSize, rowBytes: d * itemSize,
-    storedRowBytes: d * storedItemSize, ...(converting ? { convert: 'f64-to-f32' as const } : {}),
+    storedRowBytes: d * storedItemSize, ...(converting ? { convert: 'f64-to-f32' as const, decoding: 'f64-to-f32' as const } : {}),
   };
 }
 

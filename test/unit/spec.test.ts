@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { SpecValidationError, parseJobSpec, specHash, type JobSpec } from '../../producer/index.js';
 import { DEFAULT_LIMITS, resolveLimits } from '../../producer/limits.js';
 import { canonicalJson } from '../../producer/spec.js';
+import { specFromFlags } from '../../cli/commands/enqueue.js';
 
 const minimal = { dataset: { uri: 's3://data-bkt/emb/x.npy' }, k: 64, output: 's3://out-bkt/runs/' };
 
@@ -94,7 +95,7 @@ describe('job spec v1: one error names every bad field', () => {
       ].sort(),
     );
     expect(issues['dataset.uri']).toMatch(/s3:\/\/bucket\/key.*got "http:\/\/x\/y"/);
-    expect(issues['dataset.format']).toMatch(/npy, f32, f16.*"f33"/);
+    expect(issues['dataset.format']).toMatch(/npy, npz, fvecs, bvecs, f32, f16.*"f33"/);
     expect(issues['k']).toMatch(/integer from 1 to 1000000.*got 0/);
     expect(issues['maxIter']).toMatch(/integer.*got 1.5/);
     expect(issues['tolReassign']).toMatch(/from 0 to 1/);
@@ -160,6 +161,26 @@ describe('job spec v1: one error names every bad field', () => {
       });
     }
     expect(parseJobSpec({ ...minimal, dataset: { uri: 's3://b12/x.npy', dims: 7 } }).dataset.dims).toBe(7);
+  });
+
+  it('npz, fvecs and bvecs need no dims; member is for npz only, convert for npy and npz', () => {
+    for (const format of ['npz', 'fvecs', 'bvecs'] as const) {
+      expect(parseJobSpec({ ...minimal, dataset: { uri: 's3://b12/x', format } }).dataset).toEqual({ uri: 's3://b12/x', format });
+    }
+    expect(parseJobSpec({ ...minimal, dataset: { uri: 's3://b12/x.npz', format: 'npz', member: 'emb', convert: 'f64-to-f32' } }).dataset)
+      .toEqual({ uri: 's3://b12/x.npz', format: 'npz', member: 'emb', convert: 'f64-to-f32' });
+    expect(issuesOf({ ...minimal, dataset: { uri: 's3://b12/x.npy', member: 'emb' } })).toEqual({
+      'dataset.member': 'applies to npz datasets only (format is npy)',
+    });
+    expect(issuesOf({ ...minimal, dataset: { uri: 's3://b12/x.fvecs', format: 'fvecs', convert: 'f64-to-f32' } })).toEqual({
+      'dataset.convert': 'applies to npy and npz datasets only (format fvecs is read as it is)',
+    });
+    expect(issuesOf({ ...minimal, dataset: { uri: 's3://b12/x.npz', format: 'npz', member: '' } })['dataset.member']).toMatch(/name of an array/);
+  });
+
+  it('kmfleet enqueue --format npz --member reaches the spec', async () => {
+    const spec = await specFromFlags({ dataset: 's3://b12/x.npz', format: 'npz', member: 'emb', k: '4', output: 's3://out-bkt/r' });
+    expect(parseJobSpec(spec).dataset).toEqual({ uri: 's3://b12/x.npz', format: 'npz', member: 'emb' });
   });
 
   it('names the missing required fields of an empty spec and refuses non-objects', () => {

@@ -1,22 +1,25 @@
 /**
- * A RowSource over an S3 object (DESIGN.md, steps 1 and 4): an npy is opened with ONE ranged GET of its first bytes,
- * large enough for the longest header the parser accepts, whose answer also gives the object's size and ETag (a HEAD
- * before it cost a second round trip before the download could start); a raw file needs only a HEAD. Rows are
+ * A RowSource over an S3 object (DESIGN.md, steps 1 and 4): an npy, fvecs or bvecs file is opened with ONE ranged
+ * GET of its first bytes, large enough for the longest header the parser accepts, whose answer also gives the
+ * object's size and ETag (a HEAD before it cost a second round trip before the download could start); a raw file
+ * needs only a HEAD; an npz a HEAD and three small ranged GETs (its end, central directory, member header). Rows are
  * read with parallel ranged GETs straight into the caller's buffer (the engine's host buffer): no staging copy.
  *
  * Every GET carries the ETag seen at open as If-Match and compares the ETag of the answer, so a dataset replaced
  * mid-job fails with S3ObjectChangedError instead of mixing two versions (s3rver ignores If-Match; the compare
  * catches it there).
  */
-import { checkReadRange, DatasetFormatError, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, parseNpyHeader, rawLayout, readConverted, type DatasetConversion, type DatasetDType, type DatasetLayout, type ReadHint, type RowSource } from '../../core/index.js';
+import { checkReadRange, DatasetFormatError, describeLayout, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, npzLayout, parseNpyHeader, rawLayout, readConverted, VECS_HEADER_BYTES, vecsLayout, type DatasetConversion, type DatasetDType, type DatasetLayout, type ReadHint, type RowDecoding, type RowSource } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
 import { headObject, readObjectStart, readRangeInto, type ObjectInfo } from '../s3/objects.js';
 import { formatS3Uri, parseS3UriOf, type S3Location } from '../s3/uri.js';
 
-export type S3DatasetFormat = 'npy' | 'f32' | 'f16';
+export type S3DatasetFormat = 'npy' | 'npz' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
 
 export interface S3RowSourceOptions {
   format: S3DatasetFormat;
+  /** npz: the member to read (default: the only array, or arr_0) */
+  member?: string;
   /** required for raw formats; checked against the header for npy */
   dims?: number;
   /** 'f64-to-f32': accept a float64 .npy, delivered as float32 rows (the spec's dataset.convert) */
@@ -53,6 +56,9 @@ export class S3RowSource implements RowSource {
   readonly storedRowBytes: number;
   readonly convert: DatasetConversion | undefined;
   readonly stats: S3ReadStats = { requests: 0, bytes: 0, readMs: 0 };
+  /** npz: the member read */
+  readonly member: string | undefined;
+  private readonly decoding: RowDecoding | undefined;
   private closed = false;
 
   private constructor(
@@ -65,7 +71,10 @@ export class S3RowSource implements RowSource {
     private readonly partBytes: number,
     private readonly concurrency: number,
     private readonly signal: AbortSignal | undefined,
+    member: string | undefined,
   ) {
+    this.member = member;
+    this.decoding = layout.decoding;
     this.rows = layout.rows;
     this.dims = layout.dims;
     this.dtype = layout.dtype;
@@ -85,20 +94,31 @@ export class S3RowSource implements RowSource {
    */
   static async open(s3: S3Handle, uri: string, options: S3RowSourceOptions): Promise<S3RowSource> {
     const location = parseS3UriOf('dataset.uri', uri, 'object');
-    const start = options.format === 'npy' ? await readObjectStart(s3, location, NPY_PREFIX_BYTES + NPY_MAX_HEADER_BYTES, options.signal) : undefined;
+    const probe = options.format === 'npy' ? NPY_PREFIX_BYTES + NPY_MAX_HEADER_BYTES : options.format === 'fvecs' || options.format === 'bvecs' ? VECS_HEADER_BYTES : 0;
+    const start = probe > 0 ? await readObjectStart(s3, location, probe, options.signal) : undefined;
     const info: ObjectInfo = start ?? (await headObject(s3, location, options.signal));
     if (options.expectEtag !== undefined && options.expectEtag !== info.etag) {
       throw new DatasetFormatError(`${uri} has ETag ${info.etag}, not the ${options.expectEtag} this job was started on`);
     }
     let layout: DatasetLayout;
-    if (start) {
+    let member: string | undefined;
+    if (options.format === 'npz') {
+      const readAt = async (position: number, length: number) => {
+        const bytes = Buffer.allocUnsafe(Math.max(0, Math.min(length, info.size - position)));
+        await readRangeInto(s3, location, position, bytes.length, bytes, 0, { etag: info.etag, signal: options.signal });
+        return bytes;
+      };
+      ({ layout, member } = await npzLayout(readAt, info.size, options));
+    } else if (start && options.format !== 'npy') {
+      layout = vecsLayout(options.format as 'fvecs' | 'bvecs', start.bytes, info.size, options.dims);
+    } else if (start) {
       if (info.size < NPY_PREFIX_BYTES) throw new DatasetFormatError(`${uri} is ${info.size} bytes: too short for a .npy file`);
       layout = parseNpyHeader(start.bytes, info.size, { convert: options.convert });
       if (options.dims !== undefined && options.dims !== layout.dims) {
         throw new DatasetFormatError(`${uri} has ${layout.dims} dims, not the ${options.dims} the spec gives`);
       }
     } else {
-      layout = rawLayout(options.format as Exclude<S3DatasetFormat, 'npy'>, info.size, options.dims);
+      layout = rawLayout(options.format as 'f32' | 'f16', info.size, options.dims);
     }
     const partBytes = Math.max(layout.storedRowBytes, options.partBytes ?? DEFAULT_PART_BYTES);
     return new S3RowSource(
@@ -111,18 +131,21 @@ export class S3RowSource implements RowSource {
       partBytes,
       Math.max(1, options.concurrency ?? DEFAULT_READ_CONCURRENCY),
       options.signal,
+      member,
     );
   }
 
   describe(): string {
-    const kind = this.format === 'npy' ? (this.convert ? 'npy <f8 read as <f4' : `npy <${this.dtype === 'f32' ? 'f4' : 'f2'}`) : `raw ${this.format}`;
-    return `${this.uri} (${kind}, ${this.rows} × ${this.dims}, ETag ${this.etag})`;
+    return `${this.uri} (${describeLayout(this.format, this, this.member)}, ${this.rows} × ${this.dims}, ETag ${this.etag})`;
   }
 
   async read(firstRow: number, count: number, target: Buffer, hint?: ReadHint): Promise<void> {
     if (this.closed) throw new Error(`${this.uri}: read after close`);
     checkReadRange(this, firstRow, count, target);
-    if (this.convert) return readConverted(count, this.dims, target, hint, (scratch, h) => this.readStored(firstRow, count, scratch, h));
+    if (this.decoding) {
+      const layout = { decoding: this.decoding, dims: this.dims, rowBytes: this.rowBytes, storedRowBytes: this.storedRowBytes };
+      return readConverted(layout, firstRow, count, target, hint, (scratch, h) => this.readStored(firstRow, count, scratch, h));
+    }
     return this.readStored(firstRow, count, target, hint);
   }
 
