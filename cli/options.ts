@@ -63,6 +63,7 @@ export interface SpecFlags {
   dims?: string;
   convert?: string;
   member?: string;
+  column?: string;
   k?: string;
   metric?: string;
   init?: string;
@@ -89,6 +90,7 @@ export function addSpecOptions(cmd: Command, initDefault: string = SPEC_DEFAULTS
     .option('--dims <d>', 'dimensions (required for raw f32/f16)')
     .option('--convert <c>', 'f64-to-f32: also accept a float64 .npy, rounded to float32 as it is read')
     .option('--member <name>', 'npz: the array to read (default: the only one, or arr_0)')
+    .option('--column <name>', 'parquet: the column of embeddings (default: the only column)')
     .option('--k <n>', 'number of clusters')
     .option('--metric <m>', `l2 | cosine (default ${SPEC_DEFAULTS.metric})`)
     .option('--init <init>', `kmeans++ | random | previous | s3://bucket/centroids.npy (default ${initDefault})`)

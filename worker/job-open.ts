@@ -58,6 +58,7 @@ export async function openJob(o: OpenJobOptions): Promise<OpenedJob> {
       dims: spec.dataset.dims,
       convert: spec.dataset.convert,
       member: spec.dataset.member,
+      column: spec.dataset.column,
       partBytes: config.readPartBytes,
       concurrency: config.readConcurrency,
       // no signal: a stop takes effect at the next chunk boundary (the driver cancels the engine), so reads in flight

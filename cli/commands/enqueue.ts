@@ -37,6 +37,7 @@ export async function specFromFlags(flags: SpecFlags): Promise<Record<string, un
   if (flags.dims !== undefined) fromFlags.dims = numeric(flags.dims);
   if (flags.convert !== undefined) fromFlags.convert = flags.convert;
   if (flags.member !== undefined) fromFlags.member = flags.member;
+  if (flags.column !== undefined) fromFlags.column = flags.column;
   if (Object.keys(fromFlags).length > 0) {
     const base = spec.dataset && typeof spec.dataset === 'object' && !Array.isArray(spec.dataset) ? spec.dataset : {};
     out.dataset = { ...base, ...fromFlags };

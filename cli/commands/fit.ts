@@ -25,6 +25,7 @@ interface FitOptions {
   dims?: number;
   convert?: 'f64-to-f32';
   member?: string;
+  column?: string;
   chunkRows?: number;
   threads?: number;
   gpuMemory?: string;
@@ -58,7 +59,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
   if (outStat && !outStat.isDirectory()) {
     throw Object.assign(new Error(`--out ${opts.out} exists and is not a directory`), { code: 'ENOTDIR' });
   }
-  const source = await LocalFileSource.open(opts.input, { format: opts.format, dims: opts.dims, convert: opts.convert, member: opts.member }).catch((err: NodeJS.ErrnoException) => {
+  const source = await LocalFileSource.open(opts.input, { format: opts.format, dims: opts.dims, convert: opts.convert, member: opts.member, column: opts.column }).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'ENOENT') throw err;
     throw Object.assign(new Error(`--input ${opts.input}: no such file`), { code: err.code });
   });
@@ -175,7 +176,7 @@ async function writeOutputs(
     const summary = {
       kmfleet: 'fit',
       spec: { ...specRest, init: init instanceof Float32Array ? { file: resolve(opts.init) } : init, precision: opts.precision, backend: opts.backend, chunkRows: opts.chunkRows ?? null, distances: distances ?? false },
-      input: { path: resolve(source.path), format: source.format, ...(source.member ? { member: source.member } : {}), dtype: source.dtype, ...(source.convert ? { convert: source.convert } : {}), bytes: input.size, mtime: input.mtime.toISOString() },
+      input: { path: resolve(source.path), format: source.format, ...(source.member ? { member: source.member } : {}), ...(source.column ? { column: source.column } : {}), dtype: source.dtype, ...(source.convert ? { convert: source.convert } : {}), bytes: input.size, mtime: input.mtime.toISOString() },
       rows: source.rows,
       dims: source.dims,
       k: spec.k,

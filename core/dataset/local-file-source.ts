@@ -1,31 +1,35 @@
 /**
  * A RowSource over a local .npy, .npz (a stored member), fvecs/bvecs or raw f32/f16 file: positional reads (pread, several in flight: parallel-read.ts)
  * straight into the caller's buffer, so the file is streamed and never loaded whole, and concurrent reads need no
- * shared file position.
+ * shared file position. A Parquet file is read by row group through positional reads too (parquet-rows.ts).
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import { DatasetFormatError } from '../formats/errors.js';
 import { NPY_HEADER_PROBE_BYTES, npyHeaderLength, parseNpyHeader, type DatasetConversion, type DatasetDType, type DatasetLayout } from '../formats/npy-header.js';
 import { npzLayout } from '../formats/npz.js';
+import { parquetFile } from '../formats/parquet.js';
 import { rawLayout } from '../formats/raw.js';
 import type { RowDecoding } from '../formats/row-decoding.js';
 import { VECS_HEADER_BYTES, vecsLayout } from '../formats/vecs.js';
 import { readConverted } from './converted-read.js';
 import { readFileRange } from './parallel-read.js';
+import { ParquetRows } from './parquet-rows.js';
 import { checkReadRange, type RowSource } from './row-source.js';
 
-export type DatasetFormat = 'npy' | 'npz' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
+export type DatasetFormat = 'npy' | 'npz' | 'parquet' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
 /** formats told by a file's extension when none is given */
-const BY_EXTENSION: readonly DatasetFormat[] = ['npy', 'npz', 'fvecs', 'bvecs'];
+const BY_EXTENSION: readonly DatasetFormat[] = ['npy', 'npz', 'parquet', 'fvecs', 'bvecs'];
 
 export interface LocalFileSourceOptions {
-  /** default: by the extension (*.npy, *.npz, *.fvecs, *.bvecs), else required */
+  /** default: by the extension (*.npy, *.npz, *.parquet, *.fvecs, *.bvecs), else required */
   format?: DatasetFormat;
   /** npz: the member to read (default: the only array, or arr_0) */
   member?: string;
+  /** parquet: the embedding column (default: the only column) */
+  column?: string;
   /** required for raw formats */
   dims?: number;
-  /** 'f64-to-f32': accept a float64 .npy, delivered as float32 rows (`kmfleet fit --convert`) */
+  /** 'f64-to-f32': accept a float64 .npy (or a Parquet column of doubles), delivered as float32 rows (`kmfleet fit --convert`) */
   convert?: DatasetConversion;
 }
 
@@ -40,7 +44,10 @@ export class LocalFileSource implements RowSource {
   readonly convert: DatasetConversion | undefined;
   /** npz: the member read */
   readonly member: string | undefined;
+  /** parquet: the embedding column read */
+  readonly column: string | undefined;
   private readonly decoding: RowDecoding | undefined;
+  private readonly parquet: ParquetRows | undefined;
 
   private constructor(
     private readonly fh: FileHandle,
@@ -49,8 +56,11 @@ export class LocalFileSource implements RowSource {
     readonly fileSize: number,
     layout: DatasetLayout,
     member?: string,
+    parquet?: ParquetRows,
   ) {
     this.member = member;
+    this.parquet = parquet;
+    this.column = parquet?.layout.column;
     this.decoding = layout.decoding;
     this.rows = layout.rows;
     this.dims = layout.dims;
@@ -64,13 +74,16 @@ export class LocalFileSource implements RowSource {
   /** Open and validate a dataset file. Bad files reject with DatasetFormatError (a missing file with the fs error). */
   static async open(path: string, options: LocalFileSourceOptions = {}): Promise<LocalFileSource> {
     const format = options.format ?? BY_EXTENSION.find((f) => path.toLowerCase().endsWith(`.${f}`));
-    if (!format) throw new DatasetFormatError(`cannot tell the format of ${path}: give one of npy, npz, fvecs, bvecs, f32, f16`);
+    if (!format) throw new DatasetFormatError(`cannot tell the format of ${path}: give one of npy, npz, parquet, fvecs, bvecs, f32, f16`);
     const fh = await open(path, 'r');
     try {
       const { size } = await fh.stat();
       let layout: DatasetLayout;
       let member: string | undefined;
-      if (format === 'npz') {
+      if (format === 'parquet') {
+        const parquet = await ParquetRows.open(parquetFile((position, length) => readAt(fh, position, length), size), options);
+        return new LocalFileSource(fh, path, format, size, parquetLayout(parquet), undefined, parquet);
+      } else if (format === 'npz') {
         ({ layout, member } = await npzLayout((position, length) => readAt(fh, position, length), size, options));
       } else if (format === 'fvecs' || format === 'bvecs') {
         layout = vecsLayout(format, await readAt(fh, 0, Math.min(size, VECS_HEADER_BYTES)), size, options.dims);
@@ -93,11 +106,12 @@ export class LocalFileSource implements RowSource {
   }
 
   describe(): string {
-    return `${this.path} (${describeLayout(this.format, this, this.member)}, ${this.rows} × ${this.dims})`;
+    return `${this.path} (${describeLayout(this.format, this, this.member ?? this.column)}, ${this.rows} × ${this.dims})`;
   }
 
   async read(firstRow: number, count: number, target: Buffer): Promise<void> {
     checkReadRange(this, firstRow, count, target);
+    if (this.parquet) return this.parquet.read(firstRow, count, target);
     if (this.decoding) {
       const layout = { decoding: this.decoding, dims: this.dims, rowBytes: this.rowBytes, storedRowBytes: this.storedRowBytes };
       return readConverted(layout, firstRow, count, target, undefined, (scratch) => this.readStored(firstRow, count, scratch));
@@ -128,11 +142,24 @@ async function readAt(fh: FileHandle, position: number, length: number): Promise
   return buf.subarray(0, done);
 }
 
-/** "npy <f4", "npz arr_0.npy <f8 read as <f4", "fvecs", "raw f16": the kind of file in a source's describe(). */
+/**
+ * "npy <f4", "npz arr_0.npy <f8 read as <f4", "parquet column emb <f4", "fvecs", "raw f16": the kind of file in a
+ * source's describe(); `member` is the npz member or the Parquet column.
+ */
 export function describeLayout(format: DatasetFormat, l: { dtype: DatasetDType; convert?: DatasetConversion }, member?: string): string {
   const npy = l.convert ? '<f8 read as <f4' : `<${l.dtype === 'f32' ? 'f4' : 'f2'}`;
   if (format === 'npy') return `npy ${npy}`;
+  if (format === 'parquet') return `parquet column ${member} ${npy}`;
   if (format === 'npz') return `npz ${member} ${npy}`;
   if (format === 'fvecs' || format === 'bvecs') return format === 'bvecs' ? 'bvecs read as f32' : 'fvecs';
   return `raw ${format}`;
+}
+
+/** A Parquet column's rows as a layout (no byte offsets: ParquetRows reads them). */
+export function parquetLayout(p: ParquetRows): DatasetLayout {
+  const itemSize = p.layout.dtype === 'f32' ? 4 : 2;
+  return {
+    dtype: p.layout.dtype, rows: p.rows, dims: p.dims, dataOffset: 0, fortranOrder: false, itemSize, rowBytes: p.rowBytes,
+    storedRowBytes: p.rowBytes, ...(p.layout.convert ? { convert: p.layout.convert } : {}),
+  };
 }

@@ -2,24 +2,27 @@
  * A RowSource over an S3 object (DESIGN.md, steps 1 and 4): an npy, fvecs or bvecs file is opened with ONE ranged
  * GET of its first bytes, large enough for the longest header the parser accepts, whose answer also gives the
  * object's size and ETag (a HEAD before it cost a second round trip before the download could start); a raw file
- * needs only a HEAD; an npz a HEAD and three small ranged GETs (its end, central directory, member header). Rows are
+ * needs only a HEAD; an npz a HEAD and three small ranged GETs (its end, central directory, member header); a Parquet
+ * file a HEAD, its footer and its first row group (the dims), then whole row groups decoded as read (parquet-rows.ts). Rows are
  * read with parallel ranged GETs straight into the caller's buffer (the engine's host buffer): no staging copy.
  *
  * Every GET carries the ETag seen at open as If-Match and compares the ETag of the answer, so a dataset replaced
  * mid-job fails with S3ObjectChangedError instead of mixing two versions (s3rver ignores If-Match; the compare
  * catches it there).
  */
-import { checkReadRange, DatasetFormatError, describeLayout, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, npzLayout, parseNpyHeader, rawLayout, readConverted, VECS_HEADER_BYTES, vecsLayout, type DatasetConversion, type DatasetDType, type DatasetLayout, type ReadHint, type RowDecoding, type RowSource } from '../../core/index.js';
+import { checkReadRange, DatasetFormatError, describeLayout, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, npzLayout, parquetFile, parquetLayout, ParquetRows, parseNpyHeader, rawLayout, readConverted, VECS_HEADER_BYTES, vecsLayout, type DatasetConversion, type DatasetDType, type DatasetLayout, type ReadHint, type RowDecoding, type RowSource } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
 import { headObject, readObjectStart, readRangeInto, type ObjectInfo } from '../s3/objects.js';
 import { formatS3Uri, parseS3UriOf, type S3Location } from '../s3/uri.js';
 
-export type S3DatasetFormat = 'npy' | 'npz' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
+export type S3DatasetFormat = 'npy' | 'npz' | 'parquet' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
 
 export interface S3RowSourceOptions {
   format: S3DatasetFormat;
   /** npz: the member to read (default: the only array, or arr_0) */
   member?: string;
+  /** parquet: the embedding column (default: the only column) */
+  column?: string;
   /** required for raw formats; checked against the header for npy */
   dims?: number;
   /** 'f64-to-f32': accept a float64 .npy, delivered as float32 rows (the spec's dataset.convert) */
@@ -55,10 +58,13 @@ export class S3RowSource implements RowSource {
   /** bytes of a row in the object (rowBytes unless converting) */
   readonly storedRowBytes: number;
   readonly convert: DatasetConversion | undefined;
-  readonly stats: S3ReadStats = { requests: 0, bytes: 0, readMs: 0 };
+  readonly stats: S3ReadStats;
   /** npz: the member read */
   readonly member: string | undefined;
+  /** parquet: the embedding column read */
+  readonly column: string | undefined;
   private readonly decoding: RowDecoding | undefined;
+  private readonly parquet: ParquetRows | undefined;
   private closed = false;
 
   private constructor(
@@ -72,8 +78,13 @@ export class S3RowSource implements RowSource {
     private readonly concurrency: number,
     private readonly signal: AbortSignal | undefined,
     member: string | undefined,
+    stats: S3ReadStats,
+    parquet: ParquetRows | undefined,
   ) {
+    this.stats = stats;
+    this.parquet = parquet;
     this.member = member;
+    this.column = parquet?.layout.column;
     this.decoding = layout.decoding;
     this.rows = layout.rows;
     this.dims = layout.dims;
@@ -102,12 +113,22 @@ export class S3RowSource implements RowSource {
     }
     let layout: DatasetLayout;
     let member: string | undefined;
-    if (options.format === 'npz') {
-      const readAt = async (position: number, length: number) => {
-        const bytes = Buffer.allocUnsafe(Math.max(0, Math.min(length, info.size - position)));
-        await readRangeInto(s3, location, position, bytes.length, bytes, 0, { etag: info.etag, signal: options.signal });
-        return bytes;
-      };
+    let parquet: ParquetRows | undefined;
+    const stats: S3ReadStats = { requests: 0, bytes: 0, readMs: 0 };
+    const readAt = async (position: number, length: number) => {
+      const bytes = Buffer.allocUnsafe(Math.max(0, Math.min(length, info.size - position)));
+      await readRangeInto(s3, location, position, bytes.length, bytes, 0, { etag: info.etag, signal: options.signal });
+      // a Parquet file's rows come through here (row groups): count them like the ranged GETs of rows
+      if (options.format === 'parquet') {
+        stats.requests++;
+        stats.bytes += bytes.length;
+      }
+      return bytes;
+    };
+    if (options.format === 'parquet') {
+      parquet = await ParquetRows.open(parquetFile(readAt, info.size), options);
+      layout = parquetLayout(parquet);
+    } else if (options.format === 'npz') {
       ({ layout, member } = await npzLayout(readAt, info.size, options));
     } else if (start && options.format !== 'npy') {
       layout = vecsLayout(options.format as 'fvecs' | 'bvecs', start.bytes, info.size, options.dims);
@@ -132,16 +153,24 @@ export class S3RowSource implements RowSource {
       Math.max(1, options.concurrency ?? DEFAULT_READ_CONCURRENCY),
       options.signal,
       member,
+      stats,
+      parquet,
     );
   }
 
   describe(): string {
-    return `${this.uri} (${describeLayout(this.format, this, this.member)}, ${this.rows} × ${this.dims}, ETag ${this.etag})`;
+    return `${this.uri} (${describeLayout(this.format, this, this.member ?? this.column)}, ${this.rows} × ${this.dims}, ETag ${this.etag})`;
   }
 
   async read(firstRow: number, count: number, target: Buffer, hint?: ReadHint): Promise<void> {
     if (this.closed) throw new Error(`${this.uri}: read after close`);
     checkReadRange(this, firstRow, count, target);
+    if (this.parquet) {
+      const t0 = performance.now();
+      await this.parquet.read(firstRow, count, target);
+      this.stats.readMs += performance.now() - t0;
+      return;
+    }
     if (this.decoding) {
       const layout = { decoding: this.decoding, dims: this.dims, rowBytes: this.rowBytes, storedRowBytes: this.storedRowBytes };
       return readConverted(layout, firstRow, count, target, hint, (scratch, h) => this.readStored(firstRow, count, scratch, h));

@@ -1,0 +1,157 @@
+/**
+ * The rows of a Parquet embedding column (formats/parquet.ts), read by row group: a Parquet page cannot be addressed
+ * by row, so a read decodes every row group it touches whole (hyparquet) into delivered rows, float32 or float16.
+ * The last decoded groups are kept, and a decode in flight is shared: a pass reads in row order, so the next read
+ * mostly starts in the group the last one ended in. The first row's length gives the dims; every other row is checked
+ * as its group is decoded, so a ragged or null row fails naming the row instead of delivering shifted values.
+ */
+import { DatasetFormatError } from '../formats/errors.js';
+import { f32ToF16Bits } from '../formats/half.js';
+import { parquetColumnLayout, type ParquetColumnLayout, type ParquetFile } from '../formats/parquet.js';
+import type { DatasetConversion } from '../formats/npy-header.js';
+
+/** decoded row groups kept: the one a pass is in and the one before it */
+const KEPT_GROUPS = 2;
+
+export class ParquetRows {
+  readonly dims: number;
+  readonly rowBytes: number;
+  private readonly groups = new Map<number, Promise<Buffer>>();
+
+  private constructor(
+    private readonly file: ParquetFile,
+    readonly layout: ParquetColumnLayout,
+    dims: number,
+  ) {
+    this.dims = dims;
+    this.rowBytes = dims * (layout.dtype === 'f32' ? 4 : 2);
+  }
+
+  get rows(): number {
+    return this.layout.rows;
+  }
+
+  /** Reads the footer, checks the column and decodes the first row group for the dims. `dims`, when given, must match. */
+  static async open(file: ParquetFile, opts: { column?: string; convert?: DatasetConversion; dims?: number } = {}): Promise<ParquetRows> {
+    const layout = await parquetColumnLayout(file, opts);
+    const first = await decodeGroupValues(file, layout, 0);
+    const row0 = first[0];
+    if (row0 === null || row0 === undefined) throw new DatasetFormatError(`Parquet column "${layout.column}" row 0 is null`);
+    const dims = (row0 as unknown[]).length;
+    if (dims === 0) throw new DatasetFormatError(`Parquet column "${layout.column}" row 0 is an empty list (no dims)`);
+    if (opts.dims !== undefined && opts.dims !== dims) {
+      throw new DatasetFormatError(`Parquet column "${layout.column}" has ${dims} dims, not the ${opts.dims} given`);
+    }
+    const rows = new ParquetRows(file, layout, dims);
+    rows.groups.set(0, Promise.resolve(rows.toRows(first, 0)));
+    return rows;
+  }
+
+  /** Fills target with rows [firstRow, firstRow+count) (range checked by the caller). */
+  async read(firstRow: number, count: number, target: Buffer): Promise<void> {
+    const { groupStarts } = this.layout;
+    const end = firstRow + count;
+    let g = groupIndex(groupStarts, firstRow);
+    for (let row = firstRow; row < end; g++) {
+      const rows = await this.group(g);
+      const groupEnd = Math.min(groupStarts[g + 1], end);
+      rows.copy(target, (row - firstRow) * this.rowBytes, (row - groupStarts[g]) * this.rowBytes, (groupEnd - groupStarts[g]) * this.rowBytes);
+      row = groupEnd;
+    }
+  }
+
+  private group(g: number): Promise<Buffer> {
+    let p = this.groups.get(g);
+    if (p) {
+      // most recently used last
+      this.groups.delete(g);
+      this.groups.set(g, p);
+      return p;
+    }
+    p = decodeGroupValues(this.file, this.layout, g).then((values) => this.toRows(values, this.layout.groupStarts[g]));
+    p.catch(() => this.groups.get(g) === p && this.groups.delete(g));
+    this.groups.set(g, p);
+    while (this.groups.size > KEPT_GROUPS) this.groups.delete(this.groups.keys().next().value as number);
+    return p;
+  }
+
+  /** one group's decoded lists as delivered rows; `firstRow` is the group's first row in the dataset, for messages */
+  private toRows(values: unknown[], firstRow: number): Buffer {
+    const { dims, rowBytes } = this;
+    const { column, dtype } = this.layout;
+    const out = Buffer.allocUnsafeSlow(values.length * rowBytes);
+    const f32 = dtype === 'f32' ? new Float32Array(out.buffer, out.byteOffset, values.length * dims) : undefined;
+    for (let r = 0; r < values.length; r++) {
+      const row = values[r] as ArrayLike<number | null> | null | undefined;
+      if (row === null || row === undefined) throw new DatasetFormatError(`Parquet column "${column}" row ${firstRow + r} is null`);
+      if (row.length !== dims) {
+        throw new DatasetFormatError(
+          `Parquet column "${column}" row ${firstRow + r} has ${row.length} values, not the ${dims} of row 0 (every embedding must have the same dims)`,
+        );
+      }
+      for (let j = 0; j < dims; j++) {
+        const v = row[j];
+        if (typeof v !== 'number') throw new DatasetFormatError(`Parquet column "${column}" row ${firstRow + r} has a null at position ${j}`);
+        if (f32) f32[r * dims + j] = v;
+        else out.writeUInt16LE(f32ToF16Bits(v), (r * dims + j) * 2);
+      }
+    }
+    return out;
+  }
+}
+
+/** the row group holding `row` */
+function groupIndex(starts: number[], row: number): number {
+  let lo = 0;
+  let hi = starts.length - 2;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (starts[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** Decodes row group `g` of the column: one list (or null) per row. */
+async function decodeGroupValues(file: ParquetFile, layout: ParquetColumnLayout, g: number): Promise<unknown[]> {
+  const { parquetRead } = await import('hyparquet');
+  const start = layout.groupStarts[g];
+  const rows = layout.groupStarts[g + 1] - start;
+  const values: unknown[] = new Array(rows);
+  let filled = 0;
+  // a failed read (S3, the file) is passed on as it is; only what hyparquet says of the bytes is a format error
+  let readError: unknown;
+  const reading: ParquetFile = {
+    byteLength: file.byteLength,
+    slice: (s, e) => file.slice(s, e).catch((err: unknown) => {
+      readError ??= err;
+      throw err;
+    }),
+  };
+  try {
+    await parquetRead({
+      file: reading,
+      metadata: layout.metadata,
+      columns: [layout.column],
+      rowStart: start,
+      rowEnd: start + rows,
+      onChunk: (chunk) => {
+        for (let i = 0; i < chunk.columnData.length; i++) {
+          const at = chunk.rowStart + i - start;
+          if (at >= 0 && at < rows) {
+            values[at] = chunk.columnData[i];
+            filled++;
+          }
+        }
+      },
+    });
+  } catch (err) {
+    if (readError !== undefined) throw readError;
+    if (err instanceof DatasetFormatError) throw err;
+    throw new DatasetFormatError(`Parquet column "${layout.column}" row group ${g} (rows ${start}..${start + rows - 1}) cannot be decoded: ${(err as Error).message}`);
+  }
+  if (filled !== rows) {
+    throw new DatasetFormatError(`Parquet column "${layout.column}" row group ${g} decoded ${filled} rows, not the ${rows} its footer gives (a damaged file?)`);
+  }
+  return values;
+}
