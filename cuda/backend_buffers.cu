@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cuda_backend.h"
-#include "far_rows.h"
+#include "kernels/far_rows.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -141,7 +141,7 @@ RowOps CudaBackend::allocOps(std::size_t rows, const char* what, bool streamed) 
   o.rowNorm = devAlloc<float>(rows, what);
   // exact mode: the lo operand's norm, for the one-product screen's bound (planner: operandRowBytes)
   o.rowNormLo = mp_.op == OpKind::F16x3 ? devAlloc<float>(rows, what) : nullptr;
-  // exact mode, resident rows: each row's best from the last screened pass, the next one's guess (kernels.h
+  // exact mode, resident rows: each row's best from the last screened pass, the next one's guess (types.h
   // RowOps.screenRef; planner: residentRowBytes). Zeros until a screen writes them: finite, so always safe.
   if (mp_.op == OpKind::F16x3 && !streamed) {
     o.screenRef = devAlloc<float>(rows, what);

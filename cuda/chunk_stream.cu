@@ -8,7 +8,8 @@
 #include <cstring>
 
 #include "cuda_backend.h"
-#include "far_rows.h"
+#include "kernels/far_rows.cuh"
+#include "kernels/recheck.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -90,11 +91,11 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   const bool wantDist = spec_.distances != nullptr;
   stageMark(1, s);
   // the rows' fp64 distances: a streamed chunk's for its farthest rows now; resident rows' are computed again by
-  // finishPass in the rare pass that needs them (kernels.h sumsDistances) when accumulate need not write them
+  // finishPass in the rare pass that needs them (accumulate.cuh sumsDistances) when accumulate need not write them
   double* dist = slotp ? (far > 0 || !distancesFromSums(d_) ? dist_ : nullptr)
                        : (keepsResidentDistances() ? resDist64_ + firstRow : nullptr);
   if (exactThisPass_) {
-    // no partials: integer statistics take the streams' additions in any order (exact_sums.h); finishPass waits for
+    // no partials: integer statistics take the streams' additions in any order (exact_sums.cuh); finishPass waits for
     // the chunk stream (chunksDone_) before the totals. The sums read no distances: a streamed chunk's only for its
     // farthest candidates, resident rows' on demand (pass_farthest.cu residentFarthest).
     exactRows(ops, firstRow, rows, slot.labels, !slotp, far > 0 ? dist_ : nullptr, s);
@@ -155,7 +156,7 @@ void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64
                             bool resident, double* dist, cudaStream_t s) {
   const RowValues values = rowValues(ops);
   ExactScratch& scratch = s == chunkStream_ ? exactS_ : exactC_;
-  const bool sq = !cosine_;  // cosine's inertia needs no Σ‖x‖² (exact_sums.h)
+  const bool sq = !cosine_;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
   if (resident && moveThisPass_)
     exactMoveRows(values, rows, d_, resPrevLabels_ + firstRow, labels, sq, scratch, statsRes_, s);
   else

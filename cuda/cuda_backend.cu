@@ -12,7 +12,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_bridge.h"
-#include "label_changes.h"
+#include "kernels/label_changes.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -88,7 +88,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
   check(cudaMemsetAsync(rowFlags_, 0xff, 3 * sizeof(unsigned long long), compute_), "memset");
   check(cudaMemsetAsync(flaggedTotal_, 0, 2 * sizeof(unsigned long long), compute_), "memset");
-  // Exact sums (exact_sums.h): a fit pass moves the resident rows' statistics by their changed labels when the last
+  // Exact sums (exact_sums.cuh): a fit pass moves the resident rows' statistics by their changed labels when the last
   // pass left them for resPrevLabels_, else adds them afresh; distances asked for (an assign pass's job) take
   // accumulate(), which computes them anyway.
   exactThisPass_ = mp_.exactSums && fit_ && !spec.distances;
@@ -208,7 +208,7 @@ PassTotals CudaBackend::finishPass() {
 
 // The pass's totals from the exact statistics, on the compute stream after everything the pass queued: the resident
 // rows' (statsRes_, kept for the next pass) added into the streamed chunks' (statsPass_), then the fp64 sums, counts
-// and inertia the rest of the pass reads (exact_sums.h exactFinish: the same bits for any chunking and residency).
+// and inertia the rest of the pass reads (exact_sums.cuh exactFinish: the same bits for any chunking and residency).
 void CudaBackend::finishExactTotals() {
   check(cudaEventRecord(chunksDone_, chunkStream_), "cudaEventRecord");
   check(cudaStreamWaitEvent(compute_, chunksDone_, 0), "cudaStreamWaitEvent");

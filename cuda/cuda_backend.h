@@ -15,7 +15,7 @@
 // mode's flagged-row scratch for all of them does not fit (planner.h MemoryPlan.residentPiece), and accumulated in one go
 // (accumulateResident: the same additions). Their fp64 distances stay on the device, so the farthest rows — asked
 // for only when a cluster came out empty (backend.h) — are found in finishPass, per chunk as they were fed.
-// Rows of f16/bf16 data (l2) are kept as they are (no fp32 copy, kernels.h RowValues): a streamed chunk's values
+// Rows of f16/bf16 data (l2) are kept as they are (no fp32 copy, types.h RowValues): a streamed chunk's values
 // are its slot's raw rows, so the slot is released (rawFree) only after the chunk's kernels.
 // Per pass on the host: the centroids go up through pinned staging in pieces (memcpy of piece i+1 overlaps the
 // DMA of piece i); their statistics and operands are computed on the device (operands.cu prepareCentroidOps), and
@@ -48,9 +48,11 @@
 
 #include "backend.h"
 #include "exact_screen_policy.h"
-#include "exact_sums.h"
-#include "kernels.h"
-#include "operands.h"
+#include "kernels/accumulate.cuh"
+#include "kernels/assign.cuh"
+#include "kernels/exact_sums.cuh"
+#include "kernels/operands.cuh"
+#include "kernels/types.h"
 #include "planner.h"
 
 namespace kmfleet {
@@ -213,7 +215,7 @@ class CudaBackend final : public Backend {
   std::int64_t dp_ = 0, kp_ = 0;
   std::size_t rowBytes_ = 0;
   bool cosine_ = false;
-  bool rows16_ = false;  // 16-bit rows kept as they are (kernels.h keepsRows16)
+  bool rows16_ = false;  // 16-bit rows kept as they are (types.h keepsRows16)
 
   cudaStream_t copy_ = nullptr, compute_ = nullptr, d2h_ = nullptr;
   std::vector<void*> host_;
@@ -257,7 +259,7 @@ class CudaBackend final : public Backend {
   unsigned long long* flaggedTotal_ = nullptr;
   unsigned* flaggedCount_ = nullptr;
 
-  // Exact sums (exact_sums.h; MemoryPlan.exactSums, a function of the shape): a fit pass adds its rows into exact
+  // Exact sums (exact_sums.cuh; MemoryPlan.exactSums, a function of the shape): a fit pass adds its rows into exact
   // integer statistics instead of accumulate()'s fp64 sums, so the pass's sums, counts and inertia are the same bits
   // for any chunking and residency. The resident rows' statistics persist: a fit pass that follows one which left
   // them for the resident rows' previous labels (statsHoldPrev_) moves only the rows whose label changed.

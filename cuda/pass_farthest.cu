@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cuda_backend.h"
-#include "far_rows.h"
+#include "kernels/far_rows.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
