@@ -62,13 +62,7 @@ void CudaBackend::allocate() {
   dist_ = devAlloc<double>(chunk, "chunk scratch");
   farScratch_ = devAlloc<char>(farRowsScratchBytes(mp_.chunkRows), "chunk scratch");
   allocAccumulateScratch(acc_, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
-  if (mp_.exactSums) {  // planner.cpp: the statistics in fixedBytes, the scratch per chunk and per resident row
-    allocExactStats(statsRes_, k_, d_);  // throws std::bad_alloc
-    allocExactStats(statsPass_, k_, d_);
-    allocExactScratch(exactC_, std::max(mp_.chunkRows, mp_.residentRows), k_);
-    if (mp_.overlapPartials > 0) allocExactScratch(exactS_, mp_.chunkRows, k_);
-  }
-  check(cudaEventCreateWithFlags(&chunksDone_, cudaEventDisableTiming), "cudaEventCreate");
+  exact_.allocate(mp_.exactSums, k_, d_, mp_.chunkRows, mp_.residentRows, mp_.overlapPartials > 0);
   if (mp_.overlapPartials > 0) {  // planned beside the budget (planner.cpp): the chunk stream's own scratch + partials
     allocAccumulateScratch(accS_, mp_.chunkRows, d_, k_);
     flagsS_.flagged = devAlloc<int>(chunk, "overlap scratch");
@@ -209,11 +203,7 @@ void CudaBackend::release() noexcept {
   resChunkDone_.clear();
   freeAccumulateScratch(acc_);
   freeAccumulateScratch(accS_);
-  freeExactStats(statsRes_);
-  freeExactStats(statsPass_);
-  freeExactScratch(exactC_);
-  freeExactScratch(exactS_);
-  statsHoldPrev_ = false;
+  exact_.release();
   for (void* p : {static_cast<void*>(flagsS_.flagged), static_cast<void*>(flagsS_.thr),
                   static_cast<void*>(flagsS_.candCount), static_cast<void*>(flagsS_.cand),
                   static_cast<void*>(flaggedCountS_), static_cast<void*>(partSums_), static_cast<void*>(partCounts_),
@@ -228,8 +218,6 @@ void CudaBackend::release() noexcept {
   }
   if (passReady_) cudaEventDestroy(passReady_);
   passReady_ = nullptr;
-  if (chunksDone_) cudaEventDestroy(chunksDone_);
-  chunksDone_ = nullptr;
   for (void* p : {static_cast<void*>(cf_), static_cast<void*>(cfNext_), static_cast<void*>(mu64_),
                   static_cast<void*>(scatter_), static_cast<void*>(shift_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                   static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),

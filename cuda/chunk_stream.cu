@@ -94,9 +94,9 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   // finishPass in the rare pass that needs them (accumulate.cuh sumsDistances) when accumulate need not write them
   double* dist = slotp ? (far > 0 || !distancesFromSums(d_) ? dist_ : nullptr)
                        : (keepsResidentDistances() ? resDist64_ + firstRow : nullptr);
-  if (exactThisPass_) {
+  if (exact_.summingThisPass()) {
     // no partials: integer statistics take the streams' additions in any order (exact_sums.cuh); finishPass waits for
-    // the chunk stream (chunksDone_) before the totals. The sums read no distances: a streamed chunk's only for its
+    // the chunk stream before the totals. The sums read no distances: a streamed chunk's only for its
     // farthest candidates, resident rows' on demand (pass_farthest.cu residentFarthest).
     exactRows(ops, firstRow, rows, slot.labels, !slotp, far > 0 ? dist_ : nullptr, s);
   } else if (part) {
@@ -155,12 +155,8 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
 void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels,
                             bool resident, double* dist, cudaStream_t s) {
   const RowValues values = rowValues(ops);
-  ExactScratch& scratch = s == chunkStream_ ? exactS_ : exactC_;
   const bool sq = !cosine_;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
-  if (resident && moveThisPass_)
-    exactMoveRows(values, rows, d_, resPrevLabels_ + firstRow, labels, sq, scratch, statsRes_, s);
-  else
-    exactAddRows(values, rows, d_, labels, sq, scratch, resident ? statsRes_ : statsPass_, s);
+  exact_.addRows(values, firstRow, rows, d_, resPrevLabels_, labels, resident, sq, s == chunkStream_, s);
   if (dist) sumsDistances(values, rows, d_, cf_, labels, cosine_, dist, s);
   check(cudaGetLastError(), "exact sums");
 }

@@ -91,15 +91,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   // Exact sums (exact_sums.cuh): a fit pass moves the resident rows' statistics by their changed labels when the last
   // pass left them for resPrevLabels_, else adds them afresh; distances asked for (an assign pass's job) take
   // accumulate(), which computes them anyway.
-  exactThisPass_ = mp_.exactSums && fit_ && !spec.distances;
-  constexpr double kMoveShare = 0.3;  // above it, the resident rows are added afresh (lastChangedShare_)
-  moveThisPass_ = exactThisPass_ && statsHoldPrev_ && prevLabelsValid_ && residentHeld_ > 0 &&
-                  lastChangedShare_ <= kMoveShare;
-  statsHoldPrev_ = false;  // until a finishPass says again what statsRes_ holds
-  if (exactThisPass_) {
-    zeroExactStats(statsPass_, compute_);
-    if (!moveThisPass_) zeroExactStats(statsRes_, compute_);
-  }
+  exact_.beginPass(mp_.exactSums && fit_ && !spec.distances, prevLabelsValid_ && residentHeld_ > 0, compute_);
   screenThisPass_ = mp_.op == OpKind::F16x3 && cfg_.cuda.exactScreen && screenPolicy_.screen();
   const RelativeKeys keys = cfg_.cuda.relativeKeys;
   screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ && keys != RelativeKeys::Off &&
@@ -118,7 +110,7 @@ PassTotals CudaBackend::finishPass() {
     countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, compute_);
     check(cudaGetLastError(), "countLabelChanges");
   }
-  if (exactThisPass_) finishExactTotals();
+  if (exact_.summingThisPass()) exact_.finishTotals(chunkStream_, compute_, cf_, cosine_, sums_, counts_, inertia_);
   if (residentPending_) copyResidentOutputs();
   // The flags, counts and inertia come down behind the pass's last kernels, covered by one wait on the compute stream
   // (a wait each left the GPU idle for a round trip each). The chunk stream's work — streamed chunks' flags and bad
@@ -178,7 +170,7 @@ PassTotals CudaBackend::finishPass() {
     t.changedRows = residentHeld_;
     t.changed = static_cast<std::int64_t>(hostFlags_[5]);
   }
-  lastChangedShare_ = countChanges && residentHeld_ > 0 ? double(t.changed) / double(residentHeld_) : 0;
+  exact_.recordChangedShare(countChanges && residentHeld_ > 0 ? double(t.changed) / double(residentHeld_) : 0);
   if (stats_) {
     float ms[3] = {0, 0, 0};
     for (std::size_t i = 0; i < stagesUsed_; ++i)
@@ -200,21 +192,10 @@ PassTotals CudaBackend::finishPass() {
   // (or retained them) gave the engine labels the device does not hold: nothing to compare with next time.
   if (residentRan_) std::swap(resLabels_, resPrevLabels_);
   prevLabelsValid_ = residentRan_;
-  statsHoldPrev_ = exactThisPass_ && residentRan_;  // statsRes_ now holds the resident rows under resPrevLabels_
+  exact_.finishPass(residentRan_);  // its resident statistics now hold the resident rows under resPrevLabels_
   residentRan_ = false;
   if (residentHeld_ == 0 && retainedThisPass_ == mp_.residentRows) residentHeld_ = mp_.residentRows;
   return t;
-}
-
-// The pass's totals from the exact statistics, on the compute stream after everything the pass queued: the resident
-// rows' (statsRes_, kept for the next pass) added into the streamed chunks' (statsPass_), then the fp64 sums, counts
-// and inertia the rest of the pass reads (exact_sums.cuh exactFinish: the same bits for any chunking and residency).
-void CudaBackend::finishExactTotals() {
-  check(cudaEventRecord(chunksDone_, chunkStream_), "cudaEventRecord");
-  check(cudaStreamWaitEvent(compute_, chunksDone_, 0), "cudaStreamWaitEvent");
-  addExactStats(statsPass_, statsRes_, compute_);
-  exactFinish(statsPass_, cf_, cosine_, sums_, counts_, inertia_, compute_);
-  check(cudaGetLastError(), "exact sums");
 }
 
 void CudaBackend::abortPass() noexcept {
@@ -234,7 +215,7 @@ void CudaBackend::abortPass() noexcept {
   far_.clear();
   stagesUsed_ = 0;
   retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
-  exactThisPass_ = moveThisPass_ = false;  // statsHoldPrev_ stays false (beginPass): the next fit pass adds afresh
+  exact_.abortPass();  // the next fit pass adds afresh
 }
 
 // EngineConfig.stats (KMFLEET_ENGINE_STATS): CUDA events around each chunk's stages (assign + recheck, sums + distances, farthest),

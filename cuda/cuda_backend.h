@@ -47,7 +47,9 @@
 #include <vector>
 
 #include "backend.h"
+#include "device_memory.h"
 #include "exact_screen_policy.h"
+#include "exact_statistics.h"
 #include "kernels/accumulate.cuh"
 #include "kernels/assign.cuh"
 #include "kernels/exact_sums.cuh"
@@ -62,44 +64,6 @@ class ThreadPool;
 namespace cuda_backend {
 
 using namespace cuda;
-
-// Error mapping: a CUDA error → EngineError (OutOfMemory for an allocation failure, Device otherwise).
-inline void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();
-  if (e == cudaErrorMemoryAllocation)
-    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA out of memory in ") + what);
-  throw EngineError(ErrorCode::Device, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-
-template <typename T>
-T* devAlloc(std::size_t count, const char* what) {
-  void* p = nullptr;
-  if (count == 0) count = 1;
-  const cudaError_t e = cudaMalloc(&p, count * sizeof(T));
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    std::size_t fr = 0, tot = 0;
-    cudaMemGetInfo(&fr, &tot);
-    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA: cannot allocate ") +
-                                                  std::to_string(count * sizeof(T) >> 20) + " MiB for " + what +
-                                                  " (" + std::to_string(fr >> 20) + " MiB free)");
-  }
-  return static_cast<T*>(p);
-}
-
-template <typename T>
-T* hostAlloc(std::size_t count, const char* what) {
-  void* p = nullptr;
-  if (count == 0) count = 1;
-  const cudaError_t e = cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocPortable);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw EngineError(ErrorCode::OutOfMemory, std::string("cannot allocate ") + std::to_string(count * sizeof(T) >> 20) +
-                                                  " MiB of pinned host memory for " + what);
-  }
-  return static_cast<T*>(p);
-}
 
 inline InType inType(DType t) { return t == DType::F32 ? InType::F32 : t == DType::F16 ? InType::F16 : InType::BF16; }
 
@@ -259,28 +223,12 @@ class CudaBackend final : public Backend {
   unsigned long long* flaggedTotal_ = nullptr;
   unsigned* flaggedCount_ = nullptr;
 
-  // Exact sums (exact_sums.cuh; MemoryPlan.exactSums, a function of the shape): a fit pass adds its rows into exact
-  // integer statistics instead of accumulate()'s fp64 sums, so the pass's sums, counts and inertia are the same bits
-  // for any chunking and residency. The resident rows' statistics persist: a fit pass that follows one which left
-  // them for the resident rows' previous labels (statsHoldPrev_) moves only the rows whose label changed.
-  bool exactThisPass_ = false;   // this pass: a fit pass of an exact-sums plan that does not ask for distances
-  bool moveThisPass_ = false;    // this pass moves the resident rows' changed labels (else adds them afresh)
-  bool statsHoldPrev_ = false;   // statsRes_ = the resident rows under resPrevLabels_
-  // The share of resident rows whose label changed in the last pass that counted them. A move costs about twice a
-  // fresh add's work per changed row (an entry at each end) plus a counting sort: past ~1/3 of the rows adding all
-  // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Exact statistics"). Either way the same bits.
-  double lastChangedShare_ = 0;
-  ExactStats statsRes_;          // the resident rows
-  ExactStats statsPass_;         // this pass's streamed chunks, then (finishPass) the pass's total
-  ExactScratch exactC_;          // compute_'s: resident rows (all of them at once) and its streamed chunks
-  ExactScratch exactS_;          // chunkStream_'s streamed chunks (overlap)
-  cudaEvent_t chunksDone_ = nullptr;        // the chunk stream's work of the pass, before finishExactTotals
-  // chunk_stream.cu: rows [firstRow, firstRow + rows) with their labels into the statistics — resident rows into
-  // statsRes_ (moved from resPrevLabels_, or added), streamed ones into statsPass_ — and, when dist is not null, their
-  // fp64 distances (sumsDistances: the bits accumulate() gives them) for the farthest rows
+  ExactStatistics exact_;  // fit passes' exact integer statistics (exact_statistics.h)
+  // chunk_stream.cu: rows [firstRow, firstRow + rows) with their labels into exact_ — resident rows moved from
+  // resPrevLabels_ or added — and, when dist is not null, their fp64 distances (sumsDistances: the bits accumulate()
+  // gives them) for the farthest rows
   void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, bool resident,
                  double* dist, cudaStream_t s);
-  void finishExactTotals();  // cuda_backend.cu: statsPass_ += statsRes_, then sums_, counts_, inertia_
 
   RowOps streamOps_;
   int* flagged_ = nullptr;
