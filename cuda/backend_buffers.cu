@@ -106,16 +106,7 @@ void CudaBackend::allocate() {
   check(cudaEventCreateWithFlags(&resComputed_, cudaEventDisableTiming), "cudaEventCreate");
   resChunkDone_.resize(std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows), nullptr);
   for (cudaEvent_t& e : resChunkDone_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  slots_.resize(std::size_t(mp_.slots));
-  for (Slot& s : slots_) {
-    s.raw = devAlloc<char>(chunk * rowBytes_, "chunk slots");
-    s.labels = devAlloc<int>(chunk, "chunk slots");
-    s.dist32 = devAlloc<float>(chunk, "chunk slots");
-    s.hLabels = hostAlloc<int>(chunk, "label staging");
-    s.hDist = hostAlloc<float>(chunk, "distance staging");
-    for (cudaEvent_t* e : {&s.copied, &s.rawFree, &s.outDone, &s.computed})
-      check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
-  }
+  slots_.allocate(mp_.slots, chunk, rowBytes_);
 }
 
 // streamed: the scratch of streamed chunks (no values when the 16-bit rows are read in their slot).
@@ -152,17 +143,7 @@ void CudaBackend::freeOps(RowOps& o) {
 }
 
 void CudaBackend::release() noexcept {
-  for (Slot& s : slots_) {
-    for (void* p : {s.raw, static_cast<void*>(s.labels), static_cast<void*>(s.dist32), static_cast<void*>(s.topDist),
-                    static_cast<void*>(s.topRow), static_cast<void*>(s.topValues)})
-      if (p) cudaFree(p);
-    for (void* p : {static_cast<void*>(s.hLabels), static_cast<void*>(s.hDist), static_cast<void*>(s.hTopDist),
-                    static_cast<void*>(s.hTopRow), static_cast<void*>(s.hTopValues)})
-      if (p) cudaFreeHost(p);
-    for (cudaEvent_t e : {s.copied, s.rawFree, s.outDone, s.computed})
-      if (e) cudaEventDestroy(e);
-    s = Slot{};
-  }
+  slots_.release();
   freeOps(streamOps_);
   freeOps(resident_);
   for (void* p : {static_cast<void*>(resFarDist_), static_cast<void*>(resFarRow_)})

@@ -18,8 +18,7 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
   check(cudaSetDevice(cfg_.device), "cudaSetDevice");
   if (!data || rows <= 0 || rows > mp_.chunkRows)
     throw EngineError(ErrorCode::InvalidArgument, "processChunk: no rows or a bad row count");
-  Slot& slot = slots_[std::size_t(slotNext_)];
-  slotNext_ = (slotNext_ + 1) % int(slots_.size());
+  ChunkSlot& slot = slots_.next();
   check(cudaStreamWaitEvent(copy_, slot.rawFree, 0), "cudaStreamWaitEvent");
   check(cudaMemcpyAsync(slot.raw, data, rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
   check(cudaEventRecord(slot.copied, copy_), "cudaEventRecord");
@@ -48,13 +47,13 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
 }
 
 // Before a slot's outputs are overwritten: wait for their D2H (keeping resident work queued) and copy them out.
-void CudaBackend::retire(Slot& s) {
+void CudaBackend::retire(ChunkSlot& s) {
   if (s.pending && overlap_) waitPumping(s.outDone, "D2H");
   drain(s);
 }
 
 // Copy a slot's finished outputs into the engine's arrays.
-void CudaBackend::drain(Slot& s) {
+void CudaBackend::drain(ChunkSlot& s) {
   if (!s.pending) return;
   check(cudaEventSynchronize(s.outDone), "D2H");
   std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
@@ -65,7 +64,7 @@ void CudaBackend::drain(Slot& s) {
 
 // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
 // s: the stream of a streamed chunk (chunkStream_ when it overlaps the resident rows: its sums go to a partial).
-void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp,
+void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, ChunkSlot* slotp,
                                cudaStream_t s) {
   if (!s) s = compute_;
   const bool part = slotp && s == chunkStream_;
@@ -73,8 +72,8 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   const RowValues values = rowValues(ops);
   // farthest candidates of streamed chunks now (their rows leave the device); resident rows' in finishPass
   const int far = slotp && fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;
-  Slot dummy;
-  Slot& slot = slotp ? *slotp : dummy;
+  ChunkSlot dummy;
+  ChunkSlot& slot = slotp ? *slotp : dummy;
   if (!slotp) {
     slot.labels = resLabels_ + firstRow;
     slot.dist32 = resDist_ + firstRow;

@@ -126,7 +126,7 @@ PassTotals CudaBackend::finishPass() {
   const bool totalsQueued = queueDown({counts_, inertia_});
   check(cudaStreamSynchronize(compute_), "compute");
   check(cudaStreamSynchronize(d2h_), "D2H");
-  for (Slot& s : slots_) drain(s);
+  for (ChunkSlot& s : slots_) drain(s);
   residentPending_ = false;
   const unsigned long long bad[3] = {hostFlags_[0], hostFlags_[1], hostFlags_[2]};
   if (bad[0] != ~0ULL)
@@ -209,7 +209,7 @@ void CudaBackend::abortPass() noexcept {
   sumsKept_ = false;
   resStep_ = resSteps_ = 0;
   pendingFolds_.clear();
-  for (Slot& s : slots_) s.pending = false;
+  for (ChunkSlot& s : slots_) s.pending = false;
   residentPending_ = false;
   residentRan_ = false;
   far_.clear();

@@ -24,6 +24,11 @@
 // the last kernels under the pass's one final wait where they fit in a ring piece (queueDown), else, like the sums,
 // through a ring of two pinned pieces (the DMA of piece i+1 overlaps the host's copy of piece i).
 //
+// CudaBackend is the pass orchestration; classes of their own own part of its state:
+//   ChunkSlots       (chunk_slots.h)       the streamed chunks' device slots, their pinned staging and events
+//   ExactStatistics  (exact_statistics.h)  the fit passes' exact integer statistics and the move-or-add decision
+// and device_memory.h has the allocation helpers and the CUDA error mapping they share. The kernels are in kernels/.
+//
 // This header (internal to cuda/) declares the class; its member functions live one concept a file:
 //   cuda_backend.cu     construction (plan, EngineConfig.cuda settings), begin/finish/abort of a pass, per-pass statistics,
 //                       makeCudaBackend (cuda_bridge.h)
@@ -47,6 +52,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "chunk_slots.h"
 #include "device_memory.h"
 #include "exact_screen_policy.h"
 #include "exact_statistics.h"
@@ -87,25 +93,6 @@ class CudaBackend final : public Backend {
   void abortPass() noexcept override;                   // cuda_backend.cu
 
  private:
-  // a streamed chunk's device slot, its pinned staging and events (planner.h MemoryPlan::slots of them)
-  struct Slot {
-    void* raw = nullptr;
-    int* labels = nullptr;
-    float* dist32 = nullptr;
-    double* topDist = nullptr;
-    long long* topRow = nullptr;
-    float* topValues = nullptr;
-    int* hLabels = nullptr;
-    float* hDist = nullptr;
-    double* hTopDist = nullptr;
-    long long* hTopRow = nullptr;
-    float* hTopValues = nullptr;
-    cudaEvent_t copied = nullptr, rawFree = nullptr, outDone = nullptr, computed = nullptr;
-    bool pending = false;
-    std::int64_t firstRow = 0, rows = 0;
-    int far = 0;
-    bool dist = false;
-  };
   // flagged-row scratch of assignPiece (exact mode): a chunk's (chunkFlags), flagsS_ (the chunk stream's) or resFlag_
   // (a piece of resident rows)
   struct FlagScratch {
@@ -139,9 +126,10 @@ class CudaBackend final : public Backend {
   void takeDown(bool queued, std::size_t index, const T* src, std::vector<U>& out);  // below
 
   // chunk_stream.cu
-  void retire(Slot& s);
-  void drain(Slot& s);
-  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp, cudaStream_t s = nullptr);
+  void retire(ChunkSlot& s);
+  void drain(ChunkSlot& s);
+  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, ChunkSlot* slotp,
+                    cudaStream_t s = nullptr);
   void enqueueFold(std::size_t b);
   void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                    cudaStream_t s = nullptr, unsigned* count = nullptr);
@@ -161,7 +149,7 @@ class CudaBackend final : public Backend {
   // pass_farthest.cu
   static bool fartherThan(double da, long long ra, double db, long long rb);
   void offerFar(double dist, long long row, const float* values);
-  void ensureFarBuffers(Slot& s, int f);
+  void ensureFarBuffers(ChunkSlot& s, int f);
   void residentFarthest();
   void ensureResidentFar(int f);
   void fillResidentValues();
@@ -193,8 +181,7 @@ class CudaBackend final : public Backend {
   CentroidStatsDevice* cstats_ = nullptr;
   cudaEvent_t statsReady_ = nullptr;
   bool statsPending_ = false;
-  std::vector<Slot> slots_;  // planner.h MemoryPlan::slots
-  int slotNext_ = 0;
+  ChunkSlots slots_;  // the streamed chunks' device slots (planner.h MemoryPlan::slots)
 
   float* cf_ = nullptr;
   // updateOnDevice: the next centroids (swapped with cf_), fp64 data mean, per-cluster shift and scatter
@@ -237,7 +224,6 @@ class CudaBackend final : public Backend {
   int* cand_ = nullptr;
   double* dist_ = nullptr;
   char* farScratch_ = nullptr;
-  int farCapacity_ = 0;
   AccumulateScratch acc_;
 
   RowOps resident_;
