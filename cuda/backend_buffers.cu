@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cuda_backend.h"
-#include "far_rows.h"
+#include "kernels/far_rows.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -62,13 +62,7 @@ void CudaBackend::allocate() {
   dist_ = devAlloc<double>(chunk, "chunk scratch");
   farScratch_ = devAlloc<char>(farRowsScratchBytes(mp_.chunkRows), "chunk scratch");
   allocAccumulateScratch(acc_, mp_.chunkRows, d_, k_);  // throws std::bad_alloc
-  if (mp_.exactSums) {  // planner.cpp: the statistics in fixedBytes, the scratch per chunk and per resident row
-    allocExactStats(statsRes_, k_, d_);  // throws std::bad_alloc
-    allocExactStats(statsPass_, k_, d_);
-    allocExactScratch(exactC_, std::max(mp_.chunkRows, mp_.residentRows), k_);
-    if (mp_.overlapPartials > 0) allocExactScratch(exactS_, mp_.chunkRows, k_);
-  }
-  check(cudaEventCreateWithFlags(&chunksDone_, cudaEventDisableTiming), "cudaEventCreate");
+  exact_.allocate(mp_.exactSums, k_, d_, mp_.chunkRows, mp_.residentRows, mp_.overlapPartials > 0);
   if (mp_.overlapPartials > 0) {  // planned beside the budget (planner.cpp): the chunk stream's own scratch + partials
     allocAccumulateScratch(accS_, mp_.chunkRows, d_, k_);
     flagsS_.flagged = devAlloc<int>(chunk, "overlap scratch");
@@ -112,16 +106,7 @@ void CudaBackend::allocate() {
   check(cudaEventCreateWithFlags(&resComputed_, cudaEventDisableTiming), "cudaEventCreate");
   resChunkDone_.resize(std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows), nullptr);
   for (cudaEvent_t& e : resChunkDone_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  slots_.resize(std::size_t(mp_.slots));
-  for (Slot& s : slots_) {
-    s.raw = devAlloc<char>(chunk * rowBytes_, "chunk slots");
-    s.labels = devAlloc<int>(chunk, "chunk slots");
-    s.dist32 = devAlloc<float>(chunk, "chunk slots");
-    s.hLabels = hostAlloc<int>(chunk, "label staging");
-    s.hDist = hostAlloc<float>(chunk, "distance staging");
-    for (cudaEvent_t* e : {&s.copied, &s.rawFree, &s.outDone, &s.computed})
-      check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
-  }
+  slots_.allocate(mp_.slots, chunk, rowBytes_);
 }
 
 // streamed: the scratch of streamed chunks (no values when the 16-bit rows are read in their slot).
@@ -141,7 +126,7 @@ RowOps CudaBackend::allocOps(std::size_t rows, const char* what, bool streamed) 
   o.rowNorm = devAlloc<float>(rows, what);
   // exact mode: the lo operand's norm, for the one-product screen's bound (planner: operandRowBytes)
   o.rowNormLo = mp_.op == OpKind::F16x3 ? devAlloc<float>(rows, what) : nullptr;
-  // exact mode, resident rows: each row's best from the last screened pass, the next one's guess (kernels.h
+  // exact mode, resident rows: each row's best from the last screened pass, the next one's guess (types.h
   // RowOps.screenRef; planner: residentRowBytes). Zeros until a screen writes them: finite, so always safe.
   if (mp_.op == OpKind::F16x3 && !streamed) {
     o.screenRef = devAlloc<float>(rows, what);
@@ -158,17 +143,7 @@ void CudaBackend::freeOps(RowOps& o) {
 }
 
 void CudaBackend::release() noexcept {
-  for (Slot& s : slots_) {
-    for (void* p : {s.raw, static_cast<void*>(s.labels), static_cast<void*>(s.dist32), static_cast<void*>(s.topDist),
-                    static_cast<void*>(s.topRow), static_cast<void*>(s.topValues)})
-      if (p) cudaFree(p);
-    for (void* p : {static_cast<void*>(s.hLabels), static_cast<void*>(s.hDist), static_cast<void*>(s.hTopDist),
-                    static_cast<void*>(s.hTopRow), static_cast<void*>(s.hTopValues)})
-      if (p) cudaFreeHost(p);
-    for (cudaEvent_t e : {s.copied, s.rawFree, s.outDone, s.computed})
-      if (e) cudaEventDestroy(e);
-    s = Slot{};
-  }
+  slots_.release();
   freeOps(streamOps_);
   freeOps(resident_);
   for (void* p : {static_cast<void*>(resFarDist_), static_cast<void*>(resFarRow_)})
@@ -209,11 +184,7 @@ void CudaBackend::release() noexcept {
   resChunkDone_.clear();
   freeAccumulateScratch(acc_);
   freeAccumulateScratch(accS_);
-  freeExactStats(statsRes_);
-  freeExactStats(statsPass_);
-  freeExactScratch(exactC_);
-  freeExactScratch(exactS_);
-  statsHoldPrev_ = false;
+  exact_.release();
   for (void* p : {static_cast<void*>(flagsS_.flagged), static_cast<void*>(flagsS_.thr),
                   static_cast<void*>(flagsS_.candCount), static_cast<void*>(flagsS_.cand),
                   static_cast<void*>(flaggedCountS_), static_cast<void*>(partSums_), static_cast<void*>(partCounts_),
@@ -228,8 +199,6 @@ void CudaBackend::release() noexcept {
   }
   if (passReady_) cudaEventDestroy(passReady_);
   passReady_ = nullptr;
-  if (chunksDone_) cudaEventDestroy(chunksDone_);
-  chunksDone_ = nullptr;
   for (void* p : {static_cast<void*>(cf_), static_cast<void*>(cfNext_), static_cast<void*>(mu64_),
                   static_cast<void*>(scatter_), static_cast<void*>(shift_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
                   static_cast<void*>(cnorm_), static_cast<void*>(mu_), static_cast<void*>(sums_),

@@ -8,7 +8,8 @@
 #include <cstring>
 
 #include "cuda_backend.h"
-#include "far_rows.h"
+#include "kernels/far_rows.cuh"
+#include "kernels/recheck.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -17,8 +18,7 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
   check(cudaSetDevice(cfg_.device), "cudaSetDevice");
   if (!data || rows <= 0 || rows > mp_.chunkRows)
     throw EngineError(ErrorCode::InvalidArgument, "processChunk: no rows or a bad row count");
-  Slot& slot = slots_[std::size_t(slotNext_)];
-  slotNext_ = (slotNext_ + 1) % int(slots_.size());
+  ChunkSlot& slot = slots_.next();
   check(cudaStreamWaitEvent(copy_, slot.rawFree, 0), "cudaStreamWaitEvent");
   check(cudaMemcpyAsync(slot.raw, data, rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
   check(cudaEventRecord(slot.copied, copy_), "cudaEventRecord");
@@ -47,13 +47,13 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
 }
 
 // Before a slot's outputs are overwritten: wait for their D2H (keeping resident work queued) and copy them out.
-void CudaBackend::retire(Slot& s) {
+void CudaBackend::retire(ChunkSlot& s) {
   if (s.pending && overlap_) waitPumping(s.outDone, "D2H");
   drain(s);
 }
 
 // Copy a slot's finished outputs into the engine's arrays.
-void CudaBackend::drain(Slot& s) {
+void CudaBackend::drain(ChunkSlot& s) {
   if (!s.pending) return;
   check(cudaEventSynchronize(s.outDone), "D2H");
   std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
@@ -64,7 +64,7 @@ void CudaBackend::drain(Slot& s) {
 
 // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
 // s: the stream of a streamed chunk (chunkStream_ when it overlaps the resident rows: its sums go to a partial).
-void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp,
+void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, ChunkSlot* slotp,
                                cudaStream_t s) {
   if (!s) s = compute_;
   const bool part = slotp && s == chunkStream_;
@@ -72,8 +72,8 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   const RowValues values = rowValues(ops);
   // farthest candidates of streamed chunks now (their rows leave the device); resident rows' in finishPass
   const int far = slotp && fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;
-  Slot dummy;
-  Slot& slot = slotp ? *slotp : dummy;
+  ChunkSlot dummy;
+  ChunkSlot& slot = slotp ? *slotp : dummy;
   if (!slotp) {
     slot.labels = resLabels_ + firstRow;
     slot.dist32 = resDist_ + firstRow;
@@ -90,12 +90,12 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   const bool wantDist = spec_.distances != nullptr;
   stageMark(1, s);
   // the rows' fp64 distances: a streamed chunk's for its farthest rows now; resident rows' are computed again by
-  // finishPass in the rare pass that needs them (kernels.h sumsDistances) when accumulate need not write them
+  // finishPass in the rare pass that needs them (accumulate.cuh sumsDistances) when accumulate need not write them
   double* dist = slotp ? (far > 0 || !distancesFromSums(d_) ? dist_ : nullptr)
                        : (keepsResidentDistances() ? resDist64_ + firstRow : nullptr);
-  if (exactThisPass_) {
-    // no partials: integer statistics take the streams' additions in any order (exact_sums.h); finishPass waits for
-    // the chunk stream (chunksDone_) before the totals. The sums read no distances: a streamed chunk's only for its
+  if (exact_.summingThisPass()) {
+    // no partials: integer statistics take the streams' additions in any order (exact_sums.cuh); finishPass waits for
+    // the chunk stream before the totals. The sums read no distances: a streamed chunk's only for its
     // farthest candidates, resident rows' on demand (pass_farthest.cu residentFarthest).
     exactRows(ops, firstRow, rows, slot.labels, !slotp, far > 0 ? dist_ : nullptr, s);
   } else if (part) {
@@ -154,12 +154,8 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
 void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels,
                             bool resident, double* dist, cudaStream_t s) {
   const RowValues values = rowValues(ops);
-  ExactScratch& scratch = s == chunkStream_ ? exactS_ : exactC_;
-  const bool sq = !cosine_;  // cosine's inertia needs no Σ‖x‖² (exact_sums.h)
-  if (resident && moveThisPass_)
-    exactMoveRows(values, rows, d_, resPrevLabels_ + firstRow, labels, sq, scratch, statsRes_, s);
-  else
-    exactAddRows(values, rows, d_, labels, sq, scratch, resident ? statsRes_ : statsPass_, s);
+  const bool sq = !cosine_;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
+  exact_.addRows(values, firstRow, rows, d_, resPrevLabels_, labels, resident, sq, s == chunkStream_, s);
   if (dist) sumsDistances(values, rows, d_, cf_, labels, cosine_, dist, s);
   check(cudaGetLastError(), "exact sums");
 }

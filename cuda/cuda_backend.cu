@@ -12,7 +12,7 @@
 
 #include "cuda_backend.h"
 #include "cuda_bridge.h"
-#include "label_changes.h"
+#include "kernels/label_changes.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -88,18 +88,10 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
   check(cudaMemsetAsync(rowFlags_, 0xff, 3 * sizeof(unsigned long long), compute_), "memset");
   check(cudaMemsetAsync(flaggedTotal_, 0, 2 * sizeof(unsigned long long), compute_), "memset");
-  // Exact sums (exact_sums.h): a fit pass moves the resident rows' statistics by their changed labels when the last
+  // Exact sums (exact_sums.cuh): a fit pass moves the resident rows' statistics by their changed labels when the last
   // pass left them for resPrevLabels_, else adds them afresh; distances asked for (an assign pass's job) take
   // accumulate(), which computes them anyway.
-  exactThisPass_ = mp_.exactSums && fit_ && !spec.distances;
-  constexpr double kMoveShare = 0.3;  // above it, the resident rows are added afresh (lastChangedShare_)
-  moveThisPass_ = exactThisPass_ && statsHoldPrev_ && prevLabelsValid_ && residentHeld_ > 0 &&
-                  lastChangedShare_ <= kMoveShare;
-  statsHoldPrev_ = false;  // until a finishPass says again what statsRes_ holds
-  if (exactThisPass_) {
-    zeroExactStats(statsPass_, compute_);
-    if (!moveThisPass_) zeroExactStats(statsRes_, compute_);
-  }
+  exact_.beginPass(mp_.exactSums && fit_ && !spec.distances, prevLabelsValid_ && residentHeld_ > 0, compute_);
   screenThisPass_ = mp_.op == OpKind::F16x3 && cfg_.cuda.exactScreen && screenPolicy_.screen();
   const RelativeKeys keys = cfg_.cuda.relativeKeys;
   screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ && keys != RelativeKeys::Off &&
@@ -118,7 +110,7 @@ PassTotals CudaBackend::finishPass() {
     countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, compute_);
     check(cudaGetLastError(), "countLabelChanges");
   }
-  if (exactThisPass_) finishExactTotals();
+  if (exact_.summingThisPass()) exact_.finishTotals(chunkStream_, compute_, cf_, cosine_, sums_, counts_, inertia_);
   if (residentPending_) copyResidentOutputs();
   // The flags, counts and inertia come down behind the pass's last kernels, covered by one wait on the compute stream
   // (a wait each left the GPU idle for a round trip each). The chunk stream's work — streamed chunks' flags and bad
@@ -134,7 +126,7 @@ PassTotals CudaBackend::finishPass() {
   const bool totalsQueued = queueDown({counts_, inertia_});
   check(cudaStreamSynchronize(compute_), "compute");
   check(cudaStreamSynchronize(d2h_), "D2H");
-  for (Slot& s : slots_) drain(s);
+  for (ChunkSlot& s : slots_) drain(s);
   residentPending_ = false;
   const unsigned long long bad[3] = {hostFlags_[0], hostFlags_[1], hostFlags_[2]};
   if (bad[0] != ~0ULL)
@@ -178,7 +170,7 @@ PassTotals CudaBackend::finishPass() {
     t.changedRows = residentHeld_;
     t.changed = static_cast<std::int64_t>(hostFlags_[5]);
   }
-  lastChangedShare_ = countChanges && residentHeld_ > 0 ? double(t.changed) / double(residentHeld_) : 0;
+  exact_.recordChangedShare(countChanges && residentHeld_ > 0 ? double(t.changed) / double(residentHeld_) : 0);
   if (stats_) {
     float ms[3] = {0, 0, 0};
     for (std::size_t i = 0; i < stagesUsed_; ++i)
@@ -200,21 +192,10 @@ PassTotals CudaBackend::finishPass() {
   // (or retained them) gave the engine labels the device does not hold: nothing to compare with next time.
   if (residentRan_) std::swap(resLabels_, resPrevLabels_);
   prevLabelsValid_ = residentRan_;
-  statsHoldPrev_ = exactThisPass_ && residentRan_;  // statsRes_ now holds the resident rows under resPrevLabels_
+  exact_.finishPass(residentRan_);  // its resident statistics now hold the resident rows under resPrevLabels_
   residentRan_ = false;
   if (residentHeld_ == 0 && retainedThisPass_ == mp_.residentRows) residentHeld_ = mp_.residentRows;
   return t;
-}
-
-// The pass's totals from the exact statistics, on the compute stream after everything the pass queued: the resident
-// rows' (statsRes_, kept for the next pass) added into the streamed chunks' (statsPass_), then the fp64 sums, counts
-// and inertia the rest of the pass reads (exact_sums.h exactFinish: the same bits for any chunking and residency).
-void CudaBackend::finishExactTotals() {
-  check(cudaEventRecord(chunksDone_, chunkStream_), "cudaEventRecord");
-  check(cudaStreamWaitEvent(compute_, chunksDone_, 0), "cudaStreamWaitEvent");
-  addExactStats(statsPass_, statsRes_, compute_);
-  exactFinish(statsPass_, cf_, cosine_, sums_, counts_, inertia_, compute_);
-  check(cudaGetLastError(), "exact sums");
 }
 
 void CudaBackend::abortPass() noexcept {
@@ -228,13 +209,13 @@ void CudaBackend::abortPass() noexcept {
   sumsKept_ = false;
   resStep_ = resSteps_ = 0;
   pendingFolds_.clear();
-  for (Slot& s : slots_) s.pending = false;
+  for (ChunkSlot& s : slots_) s.pending = false;
   residentPending_ = false;
   residentRan_ = false;
   far_.clear();
   stagesUsed_ = 0;
   retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
-  exactThisPass_ = moveThisPass_ = false;  // statsHoldPrev_ stays false (beginPass): the next fit pass adds afresh
+  exact_.abortPass();  // the next fit pass adds afresh
 }
 
 // EngineConfig.stats (KMFLEET_ENGINE_STATS): CUDA events around each chunk's stages (assign + recheck, sums + distances, farthest),

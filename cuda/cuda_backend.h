@@ -15,7 +15,7 @@
 // mode's flagged-row scratch for all of them does not fit (planner.h MemoryPlan.residentPiece), and accumulated in one go
 // (accumulateResident: the same additions). Their fp64 distances stay on the device, so the farthest rows — asked
 // for only when a cluster came out empty (backend.h) — are found in finishPass, per chunk as they were fed.
-// Rows of f16/bf16 data (l2) are kept as they are (no fp32 copy, kernels.h RowValues): a streamed chunk's values
+// Rows of f16/bf16 data (l2) are kept as they are (no fp32 copy, types.h RowValues): a streamed chunk's values
 // are its slot's raw rows, so the slot is released (rawFree) only after the chunk's kernels.
 // Per pass on the host: the centroids go up through pinned staging in pieces (memcpy of piece i+1 overlaps the
 // DMA of piece i); their statistics and operands are computed on the device (operands.cu prepareCentroidOps), and
@@ -23,6 +23,11 @@
 // updateOnDevice has queued them already. Counts and inertia (and the update's shift and scatter) come down behind
 // the last kernels under the pass's one final wait where they fit in a ring piece (queueDown), else, like the sums,
 // through a ring of two pinned pieces (the DMA of piece i+1 overlaps the host's copy of piece i).
+//
+// CudaBackend is the pass orchestration; classes of their own own part of its state:
+//   ChunkSlots       (chunk_slots.h)       the streamed chunks' device slots, their pinned staging and events
+//   ExactStatistics  (exact_statistics.h)  the fit passes' exact integer statistics and the move-or-add decision
+// and device_memory.h has the allocation helpers and the CUDA error mapping they share. The kernels are in kernels/.
 //
 // This header (internal to cuda/) declares the class; its member functions live one concept a file:
 //   cuda_backend.cu     construction (plan, EngineConfig.cuda settings), begin/finish/abort of a pass, per-pass statistics,
@@ -47,10 +52,15 @@
 #include <vector>
 
 #include "backend.h"
+#include "chunk_slots.h"
+#include "device_memory.h"
 #include "exact_screen_policy.h"
-#include "exact_sums.h"
-#include "kernels.h"
-#include "operands.h"
+#include "exact_statistics.h"
+#include "kernels/accumulate.cuh"
+#include "kernels/assign.cuh"
+#include "kernels/exact_sums.cuh"
+#include "kernels/operands.cuh"
+#include "kernels/types.h"
 #include "planner.h"
 
 namespace kmfleet {
@@ -60,44 +70,6 @@ class ThreadPool;
 namespace cuda_backend {
 
 using namespace cuda;
-
-// Error mapping: a CUDA error → EngineError (OutOfMemory for an allocation failure, Device otherwise).
-inline void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();
-  if (e == cudaErrorMemoryAllocation)
-    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA out of memory in ") + what);
-  throw EngineError(ErrorCode::Device, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
-}
-
-template <typename T>
-T* devAlloc(std::size_t count, const char* what) {
-  void* p = nullptr;
-  if (count == 0) count = 1;
-  const cudaError_t e = cudaMalloc(&p, count * sizeof(T));
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    std::size_t fr = 0, tot = 0;
-    cudaMemGetInfo(&fr, &tot);
-    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA: cannot allocate ") +
-                                                  std::to_string(count * sizeof(T) >> 20) + " MiB for " + what +
-                                                  " (" + std::to_string(fr >> 20) + " MiB free)");
-  }
-  return static_cast<T*>(p);
-}
-
-template <typename T>
-T* hostAlloc(std::size_t count, const char* what) {
-  void* p = nullptr;
-  if (count == 0) count = 1;
-  const cudaError_t e = cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocPortable);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw EngineError(ErrorCode::OutOfMemory, std::string("cannot allocate ") + std::to_string(count * sizeof(T) >> 20) +
-                                                  " MiB of pinned host memory for " + what);
-  }
-  return static_cast<T*>(p);
-}
 
 inline InType inType(DType t) { return t == DType::F32 ? InType::F32 : t == DType::F16 ? InType::F16 : InType::BF16; }
 
@@ -121,25 +93,6 @@ class CudaBackend final : public Backend {
   void abortPass() noexcept override;                   // cuda_backend.cu
 
  private:
-  // a streamed chunk's device slot, its pinned staging and events (planner.h MemoryPlan::slots of them)
-  struct Slot {
-    void* raw = nullptr;
-    int* labels = nullptr;
-    float* dist32 = nullptr;
-    double* topDist = nullptr;
-    long long* topRow = nullptr;
-    float* topValues = nullptr;
-    int* hLabels = nullptr;
-    float* hDist = nullptr;
-    double* hTopDist = nullptr;
-    long long* hTopRow = nullptr;
-    float* hTopValues = nullptr;
-    cudaEvent_t copied = nullptr, rawFree = nullptr, outDone = nullptr, computed = nullptr;
-    bool pending = false;
-    std::int64_t firstRow = 0, rows = 0;
-    int far = 0;
-    bool dist = false;
-  };
   // flagged-row scratch of assignPiece (exact mode): a chunk's (chunkFlags), flagsS_ (the chunk stream's) or resFlag_
   // (a piece of resident rows)
   struct FlagScratch {
@@ -173,9 +126,10 @@ class CudaBackend final : public Backend {
   void takeDown(bool queued, std::size_t index, const T* src, std::vector<U>& out);  // below
 
   // chunk_stream.cu
-  void retire(Slot& s);
-  void drain(Slot& s);
-  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, Slot* slotp, cudaStream_t s = nullptr);
+  void retire(ChunkSlot& s);
+  void drain(ChunkSlot& s);
+  void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, ChunkSlot* slotp,
+                    cudaStream_t s = nullptr);
   void enqueueFold(std::size_t b);
   void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                    cudaStream_t s = nullptr, unsigned* count = nullptr);
@@ -195,7 +149,7 @@ class CudaBackend final : public Backend {
   // pass_farthest.cu
   static bool fartherThan(double da, long long ra, double db, long long rb);
   void offerFar(double dist, long long row, const float* values);
-  void ensureFarBuffers(Slot& s, int f);
+  void ensureFarBuffers(ChunkSlot& s, int f);
   void residentFarthest();
   void ensureResidentFar(int f);
   void fillResidentValues();
@@ -213,7 +167,7 @@ class CudaBackend final : public Backend {
   std::int64_t dp_ = 0, kp_ = 0;
   std::size_t rowBytes_ = 0;
   bool cosine_ = false;
-  bool rows16_ = false;  // 16-bit rows kept as they are (kernels.h keepsRows16)
+  bool rows16_ = false;  // 16-bit rows kept as they are (types.h keepsRows16)
 
   cudaStream_t copy_ = nullptr, compute_ = nullptr, d2h_ = nullptr;
   std::vector<void*> host_;
@@ -227,8 +181,7 @@ class CudaBackend final : public Backend {
   CentroidStatsDevice* cstats_ = nullptr;
   cudaEvent_t statsReady_ = nullptr;
   bool statsPending_ = false;
-  std::vector<Slot> slots_;  // planner.h MemoryPlan::slots
-  int slotNext_ = 0;
+  ChunkSlots slots_;  // the streamed chunks' device slots (planner.h MemoryPlan::slots)
 
   float* cf_ = nullptr;
   // updateOnDevice: the next centroids (swapped with cf_), fp64 data mean, per-cluster shift and scatter
@@ -257,28 +210,12 @@ class CudaBackend final : public Backend {
   unsigned long long* flaggedTotal_ = nullptr;
   unsigned* flaggedCount_ = nullptr;
 
-  // Exact sums (exact_sums.h; MemoryPlan.exactSums, a function of the shape): a fit pass adds its rows into exact
-  // integer statistics instead of accumulate()'s fp64 sums, so the pass's sums, counts and inertia are the same bits
-  // for any chunking and residency. The resident rows' statistics persist: a fit pass that follows one which left
-  // them for the resident rows' previous labels (statsHoldPrev_) moves only the rows whose label changed.
-  bool exactThisPass_ = false;   // this pass: a fit pass of an exact-sums plan that does not ask for distances
-  bool moveThisPass_ = false;    // this pass moves the resident rows' changed labels (else adds them afresh)
-  bool statsHoldPrev_ = false;   // statsRes_ = the resident rows under resPrevLabels_
-  // The share of resident rows whose label changed in the last pass that counted them. A move costs about twice a
-  // fresh add's work per changed row (an entry at each end) plus a counting sort: past ~1/3 of the rows adding all
-  // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Exact statistics"). Either way the same bits.
-  double lastChangedShare_ = 0;
-  ExactStats statsRes_;          // the resident rows
-  ExactStats statsPass_;         // this pass's streamed chunks, then (finishPass) the pass's total
-  ExactScratch exactC_;          // compute_'s: resident rows (all of them at once) and its streamed chunks
-  ExactScratch exactS_;          // chunkStream_'s streamed chunks (overlap)
-  cudaEvent_t chunksDone_ = nullptr;        // the chunk stream's work of the pass, before finishExactTotals
-  // chunk_stream.cu: rows [firstRow, firstRow + rows) with their labels into the statistics — resident rows into
-  // statsRes_ (moved from resPrevLabels_, or added), streamed ones into statsPass_ — and, when dist is not null, their
-  // fp64 distances (sumsDistances: the bits accumulate() gives them) for the farthest rows
+  ExactStatistics exact_;  // fit passes' exact integer statistics (exact_statistics.h)
+  // chunk_stream.cu: rows [firstRow, firstRow + rows) with their labels into exact_ — resident rows moved from
+  // resPrevLabels_ or added — and, when dist is not null, their fp64 distances (sumsDistances: the bits accumulate()
+  // gives them) for the farthest rows
   void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, bool resident,
                  double* dist, cudaStream_t s);
-  void finishExactTotals();  // cuda_backend.cu: statsPass_ += statsRes_, then sums_, counts_, inertia_
 
   RowOps streamOps_;
   int* flagged_ = nullptr;
@@ -287,7 +224,6 @@ class CudaBackend final : public Backend {
   int* cand_ = nullptr;
   double* dist_ = nullptr;
   char* farScratch_ = nullptr;
-  int farCapacity_ = 0;
   AccumulateScratch acc_;
 
   RowOps resident_;

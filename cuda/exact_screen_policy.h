@@ -1,5 +1,5 @@
 // Whether an exact-mode pass screens its rows with one product first (kScreen in assign_wgmma.cu, kScreenMode in
-// assign_kernel.cu, then the three products for the rows the screen can't decide). The numbers below are the Hopper
+// assign.cu, then the three products for the rows the screen can't decide). The numbers below are the Hopper
 // kernel's; the portable kernel's break-even is higher (~0.5 at Dp = 128), so these thresholds are conservative there. The screen costs a fraction s of the unscreened assignment; each row
 // it passes on then costs e times its share of it (gathered rows: e ≈ 1.1–1.2). So it pays while the share f of rows
 // passed on stays under (1 − s)/e: measured on the H200 (cuda/NOTES.md "Exact mode: the one-product screen"),

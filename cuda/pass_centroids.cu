@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
-#include "centroid_update.h"
 #include "cuda_backend.h"
+#include "kernels/centroid_update.cuh"
 #include "thread_pool.h"
 
 namespace kmfleet {
@@ -19,7 +19,7 @@ namespace cuda_backend {
 void CudaBackend::uploadCentroids(const float* c) {
   if (c == nullptr)  // PassSpec.centroidsFromUpdate without them on the host, but this backend no longer holds them
     throw EngineError(ErrorCode::Device, "the pass's centroids are neither on the device nor on the host");
-  // A fit pass's exact inertia holds centroids of magnitude < 2^64, the rows' own range (exact_sums.h), so the
+  // A fit pass's exact inertia holds centroids of magnitude < 2^64, the rows' own range (exact_sums.cuh), so the
   // centroids the engine computes always fit; a given one beyond it is named here rather than left to a NaN inertia.
   if (mp_.exactSums && fit_) {
     const std::size_t values = std::size_t(k_) * d_;

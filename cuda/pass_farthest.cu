@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cuda_backend.h"
-#include "far_rows.h"
+#include "kernels/far_rows.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -37,30 +37,10 @@ void CudaBackend::offerFar(double dist, long long row, const float* values) {
   std::push_heap(far_.begin(), far_.end(), worse);
 }
 
-void CudaBackend::ensureFarBuffers(Slot& s, int f) {
-  if (f <= farCapacity_ && s.topDist) return;
-  const int cap = std::max(f, farCapacity_);
-  for (Slot& t : slots_) drain(t);  // their staging is about to be replaced
-  // every old buffer freed and forgotten before the first new allocation: one that throws (OutOfMemory) leaves
-  // null pointers and the old capacity, never freed ones that a later pass or release() would use again
-  for (Slot& t : slots_) {
-    for (void* p : {static_cast<void*>(t.topDist), static_cast<void*>(t.topRow), static_cast<void*>(t.topValues)})
-      if (p) cudaFree(p);
-    for (void* p : {static_cast<void*>(t.hTopDist), static_cast<void*>(t.hTopRow), static_cast<void*>(t.hTopValues)})
-      if (p) cudaFreeHost(p);
-    t.topDist = nullptr; t.topRow = nullptr; t.topValues = nullptr;
-    t.hTopDist = nullptr; t.hTopRow = nullptr; t.hTopValues = nullptr;
-  }
-  farCapacity_ = 0;
-  for (Slot& t : slots_) {
-    t.topDist = devAlloc<double>(cap, "farthest rows");
-    t.topRow = devAlloc<long long>(cap, "farthest rows");
-    t.topValues = devAlloc<float>(std::size_t(cap) * d_, "farthest rows");
-    t.hTopDist = hostAlloc<double>(cap, "farthest rows");
-    t.hTopRow = hostAlloc<long long>(cap, "farthest rows");
-    t.hTopValues = hostAlloc<float>(std::size_t(cap) * d_, "farthest rows");
-  }
-  farCapacity_ = cap;
+void CudaBackend::ensureFarBuffers(ChunkSlot& s, int f) {
+  if (slots_.holdsFar(s, f)) return;
+  for (ChunkSlot& t : slots_) drain(t);  // their staging is about to be replaced
+  slots_.growFar(f, d_);
 }
 
 // The farthest-row candidates of the resident rows, from the fp64 distances of this pass, chunk by chunk with
@@ -72,7 +52,7 @@ void CudaBackend::residentFarthest() {
   stageMark(0);
   // the pass did not keep them (chunk_stream.cu, resident_rows.cu; an exact-sums pass never does): the same bits
   // again, from this pass's labels and centroids
-  if (!keepsResidentDistances() || exactThisPass_) sumsDistances(rowValues(resident_), R, d_, cf_, resLabels_, cosine_, resDist64_, compute_);
+  if (!keepsResidentDistances() || exact_.summingThisPass()) sumsDistances(rowValues(resident_), R, d_, cf_, resLabels_, cosine_, resDist64_, compute_);
   stageMark(1);
   stageMark(2);
   for (std::int64_t ci = 0; ci < chunks; ++ci)

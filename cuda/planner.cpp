@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "exact_sums.h"
-#include "far_rows.h"
+#include "kernels/accumulate.cuh"
+#include "kernels/exact_sums.cuh"
+#include "kernels/far_rows.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -181,7 +182,7 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
     const std::size_t per = overlapPartialBytes(d, k);
     overlapScratch = accumulateScratchBytes(p.chunkRows, int(d), int(k)) +
                      std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256 +  // flagged rows (cuda_backend.h flagsS_)
-                     exactScratch(p.chunkRows);                                          // the chunk stream's (exactS_)
+                     exactScratch(p.chunkRows);                                          // the chunk stream's (ExactStatistics)
     std::int64_t parts = std::min<std::int64_t>((n + p.chunkRows - 1) / p.chunkRows, kMaxOverlapPartials);
     parts = std::min<std::int64_t>(parts, std::int64_t(usable / 8 / per));
     if (parts >= 1 && overlapScratch + std::size_t(parts) * per <= left) {
@@ -193,7 +194,7 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   const std::int64_t fit = std::int64_t(p.residentBudget / p.residentRowBytes);
   if (fit >= n) p.residentRows = n;
   else p.residentRows = fit / p.chunkRows * p.chunkRows;  // whole chunks: a chunk is resident or streamed
-  // Two resident chunks or more: one accumulate over all of them (kernels.h accumulateResident) when its scratch
+  // Two resident chunks or more: one accumulate over all of them (accumulate.cuh accumulateResident) when its scratch
   // fits in the budget beside the rows; else chunk by chunk (the same bits either way). Their assignment: one launch
   // over all of them when the exact mode's flagged-row scratch for all fits as well, else pieces of ~2M rows.
   if (p.residentRows > p.chunkRows) {

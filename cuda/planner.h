@@ -9,7 +9,7 @@
 #include <string>
 
 #include "backend.h"
-#include "kernels.h"
+#include "kernels/types.h"
 
 namespace kmfleet {
 namespace cuda {
@@ -38,7 +38,7 @@ struct MemoryPlan {
   // resident rows on the compute stream.
   std::int64_t overlapPartials = 0;
   std::size_t overlapBytes = 0;            // the partials + the chunk stream's own scratch (beside the budget)
-  // Fit passes keep exact integer statistics (exact_sums.h): the resident rows' across passes (moved by the rows
+  // Fit passes keep exact integer statistics (exact_sums.cuh): the resident rows' across passes (moved by the rows
   // whose label changed) and each pass's streamed chunks'. A function of the shape only (exactSumsFits), so a
   // resumed run sums the same way.
   bool exactSums = false;
@@ -50,7 +50,7 @@ Precision resolvePrecision(Precision p, DType t);
 OpKind opFor(Precision resolved);
 
 std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op);
-// Rows of f16/bf16 data with l2 are kept as they are (16-bit, kernels.h RowValues), else as an fp32 copy.
+// Rows of f16/bf16 data with l2 are kept as they are (16-bit, types.h RowValues), else as an fp32 copy.
 bool keepsRows16(DType t, Metric m);
 std::size_t chunkBytes(std::int64_t chunkRows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m,
                        int slots = 2);

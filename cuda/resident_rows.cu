@@ -59,7 +59,7 @@ RowOps CudaBackend::residentOps(std::int64_t firstRow) const {
 }
 
 // All resident rows at once: the assignment over pieces of whole chunks (no per-chunk launches outside exact
-// mode), then one accumulate (kernels.h accumulateResident: the per-chunk path's sums, bit for bit).
+// mode), then one accumulate (accumulate.cuh accumulateResident: the per-chunk path's sums, bit for bit).
 void CudaBackend::processResidentWhole() {
   const std::int64_t R = residentHeld_, C = mp_.chunkRows;
   const bool wantDist = spec_.distances != nullptr;
@@ -86,7 +86,7 @@ void CudaBackend::processResidentWhole() {
 // distances down when the pass wants them.
 void CudaBackend::accumulateResidentRows(bool wantDist) {
   stageMark(1);
-  if (exactThisPass_) {  // the statistics moved by the changed rows (or added afresh): exact_sums.h
+  if (exact_.summingThisPass()) {  // the statistics moved by the changed rows (or added afresh): exact_sums.cuh
     exactRows(resident_, 0, residentHeld_, resLabels_, true, nullptr, compute_);
   } else {  // D ≤ 256: the rows' fp64 distances are not kept (residentFarthest computes them if a cluster comes out empty)
     accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_,

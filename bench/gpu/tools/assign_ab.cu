@@ -1,4 +1,4 @@
-// assign_ab: the Hopper assignment kernel (assign_wgmma.cu) against the portable one (assign_kernel.cu) and a
+// assign_ab: the Hopper assignment kernel (assign_wgmma.cu) against the portable one (assign.cu) and a
 // float64 reference, then both timed on the same operands.
 //
 //   assign_ab check        awkward shapes, fp16 and bf16: labels vs fp64 (sampled rows) and vs the portable kernel
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "assign_wgmma.h"
-#include "kernels.h"
+#include "kernels/assign.cuh"
+#include "kernels/assign_wgmma.cuh"
 #include "cuda_check.h"
 
 using namespace kmfleet::cuda;

@@ -1,4 +1,4 @@
-// exact_sums_check: cuda/exact_sums.cu against host references, bit for bit, and its timings.
+// exact_sums_check: cuda/kernels/exact_sums.cu against host references, bit for bit, and its timings.
 //
 //   exact_sums_check                       every case (fresh random data, seed from the clock, printed)
 //   exact_sums_check seed S                the same with seed S
@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "exact_sums.h"
-#include "kernels.h"
+#include "kernels/exact_sums.cuh"
+#include "kernels/operands.cuh"
 #include "cuda_check.h"
 
 using namespace kmfleet::cuda;

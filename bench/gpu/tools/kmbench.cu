@@ -4,10 +4,10 @@
 //   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
 // KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs);
-// KMBENCH_SMEM_LIMIT=B: the portable kernel plans for B bytes of shared memory per block (kernels.h AssignKernel:
+// KMBENCH_SMEM_LIMIT=B: the portable kernel plans for B bytes of shared memory per block (assign.cuh AssignKernel:
 // 166912 an A100's layout, 101376 an A10G's or L4's).
 // KMBENCH_HOST_UPDATE=1 (bench, pass, ooc): the fit update on the host, as the engine's update: 'host' option.
-// Build: scripts/build-cuda-tools (nvcc with the backend's cuda/*.cu, cuda/planner.cpp and this file).
+// Build: scripts/build-cuda-tools (nvcc with the kernels of cuda/kernels/, the backend's cuda/*.cu, cuda/planner.cpp and this file).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -21,12 +21,15 @@
 #include <thread>
 #include <vector>
 
-#include "centroid_update.h"
 #include "exact_screen_policy.h"
-#include "exact_sums.h"
-#include "kernels.h"
-#include "label_changes.h"
-#include "operands.h"
+#include "kernels/accumulate.cuh"
+#include "kernels/assign.cuh"
+#include "kernels/centroid_update.cuh"
+#include "kernels/exact_sums.cuh"
+#include "kernels/label_changes.cuh"
+#include "kernels/operands.cuh"
+#include "kernels/recheck.cuh"
+#include "kernels/types.h"
 #include "planner.h"
 #include "cuda_bridge.h"
 #include "thread_pool.h"
@@ -146,7 +149,7 @@ struct Problem {
   cudaEvent_t statsReady = nullptr;  // hstats of the operands queued last (queueCentroidOps)
   bool opsQueued = false;            // cf's operands are queued since cf last changed
   unsigned* hScreened = nullptr;     // pinned: the pass's flagged and screened-out totals, down with counts and inertia
-  // The fit pass's statistics as the backend keeps them for resident rows (exact_sums.h; the planner's
+  // The fit pass's statistics as the backend keeps them for resident rows (exact_sums.cuh; the planner's
   // MemoryPlan::exactSums): moved by the rows whose label changed when the last pass changed at most 30 % of them,
   // else added afresh. Benchmarks only (updateExact).
   bool exactSums = false;
@@ -683,7 +686,7 @@ static int checkScreenPolicy() {
   return ok ? 0 : 1;
 }
 
-// The screen really decides rows: its labels alone (kernels.h screenRows) differ from the exact ones in a few rows.
+// The screen really decides rows: its labels alone (assign.cuh screenRows) differ from the exact ones in a few rows.
 // On the Hopper kernel relative keys really change them too: the screen alone keyed on the last pass's per-row best,
 // after the centroids moved, against the plain screen. Else the tests that compare screened and unscreened passes
 // bit for bit (test/gpu/cuda-exact-screen.test.ts) would prove nothing.
@@ -875,7 +878,7 @@ static void benchOne(long long n, int d, int k, OpKind op, InType in, int blobs)
     assignRows(assignKernel(), P.rows, n, d, P.cops, k, op, P.labels, P.flagged, P.flaggedCount, P.flaggedThr,
                P.screen.screen() ? P.candCount : nullptr, P.flaggedCount + 1, 0);
   });
-  // exact mode: the one-product screen alone (kernels.h screenRows; 0 when the policy has it off)
+  // exact mode: the one-product screen alone (assign.cuh screenRows; 0 when the policy has it off)
   float screenMs = 0.f;
   if (op == OpKind::F16x3 && P.screen.screen()) {
     screenMs = timeIt([&] {

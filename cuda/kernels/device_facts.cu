@@ -1,4 +1,4 @@
-#include "device_facts.h"
+#include "device_facts.cuh"
 
 #include <cuda_runtime.h>
 

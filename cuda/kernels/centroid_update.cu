@@ -1,8 +1,8 @@
-// Centroid update on the device (centroid_update.h). Every fp64 operation is an explicit round-to-nearest intrinsic
+// Centroid update on the device (centroid_update.cuh). Every fp64 operation is an explicit round-to-nearest intrinsic
 // (__dadd_rn, __dmul_rn, ...): nvcc contracts a*b + c into an FMA by default, the host build does not
 // (-ffp-contract=off), and one FMA would change the bits. The sums the host adds in order are added in that order by
 // one thread; everything else runs in parallel.
-#include "centroid_update.h"
+#include "centroid_update.cuh"
 
 namespace kmfleet {
 namespace cuda {

@@ -1,7 +1,7 @@
 // Fused distance + argmin for Hopper (sm_90a): wgmma.m64n128k16 with both operands in shared memory, TMA
 // loads completing on mbarriers, warp-specialized, persistent.
 //
-// Why a second kernel: the portable mma.sync kernel (assign_kernel.cu) is bound by shared-memory reads as much as
+// Why a second kernel: the portable mma.sync kernel (assign.cu) is bound by shared-memory reads as much as
 // by the tensor cores — every warp re-reads its B fragments with ldmatrix (cuda/NOTES.md). wgmma reads each
 // operand tile from shared memory once per warpgroup, straight into the tensor cores.
 //
@@ -16,7 +16,7 @@
 //                   (best, tile); the quad merge and the label store once per row block. The plain mode starts
 //                   the accumulators at −g_r·‖c‖² instead (exact: g_r is a power of two), so its epilogue reads
 //                   −d' straight from them.
-// The compared quantity is assign_kernel.cu's: d' is a positive per-row multiple of ‖x−c‖² − ‖x‖². The plain and
+// The compared quantity is assign.cu's: d' is a positive per-row multiple of ‖x−c‖² − ‖x‖². The plain and
 // screen epilogues compare keys — d' with its 5 low bits replaced by the column's place among the thread's 32
 // (one LOP3 and one FMNMX a value instead of a compare and two selects).
 // Values within 2⁻¹⁸ of each other (exact duplicates included) are then ordered by that place before their index:
@@ -38,8 +38,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "assign_wgmma.h"
-#include "device_facts.h"
+#include "assign_wgmma.cuh"
+#include "device_facts.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -279,7 +279,7 @@ __device__ __forceinline__ void namedSync(int id) { asm volatile("bar.sync %0, 2
 __device__ __forceinline__ void namedArrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
 // kExact (exact fp32 mode): rows and centroids are hi + lo fp16 pairs, the products hi·hi + hi·lo + lo·hi (the
-// order of assign_kernel.cu), and each row keeps its second best too, for the margin test of the error bound.
+// order of assign.cu), and each row keeps its second best too, for the margin test of the error bound.
 // M = 1 (128-row blocks, exact Dp > 128): each consumer hands a k-chunk's stages back as soon as its products are
 // done (wgmma.wait_group 1), so the ring need not hold a whole centroid tile beside the rows; the consumers then
 // issue freely (with the ping-pong, the second consumer would still need the whole tile the first one went through).
@@ -685,7 +685,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
       if ((lane & 3) == 0 && rr < n) {
         const int r = rowId(rr);
         p.labels[r] = bestIdx[i];
-        if constexpr (MARGIN) {  // the margin test of assign_kernel.cu's mergeAndWrite (kScreen: its bound for one product)
+        if constexpr (MARGIN) {  // the margin test of assign.cu's mergeAndWrite (kScreen: its bound for one product)
           const ExactBound& b = p.bound;
           // g = s_r·s_c/2 with s_r the row's scale (prefetched, as ‖x̂‖ and ‖xl‖)
           const float gr = g[i], sx = gr / p.halfScaleC;

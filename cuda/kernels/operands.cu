@@ -6,7 +6,7 @@
 //
 // Every row is scaled by its own power of two s_r so that max|x̂| ∈ [2^14, 2^15): fp16's range then always
 // fits (no overflow, subnormals only for elements 2^-24 below the row's largest), and the scaling is exact.
-// The argmin is invariant to the per-row factor (assign_kernel.cu). Centroids share one power of two s_c.
+// The argmin is invariant to the per-row factor (assign.cu). Centroids share one power of two s_c.
 // Exact mode splits x̂ = hi + lo with hi = fp16(x̂), lo = fp16(x̂ − hi) (x̂ − hi is exact in fp32).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,9 +14,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels.h"
-#include "operands.h"
-#include "row_values.cuh"
+#include "common.cuh"
+#include "operands.cuh"
 
 namespace kmfleet {
 namespace cuda {

@@ -1,5 +1,5 @@
-// Label changes between two passes (label_changes.h): a grid-stride count per thread, a warp sum, one atomic per warp.
-#include "label_changes.h"
+// Label changes between two passes (label_changes.cuh): a grid-stride count per thread, a warp sum, one atomic per warp.
+#include "label_changes.cuh"
 
 #include <algorithm>
 

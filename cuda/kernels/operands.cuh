@@ -5,16 +5,22 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels.h"
+#include "types.h"
 
 namespace kmfleet {
 namespace cuda {
+
+// prepareRows: raw → RowOps. Writes xf when not null; else copies raw into x16 unless x16 == raw (a streamed
+// chunk's slot). Non-finite rows are written as zeros (xf, x16 — also when x16 == raw).
+// mu: the fixed shift of the operands (D floats, device) or null.
+void prepareRows(const void* raw, InType in, std::int64_t n, int d, OpKind op, bool cosine, std::int64_t firstRow,
+                 const float* mu, const RowOps& rows, const RowFlags& flags, cudaStream_t s);
 
 struct CentroidStats {
   float scale = 1;    // power of two s_c with max|ĉ| ∈ [2^14, 2^15)
   float maxNorm = 0;  // max ‖c − μ‖, rounded up
   // F16x3, prepareCentroidOps only (0 from the host's centroidStats and prepareCentroids): max ‖ch‖ and max ‖cl‖ of
-  // the scaled hi and lo operands, rounded up — the one-product screen's bound (assign_kernel.cu withScreenBound)
+  // the scaled hi and lo operands, rounded up — the one-product screen's bound (assign.cu withScreenBound)
   float hiNorm = 0, loNorm = 0;
 };
 // Statistics of c − μ on the host (mu may be null: μ = 0): the reference of the device version (kmbench check).

@@ -5,8 +5,8 @@
 // row's fp32 key with different fp64 distances, i.e. within a relative 6e-8.)
 #include <cub/device/device_radix_sort.cuh>
 
-#include "far_rows.h"
-#include "row_values.cuh"
+#include "common.cuh"
+#include "far_rows.cuh"
 
 namespace kmfleet {
 namespace cuda {

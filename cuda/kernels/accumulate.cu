@@ -5,7 +5,7 @@
 //   segment and the partials in segment order into the K×D fp64 totals (clusterKernel).
 // Given the chunking, every addition happens in one fixed order: bitwise-identical results run to run.
 // For D ≤ 256 the same kernels also compute each row's fp64 distance (one read of the rows instead of two);
-// wider rows take rowDistances (exact.cu) first. The rows are read as RowValues: fp32, or f16/bf16 data as it is
+// wider rows take rowDistances (row_distances.cu) first. The rows are read as RowValues: fp32, or f16/bf16 data as it is
 // (exact in fp32: the same bits from half the bytes).
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
@@ -17,8 +17,9 @@
 #include <new>
 #include <type_traits>
 
-#include "kernels.h"
-#include "row_values.cuh"
+#include "accumulate.cuh"
+#include "common.cuh"
+#include "row_distances.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -414,7 +415,7 @@ __global__ void sumsDistancesKernel(const void* xv, long long n, int d, const fl
   }
 }
 
-// ---- resident rows in one accumulate (see accumulateResident in kernels.h) ----
+// ---- resident rows in one accumulate (see accumulateResident in accumulate.cuh) ----
 // Rows of all resident chunks sorted stably by label: each cluster's rows in row order, so chunk j's rows of
 // cluster c form one run (pair p = c·C + j). Every run is cut into segments of S sorted positions exactly as the
 // per-chunk path cuts that chunk's rows of c; each segment → one partial (the same kernels' arithmetic), and

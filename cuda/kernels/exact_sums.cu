@@ -1,4 +1,4 @@
-// Exact per-cluster statistics (exact_sums.h): Σx̃ in 192-bit and Σ‖x̃‖² in 384-bit two's complement integers, a count,
+// Exact per-cluster statistics (exact_sums.cuh): Σx̃ in 192-bit and Σ‖x̃‖² in 384-bit two's complement integers, a count,
 // kept across passes and brought up to date by the rows whose label changed (cuda/NOTES.md "Exact statistics";
 // `exact_sums_check bench` times this code): any D (1…4096), any K, fp32/fp16/bf16 rows, Σ‖x̃‖², and a sort that
 // never waits on the host.
@@ -33,9 +33,9 @@
 #include <cstdint>
 #include <new>
 
-#include "device_facts.h"
-#include "exact_sums.h"
-#include "row_values.cuh"
+#include "common.cuh"
+#include "device_facts.cuh"
+#include "exact_sums.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -69,7 +69,7 @@ constexpr int kFinishThreads = 256;  // 8 clusters a block
 
 // ---------------------------------------------------------------------------------------------------------------
 // Wide integers: W 64-bit words, w[0] lowest, two's complement, arithmetic mod 2^(64W). The statistics are bounded
-// (exact_sums.h: |Σ| < 2^191 grid units, Σx̃² < 2^363), so wrapping in intermediate results cancels out.
+// (exact_sums.cuh: |Σ| < 2^191 grid units, Σx̃² < 2^363), so wrapping in intermediate results cancels out.
 
 template <int W>
 __device__ __forceinline__ void addWide(u64 (&a)[W], const u64 (&b)[W]) {

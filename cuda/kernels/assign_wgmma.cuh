@@ -1,18 +1,18 @@
 // The Hopper (sm_90a) path of the fused assignment: wgmma products, TMA loads, a persistent grid.
 // Compiled only into builds whose architecture list holds 90 (cuda/CMakeLists.txt defines KMFLEET_HOPPER then);
-// assignRows (assign_kernel.cu) tries it first and falls back to the portable mma.sync kernel.
+// assignRows (assign.cu) tries it first and falls back to the portable mma.sync kernel.
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
-#include "kernels.h"
+#include "types.h"
 
 namespace kmfleet {
 namespace cuda {
 
-// The exact mode's error bound per row (assign_kernel.cu derives it): ε_r = epsX·‖x̂_r‖ + epsL·‖xl_r‖ + epsC +
+// The exact mode's error bound per row (assign.cu derives it): ε_r = epsX·‖x̂_r‖ + epsL·‖xl_r‖ + epsC +
 // g_r·(epsG + epsM·m²), m = ‖x̂_r‖/s_r + cmax, g_r = s_r·s_c/2. epsL: the one-product screen only (‖xl_r‖ from
 // RowOps.rowNormLo).
 struct ExactBound {
@@ -20,13 +20,13 @@ struct ExactBound {
 };
 
 // Exact mode's one-product screen: `rows` (n ints) and `count` receive the rows whose margin the one-product bound
-// (hi·hi, assign_kernel.cu withScreenBound) can't decide; only those then take the three products. rows = null: no
+// (hi·hi, assign.cu withScreenBound) can't decide; only those then take the three products. rows = null: no
 // screen (all rows take the three products).
 struct ExactScreen {
   std::int32_t* rows = nullptr;
   unsigned* count = nullptr;
   ExactBound bound;
-  bool alone = false;  // the screen only, no three products after it (kernels.h screenRows: its labels are not exact)
+  bool alone = false;  // the screen only, no three products after it (assign.cuh screenRows: its labels are not exact)
 };
 
 // Labels for n rows, as assignRows: F16x1, BF16x1 and, with the margin test against `bound` that appends the rows

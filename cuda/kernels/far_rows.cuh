@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels.h"
+#include "types.h"
 
 namespace kmfleet {
 namespace cuda {

@@ -1,4 +1,4 @@
-// Device side of RowValues (kernels.h): one load function per input type and the host dispatch to the kernel
+// Device side of RowValues (types.h): one load function per input type and the host dispatch to the kernel
 // instantiation. A 16-bit value converts to fp32 exactly, so a kernel reading the raw f16/bf16 rows computes the
 // same bits as one reading an fp32 copy of them.
 #pragma once
@@ -8,7 +8,7 @@
 
 #include <type_traits>
 
-#include "kernels.h"
+#include "types.h"
 
 namespace kmfleet {
 namespace cuda {

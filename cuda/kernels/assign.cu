@@ -49,10 +49,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "device_facts.h"
-#include "kernels.h"
+#include "assign.cuh"
+#include "device_facts.cuh"
 #ifdef KMFLEET_HOPPER
-#include "assign_wgmma.h"
+#include "assign_wgmma.cuh"
 #endif
 
 namespace kmfleet {
@@ -93,7 +93,7 @@ struct AssignArgs {
   // Exact pass over the rows the screen listed (GATHER): rows = rowIds[0..min(*nDevice, n)).
   const int* rowIds;
   const unsigned* nDevice;
-  // The screen: ε_r += epsL·‖xl_r‖ (assign_wgmma.h ExactBound)
+  // The screen: ε_r += epsL·‖xl_r‖ (assign_wgmma.cuh ExactBound)
   const float* rowNormLo;
   float epsL;
 };

@@ -12,7 +12,7 @@
 //
 // Range: |x| < 2^64 and at most 2^31 − 1 rows (then |Σ| < 2^95 and Σ‖x̃‖² < 2^171 fit their words). exactSumsFits()
 // says whether a shape may take this path; the values are checked as they enter the device (prepareRows'
-// RowFlags::beyondExact, kernels.h).
+// RowFlags::beyondExact, types.h).
 //
 // From the statistics and the pass's centroids c (fp32, truncated onto the same grid: c̃), exactFinish gives
 //   sums[c][j]  = Σ x̃_j as the fp64 nearest to it (round to nearest even, from the exact integer)
@@ -38,7 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels.h"
+#include "types.h"
 
 namespace kmfleet {
 namespace cuda {

@@ -1,0 +1,66 @@
+// Owns the exact integer statistics of fit passes (kernels/exact_sums.cuh): the resident rows' (kept across passes),
+// the pass's streamed chunks', each stream's scratch, and whether a pass moves the resident rows or adds them afresh.
+//
+// A fit pass of an exact-sums plan (MemoryPlan.exactSums, a function of the shape) adds its rows into exact integer
+// statistics instead of accumulate()'s fp64 sums, so the pass's sums, counts and inertia are the same bits for any
+// chunking and residency. The resident rows' statistics persist: a fit pass that follows one which left them for the
+// resident rows' previous labels moves only the rows whose label changed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/exact_sums.cuh"
+#include "kernels/types.h"
+
+namespace kmfleet {
+namespace cuda_backend {
+
+class ExactStatistics {
+ public:
+  // The statistics and the compute stream's scratch when `enabled` (the plan's exactSums), the chunk stream's scratch
+  // too when streamed chunks overlap resident rows; always the event finishTotals records. Throws std::bad_alloc.
+  void allocate(bool enabled, int k, int d, std::int64_t chunkRows, std::int64_t residentRows, bool chunkStream);
+  void release() noexcept;
+
+  // A pass begins: whether it sums exactly (`exactPass`), and whether it moves the resident rows' changed labels
+  // (the device still holds their previous labels: `previousLabelsHeld`); zeroes on `s` what the pass adds into.
+  void beginPass(bool exactPass, bool previousLabelsHeld, cudaStream_t s);
+  // Rows [firstRow, firstRow + rows) with their labels: resident rows into the resident statistics (moved from
+  // prevLabels, indexed by resident row, or added afresh), streamed ones into the pass's. `chunkStream`: s is the
+  // chunk stream (its own scratch). sq: Σ‖x‖² too (cosine's inertia needs none).
+  void addRows(cuda::RowValues values, std::int64_t firstRow, std::int64_t rows, int d, const std::int32_t* prevLabels,
+               const std::int32_t* labels, bool resident, bool sq, bool chunkStream, cudaStream_t s);
+  // The pass's totals on `compute` after everything the pass queued (the chunk stream's work included): the resident
+  // rows' added into the streamed chunks', then the fp64 sums, counts and inertia (exactFinish: the same bits for
+  // any chunking and residency).
+  void finishTotals(cudaStream_t chunkStream, cudaStream_t compute, const float* cf, bool cosine, double* sums,
+                    long long* counts, double* inertia);
+  // The share of resident rows whose label changed in the pass that just counted them (0 when none did).
+  void recordChangedShare(double share) { lastChangedShare_ = share; }
+  // The pass ended: the resident statistics hold the resident rows under their labels of this pass when it summed
+  // exactly and ran the resident rows.
+  void finishPass(bool residentRan) { residentUnderPreviousLabels_ = summingThisPass_ && residentRan; }
+  // A pass was abandoned: the next fit pass adds afresh.
+  void abortPass() { summingThisPass_ = movingThisPass_ = false; }
+
+  bool summingThisPass() const { return summingThisPass_; }  // this pass adds its rows into the statistics
+
+ private:
+  bool summingThisPass_ = false;  // a fit pass of an exact-sums plan that does not ask for distances
+  bool movingThisPass_ = false;   // it moves the resident rows' changed labels (else adds them afresh)
+  bool residentUnderPreviousLabels_ = false;  // resident_ = the resident rows under their previous pass's labels
+  // The share of resident rows whose label changed in the last pass that counted them. A move costs about twice a
+  // fresh add's work per changed row (an entry at each end) plus a counting sort: past ~1/3 of the rows adding all
+  // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Exact statistics"). Either way the same bits.
+  double lastChangedShare_ = 0;
+  cuda::ExactStats resident_;             // the resident rows
+  cuda::ExactStats pass_;                 // this pass's streamed chunks, then (finishTotals) the pass's total
+  cuda::ExactScratch computeScratch_;     // the compute stream's: resident rows (all at once) and its streamed chunks
+  cuda::ExactScratch chunkStreamScratch_; // the chunk stream's streamed chunks (overlap)
+  cudaEvent_t chunksDone_ = nullptr;      // the chunk stream's work of the pass, before finishTotals
+};
+
+}  // namespace cuda_backend
+}  // namespace kmfleet
