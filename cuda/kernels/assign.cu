@@ -158,6 +158,8 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
 
 // One block of BM rows against centroid tiles [ct0, ct0 + nTiles): rows row0.. of the launch (candidate mode:
 // flagged-list positions, GATHER: positions in rowIds; sRow their rows; nRows the launch's row count).
+// Long on purpose: its fragments and the per-row best two stay in registers across the tile loop (forceinline'd
+// into the three kernels that call it); the steps around the loop are the functions declared above.
 template <bool BF16, int MODE, bool CAND, bool GATHER>
 __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short* smem, int* sRow, int row0, int nRows,
                                             int ct0, int nTiles) {

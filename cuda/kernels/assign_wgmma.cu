@@ -286,6 +286,8 @@ __device__ __forceinline__ void namedArrive(int id) { asm volatile("bar.arrive %
 // GATHER (the exact pass over the rows the screen listed): the rows are not one contiguous range, so the producer
 // warpgroup's warps 1–3 copy them into the row buffers with cp.async (in the layout the 128-byte-swizzled TMA
 // boxes have), and the row count is read on the device.
+// One function on purpose: the accumulators, the running best two per row and the pipeline's barriers live in
+// registers across the producer/consumer loop, and splitting it into calls the compiler does not inline spills them.
 template <bool BF16, int MODE, int M, bool GATHER>
 __global__ void __launch_bounds__(kThreadsH, 1)
     assignHopperKernel(const __grid_constant__ CUtensorMap rowsHi, const __grid_constant__ CUtensorMap rowsLo,

@@ -23,7 +23,7 @@ GpuInfo queryCudaDevices();
 // while the backend's calls run.
 std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config, ThreadPool* pool);
 
-// Greedy k-means++ on the GPU (cuda/kmeans_plusplus.cu): the algorithm and the seeded draws of the CPU's
+// Greedy k-means++ on the GPU (cuda/kernels/kmeans_plusplus.cu): the algorithm and the seeded draws of the CPU's
 // kmeansPlusPlus (engine.h) over n fp32 rows (already normalized for cosine), K×D centers that are rows of the
 // sample. Deterministic: the same seed gives bitwise the same centers on a given device. The cancel flag is
 // polled between centers. Throws EngineError: OutOfMemory (with the numbers), Device, Cancelled.

@@ -1,5 +1,5 @@
 // The seeded stream of k-means++ (splitmix64 → xoshiro256**), shared by the CPU version (kmeans_plusplus.cpp) and
-// the GPU one (cuda/kmeans_plusplus.cu): both take the same uniforms in the same order (the first center, then
+// the GPU one (cuda/kernels/kmeans_plusplus.cu): both take the same uniforms in the same order (the first center, then
 // per center one per candidate), so a seed means the same draws on either backend.
 #pragma once
 

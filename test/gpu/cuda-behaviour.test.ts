@@ -107,7 +107,7 @@ describe('bitwise reproducibility', () => {
     expect(sameBits(a.c, b.c)).toBe(true);
   });
 
-  // exact sums (cuda/exact_sums.h): the fit passes' statistics are exact integers, so neither the chunk size nor the
+  // exact sums (cuda/kernels/exact_sums.cuh): the fit passes' statistics are exact integers, so neither the chunk size nor the
   // resident split changes a bit of the centroids or the inertia
   it('any chunk size, resident or streamed, gives the same centroids and inertia', async () => {
     const runs: { c: Float32Array; inertia: number[]; chunk: number; resident: number }[] = [];

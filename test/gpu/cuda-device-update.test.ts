@@ -1,4 +1,4 @@
-// The fit update computed on the device (backend.h DeviceUpdate, cuda/centroid_update.cu) instead of on the host
+// The fit update computed on the device (backend.h DeviceUpdate, cuda/kernels/centroid_update.cu) instead of on the host
 // (engine_update.cpp) must give the same bits: next centroids, shift, data variance and labels, pass after pass —
 // l2 and cosine, f32 and f16 rows, every row resident or some streamed, across a pass that re-seeds an empty cluster
 // (that one runs on the host: its sums come down), a cancelled pass, and setCentroids replacing the centroids the

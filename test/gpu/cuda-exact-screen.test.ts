@@ -1,5 +1,5 @@
 // Exact fp32 on Hopper screens every row with one product first and gives only the rows that screen can't decide
-// the three products (cuda/assign_wgmma.cu kScreen, cuda/exact_screen_policy.h). The labels are exact either way, so
+// the three products (cuda/kernels/assign_wgmma.cu kScreen, cuda/exact_screen_policy.h). The labels are exact either way, so
 // an engine with the screen must match one without it (cuda.exactScreen 'off') bit for bit, pass after pass: on
 // random rows (the screen decides most rows), on blobs (it passes on nearly all of them, and the policy switches it
 // off after the first pass), with rows streamed, and with f16 input.

@@ -1,4 +1,4 @@
-// k-means++ on the GPU (cuda/kmeans_plusplus.cu): an engine on the CUDA backend runs the CPU version's algorithm
+// k-means++ on the GPU (cuda/kernels/kmeans_plusplus.cu): an engine on the CUDA backend runs the CPU version's algorithm
 // with the same seeded draws, distances on the device. Checked here: bitwise determinism, centers that are
 // distinct rows of the sample, the CPU's first center (same stream), awkward shapes, duplicates, cosine, the
 // seeding quality against the CPU's on blobs, cancel, and (logged, not asserted) CPU vs GPU time at the issue's
