@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <string>
 
 #include "cuda_backend.h"
@@ -255,10 +254,7 @@ HostBlock CudaBackend::allocateHostRows(std::size_t bytes, std::string& warning)
     warning = "cannot page-lock " + std::to_string(bytes >> 20) +
               " MiB more of host memory (ulimit -l, or the container's limit): the host tier continues in pageable "
               "memory, whose copies to the GPU are slower";
-  if (posix_memalign(&p, 64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64)) != 0)
-    throw EngineError(ErrorCode::OutOfMemory, "cannot allocate " + std::to_string(bytes >> 20) +
-                                                  " MiB of host memory for the host tier");
-  return HostBlock(p, std::free);
+  return Backend::allocateHostRows(bytes, warning);
 }
 
 }  // namespace cuda_backend

@@ -56,5 +56,12 @@ void withValueType(InType t, F&& f) {
   }
 }
 
+// A warp's fp64 sum, shfl_down then broadcast from lane 0: every lane gets the same bits.
+__device__ __forceinline__ double warpSum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
 }  // namespace cuda
 }  // namespace kmfleet

@@ -49,11 +49,6 @@ __device__ __forceinline__ void storeOps(unsigned short* hi, unsigned short* lo,
 // √s (fp64) as a float no smaller than it: a bound, not an estimate (the screen's error bound uses it).
 __device__ __forceinline__ float roundUpNorm(double s) { return __double2float_ru(sqrt(s) * (1 + 0x1p-40)); }
 
-__device__ __forceinline__ double warpSum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return __shfl_sync(0xffffffffu, v, 0);
-}
 __device__ __forceinline__ float warpMax(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

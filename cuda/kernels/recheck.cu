@@ -10,12 +10,6 @@ namespace kmfleet {
 namespace cuda {
 namespace {
 
-__device__ __forceinline__ double warpSum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return __shfl_sync(0xffffffffu, v, 0);
-}
-
 // One warp per flagged row (grid-stride over the device-side count): argmin over all K of Σ(x−c)² in fp64.
 // Ties (equal fp64 sums): the lowest index wins, whatever the candidates' order.
 template <InType IN>

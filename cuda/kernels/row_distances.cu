@@ -10,12 +10,6 @@ namespace kmfleet {
 namespace cuda {
 namespace {
 
-__device__ __forceinline__ double warpSum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return __shfl_sync(0xffffffffu, v, 0);
-}
-
 template <InType IN>
 __global__ void distanceKernel(const void* xv, long long n, int d, const float* cf, const int* labels, int cosine,
                                double* dist, float* dist32) {
