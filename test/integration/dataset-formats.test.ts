@@ -5,26 +5,20 @@
  * the queue). The .npz files are numpy's own (np.savez / np.savez_compressed under /usr/bin/python3); fvecs and
  * bvecs are written by hand (test/helpers/vecs.ts), as the ANN benchmarks lay them out.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JobFailedError } from '../../producer/errors/index.js';
-import { decodeNpy, encodeNpy } from '../../core/formats/npy-encode.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { encodeBvecs, encodeFvecs } from '../helpers/vecs.js';
-import { bytesOf, ensureDistBuilt, ROOT, startStack, type Stack } from './pipeline-fixture.js';
+import { bytesOf, ensureDistBuilt, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
 
 const ROWS = 9_000;
 const DIMS = 6;
 const K = 7;
 
-function kmfleet(args: string[]): { code: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
-
-const npyData = (file: string) => bytesOf(decodeNpy(readFileSync(file)).data);
 
 describe('dataset formats: fvecs, bvecs, npz', () => {
   let dir: string;

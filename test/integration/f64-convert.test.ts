@@ -4,25 +4,19 @@
  * the dataset in the memory cache and read straight from S3 — and is refused, naming the option, without it.
  * The data and the cast are numpy's own (/usr/bin/python3): the reference is what a Python user would have made.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JobFailedError } from '../../producer/errors/index.js';
 import { decodeNpy } from '../../core/formats/npy-encode.js';
-import { bytesOf, ensureDistBuilt, ROOT, startStack, type Stack } from './pipeline-fixture.js';
+import { bytesOf, ensureDistBuilt, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
 
 const ROWS = 12_000;
 const DIMS = 6;
 const K = 7;
 
-function kmfleet(args: string[]): { code: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
-
-const npyData = (file: string) => bytesOf(decodeNpy(readFileSync(file)).data);
 
 describe('dataset.convert f64-to-f32', () => {
   let dir: string;

@@ -5,7 +5,7 @@
  * numpy's (/usr/bin/python3); the Parquet files are written by hyparquet-writer as pyarrow lays out list<float>, with
  * row groups that do not line up with the engine's chunks.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,19 +13,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JobFailedError } from '../../producer/errors/index.js';
 import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { asLists, encodeParquet } from '../helpers/parquet.js';
-import { bytesOf, ensureDistBuilt, ROOT, startStack, type Stack } from './pipeline-fixture.js';
+import { bytesOf, ensureDistBuilt, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
 
 const ROWS = 9_000;
 const DIMS = 6;
 const K = 7;
 const GROUP = 2_500;
 
-function kmfleet(args: string[]): { code: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
-
-const npyData = (file: string) => bytesOf(decodeNpy(readFileSync(file)).data);
 
 describe('dataset format: parquet', () => {
   let dir: string;

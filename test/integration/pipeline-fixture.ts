@@ -3,16 +3,27 @@
  * worker configuration built from an env object (as a pod would get it), the producer SDK, and helpers to run a worker
  * in this process or in a child process (node on the compiled dist/, so that SIGKILL / SIGTERM hit a real process).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { KmfleetClient } from '../../producer/client.js';
+import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { loadWorkerConfig, type WorkerConfig } from '../../worker/config.js';
 import { startWorker, type KmfleetWorker, type StartWorkerOptions } from '../../worker/worker.js';
 import { startRedisServer, type RedisServerHandle, type RedisServerOptions } from '../helpers/redis-server.js';
 import { startS3Server, type S3ServerHandle } from '../helpers/s3-server.js';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
+
+/** The compiled `kmfleet` command, run to completion from the repository root. */
+export function kmfleet(args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'kmfleet.js'), ...args], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** The data bytes of a .npy file (its header left out). */
+export const npyData = (file: string): Buffer => bytesOf(decodeNpy(readFileSync(file)).data);
 
 export interface Stack {
   redis: RedisServerHandle;
