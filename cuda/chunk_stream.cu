@@ -96,8 +96,9 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   if (exact_.summingThisPass()) {
     // no partials: integer statistics take the streams' additions in any order (exact_sums.cuh); finishPass waits for
     // the chunk stream before the totals. The sums read no distances: a streamed chunk's only for its
-    // farthest candidates, resident rows' on demand (pass_farthest.cu residentFarthest).
-    exactRows(ops, firstRow, rows, slot.labels, !slotp, far > 0 ? dist_ : nullptr, s);
+    // farthest candidates or the pass's distances, resident rows' on demand (pass_farthest.cu residentFarthest).
+    double* rowDist = slotp ? (far > 0 || wantDist ? dist_ : nullptr) : (wantDist ? resDist64_ + firstRow : nullptr);
+    exactRows(ops, firstRow, rows, slot.labels, !slotp, rowDist, wantDist ? slot.dist32 : nullptr, s);
   } else if (part) {
     // Into partial b (a ring: wait until compute_ folded the chunk that used it before), then folded on compute_
     // after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same
@@ -152,11 +153,11 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
 }
 
 void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels,
-                            bool resident, double* dist, cudaStream_t s) {
+                            bool resident, double* dist, float* dist32, cudaStream_t s) {
   const RowValues values = rowValues(ops);
   const bool sq = !cosine_;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
   exact_.addRows(values, firstRow, rows, d_, resPrevLabels_, labels, resident, sq, s == chunkStream_, s);
-  if (dist) sumsDistances(values, rows, d_, cf_, labels, cosine_, dist, s);
+  if (dist) sumsDistances(values, rows, d_, cf_, labels, cosine_, dist, dist32, s);
   check(cudaGetLastError(), "exact sums");
 }
 

@@ -13,11 +13,13 @@
 #include "cuda_backend.h"
 #include "cuda_bridge.h"
 #include "kernels/label_changes.cuh"
+#include "multi_device_backend.h"
 
 namespace kmfleet {
 namespace cuda_backend {
 
-CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool) : cfg_(cfg), pool_(pool) {
+CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool, std::int64_t rowOffset)
+    : cfg_(cfg), rowOffset_(rowOffset), pool_(pool) {
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (cfg.device < 0 || cfg.device >= count)
@@ -88,10 +90,10 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   check(cudaMemsetAsync(inertia_, 0, sizeof(double) * k_, compute_), "memset");
   check(cudaMemsetAsync(rowFlags_, 0xff, 3 * sizeof(unsigned long long), compute_), "memset");
   check(cudaMemsetAsync(flaggedTotal_, 0, 2 * sizeof(unsigned long long), compute_), "memset");
-  // Exact sums (exact_sums.cuh): a fit pass moves the resident rows' statistics by their changed labels when the last
-  // pass left them for resPrevLabels_, else adds them afresh; distances asked for (an assign pass's job) take
-  // accumulate(), which computes them anyway.
-  exact_.beginPass(mp_.exactSums && fit_ && !spec.distances, prevLabelsValid_ && residentHeld_ > 0, compute_);
+  // Exact sums (exact_sums.cuh) for every pass of such a plan, assign passes too, so that each pass's totals are the
+  // same bits however its rows were split (chunks, residency, devices): the resident rows' statistics are moved by
+  // their changed labels when the last pass left them for resPrevLabels_, else added afresh.
+  exact_.beginPass(mp_.exactSums, prevLabelsValid_ && residentHeld_ > 0, compute_);
   screenThisPass_ = mp_.op == OpKind::F16x3 && cfg_.cuda.exactScreen && screenPolicy_.screen();
   const RelativeKeys keys = cfg_.cuda.relativeKeys;
   screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ && keys != RelativeKeys::Off &&
@@ -99,8 +101,12 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   if (muReady_ && !centroidsReady_) prepareCentroidOps();
 }
 
-PassTotals CudaBackend::finishPass() {
+PassTotals CudaBackend::finishPass(const std::vector<CudaBackend*>& lanes) {
   check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+  if (!lanes.empty() && !exact_.summingThisPass())
+    throw EngineError(ErrorCode::InvalidArgument, "lanes on several devices need exact statistics");
+  std::vector<ExactStatistics::Peer> peers;
+  for (const CudaBackend* lane : lanes) peers.push_back({lane->exact_.passStatistics(), lane->cfg_.device});
   if (overlap_) pumpResident(true);  // the rest of the resident rows, then the streamed chunks' folds
   // Resident rows whose label changed since the previous pass that computed them (their labels are still on the
   // device): counted here instead of by the engine over the host arrays.
@@ -110,7 +116,8 @@ PassTotals CudaBackend::finishPass() {
     countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, compute_);
     check(cudaGetLastError(), "countLabelChanges");
   }
-  if (exact_.summingThisPass()) exact_.finishTotals(chunkStream_, compute_, cf_, cosine_, sums_, counts_, inertia_);
+  if (exact_.summingThisPass())
+    exact_.finishTotals(chunkStream_, compute_, cf_, cosine_, sums_, counts_, inertia_, peers);
   if (residentPending_) copyResidentOutputs();
   // The flags, counts and inertia come down behind the pass's last kernels, covered by one wait on the compute stream
   // (a wait each left the GPU idle for a round trip each). The chunk stream's work — streamed chunks' flags and bad
@@ -128,7 +135,11 @@ PassTotals CudaBackend::finishPass() {
   check(cudaStreamSynchronize(d2h_), "D2H");
   for (ChunkSlot& s : slots_) drain(s);
   residentPending_ = false;
-  const unsigned long long bad[3] = {hostFlags_[0], hostFlags_[1], hostFlags_[2]};
+  // the job's rows: a lane's local row + its offset
+  const unsigned long long none = ~0ULL, offset = static_cast<unsigned long long>(rowOffset_);
+  const unsigned long long bad[3] = {hostFlags_[0] == none ? none : hostFlags_[0] + offset,
+                                     hostFlags_[1] == none ? none : hostFlags_[1] + offset,
+                                     hostFlags_[2] == none ? none : hostFlags_[2] + offset};
   if (bad[0] != ~0ULL)
     throw EngineError(ErrorCode::NonFiniteInput, "non-finite value in row " + std::to_string(bad[0]),
                       static_cast<std::int64_t>(bad[0]));
@@ -162,6 +173,7 @@ PassTotals CudaBackend::finishPass() {
     });
     if (far_.size() > std::size_t(spec_.farthest)) far_.resize(spec_.farthest);
     fillResidentValues();
+    for (FarRow& f : far_) f.row += rowOffset_;
     t.farthest = std::move(far_);
   }
   far_.clear();
@@ -235,6 +247,7 @@ void CudaBackend::stageMark(int i, cudaStream_t s) {
 
 std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config, ThreadPool* pool) {
   try {
+    if (config.devices.size() > 1) return std::make_unique<cuda_backend::MultiDeviceBackend>(config, pool);
     return std::make_unique<cuda_backend::CudaBackend>(config, pool);
   } catch (const EngineError&) {
     throw;

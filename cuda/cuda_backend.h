@@ -75,7 +75,9 @@ inline InType inType(DType t) { return t == DType::F32 ? InType::F32 : t == DTyp
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const EngineConfig& cfg, ThreadPool* pool);
+  // rowOffset: the backend is a lane of a job on several devices (multi_device_backend.h) whose rows are the job's
+  // [rowOffset, rowOffset + cfg.rows): the rows its errors and farthest rows name
+  CudaBackend(const EngineConfig& cfg, ThreadPool* pool, std::int64_t rowOffset = 0);
   ~CudaBackend() override;
 
   const Plan& plan() const override { return plan_; }
@@ -86,7 +88,16 @@ class CudaBackend final : public Backend {
   void processResident() override;                      // resident_rows.cu
   void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) override;  // chunk_stream.cu
   HostBlock allocateHostRows(std::size_t bytes, std::string& warning) override;       // backend_buffers.cu
-  PassTotals finishPass() override;                     // cuda_backend.cu
+  PassTotals finishPass() override { return finishPass({}); }
+  // ... with the pass's statistics of other devices' lanes added into this one's before its totals (their finishPass
+  // returned): the totals of all of them                                                  cuda_backend.cu
+  PassTotals finishPass(const std::vector<CudaBackend*>& lanes);
+  float mergeMs() const { return exact_.mergeMs(); }  // the last such merge's device time
+  // The operands' shift μ (pass_centroids.cu): every lane of a job takes its first lane's, computed from the job's
+  // first rows, so that each row's products are the same bits on every device
+  bool muReady() const { return muReady_; }
+  const std::vector<float>& mu() const { return hostMu_; }
+  void adoptMu(const std::vector<float>& mu);
   bool updatesOnDevice() const override { return true; }
   DeviceUpdate updateOnDevice(bool dataVariance) override;  // pass_centroids.cu
   void copyUpdatedCentroids(float* dst) override;           // pass_centroids.cu
@@ -158,6 +169,7 @@ class CudaBackend final : public Backend {
   void stageMark(int i, cudaStream_t s = nullptr);
 
   EngineConfig cfg_;
+  std::int64_t rowOffset_ = 0;
   ThreadPool* pool_ = nullptr;  // the engine's (may be null): copyResidentOutputs
   AssignKernel kernel_;         // which assignment kernel, the portable one's shared-memory plan (cfg_.cuda)
   MemoryPlan mp_;
@@ -215,7 +227,7 @@ class CudaBackend final : public Backend {
   // resPrevLabels_ or added — and, when dist is not null, their fp64 distances (sumsDistances: the bits accumulate()
   // gives them) for the farthest rows
   void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, bool resident,
-                 double* dist, cudaStream_t s);
+                 double* dist, float* dist32, cudaStream_t s);
 
   RowOps streamOps_;
   int* flagged_ = nullptr;

@@ -1,8 +1,10 @@
-// The exact statistics of fit passes (exact_statistics.h): allocation, the per-pass decision to move or add the
+// The exact statistics of the passes (exact_statistics.h): allocation, the per-pass decision to move or add the
 // resident rows, the rows' additions, the pass's totals.
 #include "exact_statistics.h"
 
 #include <algorithm>
+#include <new>
+#include <string>
 
 #include "device_memory.h"
 
@@ -25,6 +27,10 @@ void ExactStatistics::allocate(bool enabled, int k, int d, std::int64_t chunkRow
 void ExactStatistics::release() noexcept {
   freeExactStats(resident_);
   freeExactStats(pass_);
+  freeExactStats(peer_);
+  if (mergeBegin_) cudaEventDestroy(mergeBegin_);
+  if (mergeEnd_) cudaEventDestroy(mergeEnd_);
+  mergeBegin_ = mergeEnd_ = nullptr;
   freeExactScratch(computeScratch_);
   freeExactScratch(chunkStreamScratch_);
   residentUnderPreviousLabels_ = false;
@@ -55,12 +61,40 @@ void ExactStatistics::addRows(RowValues values, std::int64_t firstRow, std::int6
 }
 
 void ExactStatistics::finishTotals(cudaStream_t chunkStream, cudaStream_t compute, const float* cf, bool cosine,
-                                   double* sums, long long* counts, double* inertia) {
+                                   double* sums, long long* counts, double* inertia, const std::vector<Peer>& peers) {
   check(cudaEventRecord(chunksDone_, chunkStream), "cudaEventRecord");
   check(cudaStreamWaitEvent(compute, chunksDone_, 0), "cudaStreamWaitEvent");
   addExactStats(pass_, resident_, compute);
+  merged_ = !peers.empty();
+  if (merged_) {
+    if (!mergeBegin_) {
+      check(cudaEventCreate(&mergeBegin_), "cudaEventCreate");
+      check(cudaEventCreate(&mergeEnd_), "cudaEventCreate");
+    }
+    check(cudaEventRecord(mergeBegin_, compute), "cudaEventRecord");
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    if (!peer_.sum) try {
+        allocExactStats(peer_, pass_.k, pass_.d);
+      } catch (const std::bad_alloc&) {
+        throw EngineError(ErrorCode::OutOfMemory, "CUDA: no device memory for another device's statistics (" +
+                                                      std::to_string(exactStatsBytes(pass_.k, pass_.d) >> 20) + " MiB)");
+      }
+    for (const Peer& p : peers) {
+      check(cudaMemcpyPeerAsync(peer_.sum, device, p.stats.sum, p.device, exactStatsBytes(pass_.k, pass_.d), compute),
+            "statistics from another device");
+      addExactStats(pass_, peer_, compute);
+    }
+    check(cudaEventRecord(mergeEnd_, compute), "cudaEventRecord");
+  }
   exactFinish(pass_, cf, cosine, sums, counts, inertia, compute);
   check(cudaGetLastError(), "exact sums");
+}
+
+float ExactStatistics::mergeMs() const {
+  float ms = 0;
+  if (merged_) check(cudaEventElapsedTime(&ms, mergeBegin_, mergeEnd_), "cudaEventElapsedTime");
+  return ms;
 }
 
 }  // namespace cuda_backend

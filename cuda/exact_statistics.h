@@ -1,15 +1,16 @@
-// Owns the exact integer statistics of fit passes (kernels/exact_sums.cuh): the resident rows' (kept across passes),
+// Owns the exact integer statistics of the passes (kernels/exact_sums.cuh): the resident rows' (kept across passes),
 // the pass's streamed chunks', each stream's scratch, and whether a pass moves the resident rows or adds them afresh.
 //
-// A fit pass of an exact-sums plan (MemoryPlan.exactSums, a function of the shape) adds its rows into exact integer
+// A pass of an exact-sums plan (MemoryPlan.exactSums, a function of the shape) adds its rows into exact integer
 // statistics instead of accumulate()'s fp64 sums, so the pass's sums, counts and inertia are the same bits for any
-// chunking and residency. The resident rows' statistics persist: a fit pass that follows one which left them for the
+// chunking and residency. The resident rows' statistics persist: a pass that follows one which left them for the
 // resident rows' previous labels moves only the rows whose label changed.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/exact_sums.cuh"
 #include "kernels/types.h"
@@ -32,11 +33,20 @@ class ExactStatistics {
   // chunk stream (its own scratch). sq: Σ‖x‖² too (cosine's inertia needs none).
   void addRows(cuda::RowValues values, std::int64_t firstRow, std::int64_t rows, int d, const std::int32_t* prevLabels,
                const std::int32_t* labels, bool resident, bool sq, bool chunkStream, cudaStream_t s);
+  // Another device's statistics of the same pass (a lane of multi_device_backend.h), complete on that device.
+  struct Peer {
+    cuda::ExactStats stats;
+    int device = 0;
+  };
   // The pass's totals on `compute` after everything the pass queued (the chunk stream's work included): the resident
-  // rows' added into the streamed chunks', then the fp64 sums, counts and inertia (exactFinish: the same bits for
-  // any chunking and residency).
+  // rows' added into the streamed chunks', then the peers' (copied over from their devices), then the fp64 sums,
+  // counts and inertia (exactFinish: the same bits for any chunking, residency and split between devices).
   void finishTotals(cudaStream_t chunkStream, cudaStream_t compute, const float* cf, bool cosine, double* sums,
-                    long long* counts, double* inertia);
+                    long long* counts, double* inertia, const std::vector<Peer>& peers = {});
+  // The pass's statistics after finishTotals, until the next pass begins: a peer of another device's lane.
+  const cuda::ExactStats& passStatistics() const { return pass_; }
+  // Device time of the last finishTotals' peers (copies and additions), once its stream was waited for; 0 without.
+  float mergeMs() const;
   // The share of resident rows whose label changed in the pass that just counted them (0 when none did).
   void recordChangedShare(double share) { lastChangedShare_ = share; }
   // The pass ended: the resident statistics hold the resident rows under their labels of this pass when it summed
@@ -48,7 +58,7 @@ class ExactStatistics {
   bool summingThisPass() const { return summingThisPass_; }  // this pass adds its rows into the statistics
 
  private:
-  bool summingThisPass_ = false;  // a fit pass of an exact-sums plan that does not ask for distances
+  bool summingThisPass_ = false;  // a pass of an exact-sums plan
   bool movingThisPass_ = false;   // it moves the resident rows' changed labels (else adds them afresh)
   bool residentUnderPreviousLabels_ = false;  // resident_ = the resident rows under their previous pass's labels
   // The share of resident rows whose label changed in the last pass that counted them. A move costs about twice a
@@ -57,6 +67,9 @@ class ExactStatistics {
   double lastChangedShare_ = 0;
   cuda::ExactStats resident_;             // the resident rows
   cuda::ExactStats pass_;                 // this pass's streamed chunks, then (finishTotals) the pass's total
+  cuda::ExactStats peer_;                 // a peer's statistics copied here (finishTotals), allocated on first use
+  cudaEvent_t mergeBegin_ = nullptr, mergeEnd_ = nullptr;  // around the peers' copies and additions
+  bool merged_ = false;
   cuda::ExactScratch computeScratch_;     // the compute stream's: resident rows (all at once) and its streamed chunks
   cuda::ExactScratch chunkStreamScratch_; // the chunk stream's streamed chunks (overlap)
   cudaEvent_t chunksDone_ = nullptr;      // the chunk stream's work of the pass, before finishTotals

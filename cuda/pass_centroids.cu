@@ -61,6 +61,15 @@ void CudaBackend::establishMu(void* raw, std::int64_t rows) {
   prepareCentroidOps();
 }
 
+void CudaBackend::adoptMu(const std::vector<float>& mu) {
+  check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+  hostMu_ = mu;
+  check(cudaMemcpyAsync(mu_, hostMu_.data(), sizeof(float) * d_, cudaMemcpyHostToDevice, compute_), "H2D");
+  check(cudaStreamSynchronize(compute_), "mean");
+  muReady_ = true;
+  prepareCentroidOps();
+}
+
 // Statistics and operands on the device; scale and maxNorm come back for the launch arguments (awaited by the
 // first computeChunk of the pass).
 void CudaBackend::prepareCentroidOps() {

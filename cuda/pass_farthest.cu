@@ -52,7 +52,7 @@ void CudaBackend::residentFarthest() {
   stageMark(0);
   // the pass did not keep them (chunk_stream.cu, resident_rows.cu; an exact-sums pass never does): the same bits
   // again, from this pass's labels and centroids
-  if (!keepsResidentDistances() || exact_.summingThisPass()) sumsDistances(rowValues(resident_), R, d_, cf_, resLabels_, cosine_, resDist64_, compute_);
+  if (!keepsResidentDistances() || exact_.summingThisPass()) sumsDistances(rowValues(resident_), R, d_, cf_, resLabels_, cosine_, resDist64_, nullptr, compute_);
   stageMark(1);
   stageMark(2);
   for (std::int64_t ci = 0; ci < chunks; ++ci)

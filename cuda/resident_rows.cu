@@ -87,7 +87,8 @@ void CudaBackend::processResidentWhole() {
 void CudaBackend::accumulateResidentRows(bool wantDist) {
   stageMark(1);
   if (exact_.summingThisPass()) {  // the statistics moved by the changed rows (or added afresh): exact_sums.cuh
-    exactRows(resident_, 0, residentHeld_, resLabels_, true, nullptr, compute_);
+    exactRows(resident_, 0, residentHeld_, resLabels_, true, wantDist ? resDist64_ : nullptr, wantDist ? resDist_ : nullptr,
+              compute_);
   } else {  // D ≤ 256: the rows' fp64 distances are not kept (residentFarthest computes them if a cluster comes out empty)
     accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_,
                        keepsResidentDistances() ? resDist64_ : nullptr, wantDist ? resDist_ : nullptr, fit_, racc_, sums_,

@@ -121,6 +121,11 @@ export interface EngineOptions {
   /** CUDA device ordinal */
   device?: number;
   /**
+   * CUDA: the devices of one job across several GPUs, its rows split into one share per device (each kept on its
+   * device and in host memory), the same bits as on one GPU; overrides device. Needs k × dims ≤ 2^26.
+   */
+  devices?: number[];
+  /**
    * where a fit pass's centroid update runs: 'auto' (where the backend keeps the pass's sums: the device on CUDA) or
    * 'host' (the same bits; tests compare the two)
    */

@@ -399,7 +399,7 @@ __global__ void fusedClusterKernel(const void* xv, int d, const float* cf, int c
 // and warpSum64: a row reduced alone has the bits of four reduced together): for the passes that did not keep them.
 template <int T, int V, InType IN>
 __global__ void sumsDistancesKernel(const void* xv, long long n, int d, const float* cf, const int* labels, int cosine,
-                                    double* dist) {
+                                    double* dist, float* dist32) {
   using L = LaneColumns<T, V, IN>;
   const int lane = threadIdx.x & 31, warpsPerBlock = blockDim.x >> 5;
   const long long warps = static_cast<long long>(gridDim.x) * warpsPerBlock;
@@ -411,7 +411,11 @@ __global__ void sumsDistancesKernel(const void* xv, long long n, int d, const fl
 #pragma unroll
     for (int t = 0; t < T; ++t) L::load(xv, static_cast<size_t>(r) * d, d, lane, t, &val[t * V]);
     const double qs = warpSum64(L::distance(val, cj, d, lane, cosine != 0));
-    if (lane == 0) dist[r] = cosine ? 1.0 - qs : qs;
+    if (lane == 0) {
+      const double v = cosine ? 1.0 - qs : qs;
+      dist[r] = v;
+      if (dist32) dist32[r] = static_cast<float>(v);
+    }
   }
 }
 
@@ -768,10 +772,10 @@ void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* l
 bool distancesFromSums(int d) { return d <= kFusedMaxDims; }
 
 void sumsDistances(RowValues x, std::int64_t n, int d, const float* cf, const std::int32_t* labels, bool cosine,
-                   double* dist, cudaStream_t s) {
+                   double* dist, float* dist32, cudaStream_t s) {
   if (n <= 0) return;
   if (!distancesFromSums(d)) {
-    rowDistances(x, n, d, cf, labels, cosine, dist, nullptr, s);
+    rowDistances(x, n, d, cf, labels, cosine, dist, dist32, s);
     return;
   }
   const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((n + 7) / 8, 132 * 16));
@@ -779,7 +783,7 @@ void sumsDistances(RowValues x, std::int64_t n, int d, const float* cf, const st
     constexpr InType IN = decltype(inTag)::value;
     withFusedShape(x, d, [&](auto tTag, auto vTag) {
       constexpr int T = decltype(tTag)::value, V = decltype(vTag)::value;
-      sumsDistancesKernel<T, V, IN><<<blocks, 256, 0, s>>>(x.p, n, d, cf, labels, cosine ? 1 : 0, dist);
+      sumsDistancesKernel<T, V, IN><<<blocks, 256, 0, s>>>(x.p, n, d, cf, labels, cosine ? 1 : 0, dist, dist32);
     });
   });
 }

@@ -37,9 +37,10 @@ void accumulate(RowValues x, std::int64_t n, int d, int k, const std::int32_t* l
                 double* inertiaOut, cudaStream_t s);
 // Whether accumulate computes the rows' distances itself (D ≤ 256) — else it needs dist for rowDistances' output.
 bool distancesFromSums(int d);
-// The fp64 distances accumulate() computed for these rows and labels (the same bits), in row order.
+// The fp64 distances accumulate() computed for these rows and labels (the same bits), in row order; rounded to fp32
+// into dist32 too when it is not null (accumulate's dist32).
 void sumsDistances(RowValues x, std::int64_t n, int d, const float* cf, const std::int32_t* labels, bool cosine,
-                   double* dist, cudaStream_t s);
+                   double* dist, float* dist32, cudaStream_t s);
 
 // Adds one chunk's partials — accumulate() run into zeroed K×D sums, K counts, K inertia — into the totals: the same
 // additions accumulate() makes into the totals directly, so the same bits (a partly resident pass folds its

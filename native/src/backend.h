@@ -65,6 +65,9 @@ struct EngineConfig {
   // first fed; -1 = what the host can give (host_memory.h availableHostMemory), 0 = none
   std::int64_t hostMemoryBudget = -1;
   int device = 0;                 // CUDA ordinal
+  // CUDA: the devices of a job on several GPUs (cuda/multi_device_backend.h), its rows split between them, the same
+  // bits as on one; device is the first of them. Empty: the one device `device`.
+  std::vector<int> devices;
   bool hostUpdate = false;        // the fit update on the host even where the backend could run it (the same bits)
   bool stats = false;             // per-pass diagnostics on stderr (KMFLEET_ENGINE_STATS, docs/operations.md)
   CudaSettings cuda;

@@ -17,7 +17,7 @@ class ThreadPool;
 // {available:false, reason:"no CUDA driver" | "no device"}.
 GpuInfo queryCudaDevices();
 
-// A CUDA backend for config (config.device is the ordinal). The config is already validated by the engine
+// A CUDA backend for config (config.device is the ordinal; several config.devices: one job across them). The config is already validated by the engine
 // (rows, dims, k >= 1, k <= rows). Throws EngineError: Device (no device, CUDA error), OutOfMemory (with the numbers).
 // pool: the engine's threads (may be null), for the host copies of a pass's outputs; the engine does not use it
 // while the backend's calls run.

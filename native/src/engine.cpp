@@ -88,7 +88,8 @@ std::unique_ptr<Backend> makeBackend(const EngineConfig& cfg, ThreadPool& pool) 
   if (cfg.backend == BackendKind::Cpu) return makeCpuBackend(cfg, pool);
 #ifdef KMFLEET_WITH_CUDA
   if (cfg.backend == BackendKind::Cuda) return makeCudaBackend(cfg, &pool);
-  if (preferCudaFor(cfg) && queryCudaDevices().available) {
+  // several devices asked for: the GPUs, whatever the cost model says of one
+  if ((preferCudaFor(cfg) || cfg.devices.size() > 1) && queryCudaDevices().available) {
     try {
       return makeCudaBackend(cfg, &pool);
     } catch (const EngineError& e) {

@@ -111,6 +111,21 @@ EngineConfig parseConfig(Napi::Env env, const Napi::Value& value) {
     throwJs(env, ErrorCode::InvalidArgument,
             "hostMemoryBudget must be >= 0, got " + std::to_string(c.hostMemoryBudget));
   c.device = static_cast<int>(intOption(env, o, "device", 0, false));
+  const Napi::Value devices = o.Get("devices");
+  if (!devices.IsUndefined()) {
+    if (!devices.IsArray() || devices.As<Napi::Array>().Length() == 0)
+      throwJs(env, ErrorCode::InvalidArgument, "devices must be a non-empty array of CUDA ordinals");
+    const Napi::Array a = devices.As<Napi::Array>();
+    for (std::uint32_t i = 0; i < a.Length(); ++i) {
+      const Napi::Value v = a.Get(i);
+      if (!v.IsNumber() || v.As<Napi::Number>().DoubleValue() < 0 ||
+          v.As<Napi::Number>().DoubleValue() != static_cast<double>(v.As<Napi::Number>().Int32Value()))
+        throwJs(env, ErrorCode::InvalidArgument, "devices[" + std::to_string(i) + "] must be a CUDA ordinal (an integer >= 0)");
+      c.devices.push_back(v.As<Napi::Number>().Int32Value());
+    }
+    c.device = c.devices.front();
+    if (c.devices.size() == 1) c.devices.clear();
+  }
   c.hostUpdate = stringOption(env, o, "update", "auto", {"auto", "host"}) == "host";
   c.cuda = parseCuda(env, o.Get("cuda"));
   // The one diagnostics switch (docs/operations.md): the engine's host steps, its promise hops and, on CUDA, the

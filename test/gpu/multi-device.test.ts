@@ -1,0 +1,129 @@
+// One job across several GPUs of the process (EngineOptions.devices, cuda/multi_device_backend.h): its rows split into
+// one share per device, each kept on its device and in its own host tier, the lanes' exact statistics added on the
+// first device. Every pass must give the bits of the same job on one GPU — centroids, labels, distances, inertia,
+// counts — in core, out of core, in every precision, with empty clusters re-seeded from all shares; and a bad row of
+// a later share is reported by its row in the job. Runs where the machine has two or more GPUs (scripts/gpu-run).
+import { describe, expect, it } from 'vitest';
+
+import { gpuInfo, NonFiniteInputError, type Engine, type EngineOptions, type PassResult, type Precision } from '../../native/index.js';
+import { bytesOf, normalData, pickRows } from '../helpers/reference.js';
+import { distinctRows, engineTracker } from './gpu-helpers.js';
+
+const open = engineTracker();
+const devices = gpuInfo().devices.map((d) => d.ordinal);
+
+/** Feeds rows [from, n) in chunks of the plan, in row order. */
+async function feedFrom(e: Engine, data: Uint8Array, n: number, from: number): Promise<void> {
+  const { chunkRows, buffers, rowBytes } = e.plan;
+  const inFlight: (Promise<void> | undefined)[] = new Array(buffers);
+  let b = 0;
+  for (let first = from; first < n; first += chunkRows) {
+    const count = Math.min(chunkRows, n - first);
+    if (inFlight[b]) await inFlight[b];
+    e.buffer(b).set(data.subarray(first * rowBytes, (first + count) * rowBytes));
+    inFlight[b] = e.feed(b, first, count);
+    inFlight[b]!.catch(() => undefined);
+    b = (b + 1) % buffers;
+  }
+  await Promise.all(inFlight.filter(Boolean));
+}
+
+interface Run {
+  passes: PassResult[];
+  centroids: Buffer;
+  labels: Int32Array;
+  distances: Float32Array;
+  plan: Engine['plan'];
+}
+
+/** `fits` fit passes (each feeding only the rows the engine does not hold), then an assign pass with distances. */
+async function job(o: Partial<EngineOptions> & Pick<EngineOptions, 'rows' | 'dims' | 'k'>, data: Uint8Array, init: Float32Array,
+  fits: number): Promise<Run> {
+  const e = await open({ chunkRows: 8192, ...o });
+  e.setCentroids(init);
+  const passes: PassResult[] = [];
+  let held = 0;
+  for (let p = 0; p <= fits; p++) {
+    const mode = p < fits ? 'fit' : 'assign';
+    e.beginPass(mode, { distances: mode === 'assign', dataVariance: true, firstRow: held });
+    await feedFrom(e, data, o.rows, held);
+    const r = await e.finishPass();
+    passes.push(r);
+    held = r.heldRows;
+  }
+  return { passes, centroids: Buffer.from(e.centroids().buffer), labels: e.labels(), distances: e.distances(), plan: e.plan };
+}
+
+function expectSameBits(many: Run, one: Run, what: string): void {
+  expect(many.plan.device, what).toMatch(/^\d+ × /);
+  expect(many.centroids.equals(one.centroids), `${what}: centroids`).toBe(true);
+  expect(Buffer.from(many.labels.buffer).equals(Buffer.from(one.labels.buffer)), `${what}: labels`).toBe(true);
+  expect(Buffer.from(many.distances.buffer).equals(Buffer.from(one.distances.buffer)), `${what}: distances`).toBe(true);
+  expect(many.passes.map((p) => p.inertia), `${what}: inertia`).toEqual(one.passes.map((p) => p.inertia));
+  expect(many.passes.map((p) => p.counts), `${what}: counts`).toEqual(one.passes.map((p) => p.counts));
+  expect(many.passes.map((p) => p.reassigned), `${what}: reassigned`).toEqual(one.passes.map((p) => p.reassigned));
+  expect(many.passes.map((p) => p.emptyReseeded), `${what}: re-seeded`).toEqual(one.passes.map((p) => p.emptyReseeded));
+}
+
+describe.skipIf(devices.length < 2)(`one job across ${devices.length} devices`, () => {
+  const n = 150_001, d = 96, k = 300;  // shares off the chunk grid, a short last chunk
+  const x = normalData(n, d, 11);
+  const data = bytesOf(x);
+  const init = pickRows(x, d, distinctRows(n, k, 5));
+  const two = devices.slice(0, 2);
+
+  for (const precision of ['fp32', 'fp16', 'bf16'] as Precision[]) {
+    it(`${precision}, in core: the bits of one GPU`, async () => {
+      const one = await job({ rows: n, dims: d, k, precision, device: two[0] }, data, init, 5);
+      const many = await job({ rows: n, dims: d, k, precision, devices: two }, data, init, 5);
+      expectSameBits(many, one, precision);
+      expect(many.passes.at(-2)!.rowsFrom.fed).toBe(0);  // every row held by the lanes after the first pass
+    });
+  }
+
+  it('out of core: rows on the devices, in the lanes\' host tiers and fed by the caller give the bits of one GPU', async () => {
+    const one = await job({ rows: n, dims: d, k, device: two[0] }, data, init, 4);
+    // part of each share on its device (~20K rows), part in its host tier, the rest fed by the caller every pass
+    const rowBytes = d * 4;
+    const capped = await job({ rows: n, dims: d, k, devices: two, memoryBudget: 8 << 20, hostMemoryBudget: Math.floor(n / 3) * rowBytes },
+      data, init, 4);
+    expectSameBits(capped, one, 'out of core');
+    expect(capped.passes.at(-2)!.rowsFrom.fed).toBeGreaterThan(0);
+    // no rows on the devices: every share streamed from its host tier
+    const streamed = await job({ rows: n, dims: d, k, devices: two, memoryBudget: 0 }, data, init, 4);
+    expectSameBits(streamed, one, 'host tiers');
+    expect(streamed.passes.at(-2)!.rowsFrom.fed).toBe(0);
+  });
+
+  it('all the devices at once, cosine', async () => {
+    const one = await job({ rows: n, dims: d, k, metric: 'cosine', device: devices[0] }, data, init, 4);
+    const all = await job({ rows: n, dims: d, k, metric: 'cosine', devices }, data, init, 4);
+    expectSameBits(all, one, `cosine on ${devices.length}`);
+  });
+
+  it('empty clusters are re-seeded from the farthest rows of every share, as on one GPU', async () => {
+    const far = Float32Array.from(init);
+    for (let c = 0; c < 40; c++) for (let j = 0; j < d; j++) far[c * d + j] = 1e4 + c;  // centroids no row is near
+    const one = await job({ rows: n, dims: d, k, device: two[0] }, data, far, 3);
+    const many = await job({ rows: n, dims: d, k, devices: two }, data, far, 3);
+    expect(one.passes[0]!.emptyReseeded).toBeGreaterThanOrEqual(40);
+    expectSameBits(many, one, 're-seeding');
+  });
+
+  it('a non-finite value in a later share fails the pass with its row in the job', async () => {
+    const bad = Float32Array.from(x);
+    const row = n - 17;
+    bad[row * d + 5] = Number.NaN;
+    const e = await open({ rows: n, dims: d, k, devices: two, chunkRows: 8192 });
+    e.setCentroids(init);
+    e.beginPass('fit', { distances: false, dataVariance: true });
+    const failed = await feedFrom(e, bytesOf(bad), n, 0).then(() => e.finishPass()).catch((err: unknown) => err);
+    expect(failed).toBeInstanceOf(NonFiniteInputError);
+    expect((failed as NonFiniteInputError).row).toBe(row);
+  });
+
+  it('refuses a device named twice and a device that does not exist', async () => {
+    await expect(open({ rows: n, dims: d, k, devices: [two[0], two[0]] })).rejects.toThrow(/named once/);
+    await expect(open({ rows: n, dims: d, k, devices: [two[0], 99] })).rejects.toThrow(/device 99 does not exist/);
+  });
+});
