@@ -44,6 +44,7 @@ const DOCS: Record<string, string> = {
   name: 'model name: result history, latest, warm starts (required for init previous)',
   checkpointEvery: 'write a checkpoint every N iterations; 0 = never',
   backend: 'auto | cpu | cuda',
+  gpus: "GPUs of its worker the job runs on, its rows split between them (the same bits as on one): 1–64, 'all', or 'auto' (the fewest whose memory holds the rows); absent: the worker's KMFLEET_GPUS_PER_JOB",
 };
 
 /** Adds descriptions and the URI patterns to the zod-made schema of a spec (in place); returns it. */

@@ -76,6 +76,7 @@ export interface SpecFlags {
   name?: string;
   checkpointEvery?: string;
   backend?: string;
+  gpus?: string;
 }
 
 /**
@@ -102,5 +103,6 @@ export function addSpecOptions(cmd: Command, initDefault: string = SPEC_DEFAULTS
     .option('--output <uri>', 'output prefix: s3://bucket[/prefix]; outputs go under <output>/<jobId>/')
     .option('--name <name>', 'model name [a-zA-Z0-9._-]: result history and warm starts (init previous)')
     .option('--checkpoint-every <n>', `checkpoint every n iterations, 0 = never (default ${SPEC_DEFAULTS.checkpointEvery})`)
-    .option('--backend <b>', `auto | cpu | cuda (default ${SPEC_DEFAULTS.backend})`);
+    .option('--backend <b>', `auto | cpu | cuda (default ${SPEC_DEFAULTS.backend})`)
+    .option('--gpus <n>', "GPUs of its worker the job runs on: a count, all, or auto (default: the worker's KMFLEET_GPUS_PER_JOB)");
 }

@@ -12,3 +12,4 @@ export { readConverted } from './dataset/converted-read.js';
 export { ParquetRows } from './dataset/parquet-rows.js';
 export { readFileRange } from './dataset/parallel-read.js';
 export { formatByteSize, parseByteSize } from './byte-size.js';
+export { chooseGpus, parseGpus, type FreeGpu, type GpuCount } from './gpu-count.js';

@@ -10,6 +10,9 @@ export const METRICS = ['l2', 'cosine'] as const;
 export const INIT_METHODS = ['kmeans++', 'random', 'previous'] as const;
 export const PRECISIONS = ['auto', 'fp32', 'tf32', 'bf16', 'fp16'] as const;
 export const BACKENDS = ['auto', 'cpu', 'cuda'] as const;
+/** GPUs of one job, beside a count: every GPU of the worker, or as many as hold the rows (core/gpu-count.ts). */
+export const GPU_WORDS = ['all', 'auto'] as const;
+export const MAX_GPUS = 64;
 export const MODEL_NAME_RE = /^[a-zA-Z0-9._-]{1,128}$/;
 export const MAX_SEED = 2 ** 32 - 1;
 
@@ -21,6 +24,8 @@ export type InitMethod = (typeof INIT_METHODS)[number];
 export type Init = InitMethod | `s3://${string}`;
 export type Precision = (typeof PRECISIONS)[number];
 export type Backend = (typeof BACKENDS)[number];
+/** How many GPUs of its worker one job runs on: a count, 'all' or 'auto'. */
+export type Gpus = number | (typeof GPU_WORDS)[number];
 
 export const SPEC_DEFAULTS = Object.freeze({
   version: SPEC_VERSION,

@@ -30,6 +30,9 @@
  *   name             model name [a-zA-Z0-9._-]{1,128}: result history, `latest`, warm starts. required for init=previous
  *   checkpointEvery  write a checkpoint every N iterations; 0 = never.                            default 1
  *   backend          auto | cpu | cuda.                                                           default auto
+ *   gpus             GPUs of the worker this job runs on, its rows split between them (the same bits as on one):
+ *                    1..64, all, or auto (as many as hold the rows on their devices). Capped by the worker's free
+ *                    GPUs.                                                       default: the worker's (KMFLEET_GPUS_PER_JOB)
  *
  * Limits (producer/limits.ts, env KMFLEET_MAX_*): k, dims, maxIter and k×dims×4 centroid bytes are checked
  * here; rows and dataset bytes are only known to the worker (checkDatasetLimits).
@@ -43,6 +46,8 @@ import { parseS3ObjectUri, parseS3PrefixUri, s3UriProblem, type S3UriKind } from
 import {
   BACKENDS,
   DATASET_CONVERSIONS,
+  GPU_WORDS,
+  MAX_GPUS,
   DATASET_FORMATS,
   INIT_METHODS,
   MAX_SEED,
@@ -54,6 +59,7 @@ import {
   type Backend,
   type DatasetConversion,
   type DatasetFormat,
+  type Gpus,
   type Init,
   type Metric,
   type Precision,
@@ -86,6 +92,7 @@ export interface JobSpec {
   name?: string;
   checkpointEvery: number;
   backend: Backend;
+  gpus?: Gpus;
 }
 
 /** What a producer may pass: the same fields, the defaulted ones optional. */
@@ -104,12 +111,15 @@ export interface JobSpecInput {
   name?: string;
   checkpointEvery?: number;
   backend?: Backend;
+  gpus?: Gpus;
 }
 
 const FIELD_ORDER = [
   'version', 'dataset', 'k', 'metric', 'init', 'maxIter', 'tol', 'tolReassign', 'seed',
-  'precision', 'output', 'name', 'checkpointEvery', 'backend',
+  'precision', 'output', 'name', 'checkpointEvery', 'backend', 'gpus',
 ];
+
+const GPUS_ERROR = `must be an integer from 1 to ${MAX_GPUS}, ${GPU_WORDS.join(' or ')}`;
 
 const oneOf = (values: readonly string[]) => `must be one of ${values.join(', ')}`;
 
@@ -177,6 +187,7 @@ export function jobSpecSchema(limits: Limits) {
         .optional(),
       checkpointEvery: count(0).default(SPEC_DEFAULTS.checkpointEvery),
       backend: choice(BACKENDS).default(SPEC_DEFAULTS.backend),
+      gpus: z.union([int(1, MAX_GPUS, `, ${GPU_WORDS.join(' or ')}`), choice(GPU_WORDS)], { error: GPUS_ERROR }).optional(),
     },
     { error: 'must be a JSON object' },
   );
@@ -336,9 +347,9 @@ export function canonicalJson(value: unknown): string {
 
 /**
  * Fields that do NOT change the centroids after iteration i, so a checkpoint stays valid across them:
- * where outputs go, the model name, how often to checkpoint, and how many iterations at most.
+ * where outputs go, the model name, how often to checkpoint, how many iterations at most, and on how many GPUs.
  */
-export const SPEC_HASH_EXCLUDES = ['output', 'name', 'checkpointEvery', 'maxIter'] as const;
+export const SPEC_HASH_EXCLUDES = ['output', 'name', 'checkpointEvery', 'maxIter', 'gpus'] as const;
 
 /**
  * Stable hash for checkpoint matching: sha256 (hex) of the canonical JSON of the normalized spec without

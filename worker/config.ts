@@ -9,7 +9,9 @@
  * | REDIS_CLUSTER_NODES              | (one node)               | host:port,… of a Redis Cluster (producer/redis-cluster.ts)       |
  * | KMFLEET_PREFIX                   | kmfleet                  | key prefix, hash-tagged {prefix} (producer/keys.ts)              |
  * | KMFLEET_QUEUE                    | jobs                     | BullMQ queue name                                                |
- * | KMFLEET_CONCURRENCY              | GPUs found, else 1       | jobs at once in this process (one per GPU)                       |
+ * | KMFLEET_CONCURRENCY              | GPUs ÷ GPUs per job, ≥ 1 | jobs at once in this process                                     |
+ * | KMFLEET_GPUS_PER_JOB             | 1                        | GPUs of a job whose spec says none: a count, all, or auto (as    |
+ * |                                  |                          | many as hold its rows on their devices); the same bits any way   |
  * | KMFLEET_BACKEND                  | (spec's)                 | force cpu or cuda for every job, overriding spec.backend=auto    |
  * | KMFLEET_THREADS                  | all cores                | CPU threads of the cpu backend                                   |
  * | KMFLEET_CHUNK_ROWS               | planner                  | rows per engine host buffer (fixes the chunk size: bitwise runs) |
@@ -49,15 +51,17 @@ import { KmfleetInputError } from '../errors/index.js';
 import { connectionFromEnv, type RedisConnectionOptions } from '../producer/connection.js';
 import { DEFAULT_PREFIX, DEFAULT_QUEUE } from '../producer/keys.js';
 import { resolveLimits, type Limits } from '../producer/limits.js';
-import { parseByteSize } from '../core/index.js';
+import { parseByteSize, parseGpus, type GpuCount } from '../core/index.js';
 import { s3SettingsFromEnv, type S3Settings } from './s3/client.js';
 
 export interface WorkerConfig {
   redis: RedisConnectionOptions;
   prefix: string;
   queue: string;
-  /** undefined: one per GPU found, else 1 */
+  /** undefined: the GPUs found over gpusPerJob (1 when all or auto), at least 1 */
   concurrency?: number;
+  /** GPUs of a job whose spec gives no `gpus` (core/gpu-count.ts) */
+  gpusPerJob: GpuCount;
   backend?: 'cpu' | 'cuda';
   threads?: number;
   chunkRows?: number;
@@ -157,12 +161,23 @@ export function loadWorkerConfig(env: NodeJS.ProcessEnv = process.env): WorkerCo
       return undefined;
     }
   };
+  const gpus = (name: string): GpuCount => {
+    const v = env[name];
+    if (v === undefined || v === '') return 1;
+    try {
+      return parseGpus(v, name);
+    } catch (err) {
+      problems.push((err as Error).message);
+      return 1;
+    }
+  };
   const cacheMaxGb = int('KMFLEET_CACHE_MAX_GB', 1);
   const config: WorkerConfig = {
     redis,
     prefix: env.KMFLEET_PREFIX || DEFAULT_PREFIX,
     queue: env.KMFLEET_QUEUE || DEFAULT_QUEUE,
     concurrency: int('KMFLEET_CONCURRENCY', 1),
+    gpusPerJob: gpus('KMFLEET_GPUS_PER_JOB'),
     backend: backend === 'cpu' || backend === 'cuda' ? backend : undefined,
     threads: int('KMFLEET_THREADS', 1),
     chunkRows: int('KMFLEET_CHUNK_ROWS', 1),

@@ -6,7 +6,7 @@
  *   → record; settle(err) on failure; release() always.
  */
 import { WaitingError, type Job } from 'bullmq';
-import type { Engine, EngineOptions } from '../native/index.js';
+import { gpuInfo, type Engine, type EngineOptions } from '../native/index.js';
 import { CANCEL_REASON } from '../producer/cancel.js';
 import type { CancelWatch } from './cancel-listener.js';
 import type { JobData } from '../producer/job-data.js';
@@ -22,7 +22,7 @@ import type { S3RowSource } from './dataset/s3-source.js';
 import { CachedRowSource } from './dataset/cache.js';
 import { MemoryCachedRowSource } from './dataset/memory-cache.js';
 import { ResidentPreload } from './dataset/resident-preload.js';
-import { type RowSource, checkCheckpoint, decodeCheckpoint, runKmeans, KmeansAbortedError, readInitRows, type InitRows, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec, type FedFrom } from '../core/index.js';
+import { chooseGpus, type RowSource, checkCheckpoint, decodeCheckpoint, runKmeans, KmeansAbortedError, readInitRows, type InitRows, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec, type FedFrom } from '../core/index.js';
 import { JobInputError, toJobError } from './failures.js';
 import { resolveInit, type ResolvedInit } from './initial-centroids.js';
 import { IterationWrites } from './iteration-writes.js';
@@ -70,7 +70,7 @@ export class JobAttempt {
   private releaseMemoryAfterFirstPass = false;
   private saver?: BackgroundCheckpointSaver;
   private engine?: Engine;
-  private device?: number;
+  private devices: number[] = [];
   private preload?: ResidentPreload;
   private outputs?: OutputWriter;
   /** bookkeepingMs: time the run spent between iterations (Redis writes, checkpoints written in line) */
@@ -205,18 +205,29 @@ export class JobAttempt {
     // an engine of an earlier job waiting to be closed gives its memory (and its GPU) back before this one takes any
     releases?.releaseAll();
     if (options.backend !== 'cpu' && devices && devices.size > 0) {
-      this.device = devices.acquire();
-      if (this.device !== undefined) options.device = this.device;
+      // a job across GPUs may hold them all: wait for one, unless KMFLEET_CONCURRENCY asked for more jobs than GPUs
+      if ((config.concurrency ?? 0) <= devices.size) await devices.anyFree();
+      this.devices = devices.take(this.chooseDevices(devices.freeOrdinals()));
+      if (this.devices.length > 0) options.device = this.devices[0];
+      if (this.devices.length > 1) options.devices = this.devices;
     }
     const engine = (this.engine = await openJobEngine(this.openEngine, options, resume, this.log));
     reportDevice(this.deps.metrics, engine, options.device ?? 0, this.log);
-    this.log.info({ plan: engine.plan, gpu: options.device, rows: this.tierPlan() }, 'engine open'); // gpu: the CUDA ordinal this job took
+    this.log.info({ plan: engine.plan, gpus: this.devices, rows: this.tierPlan() }, 'engine open'); // gpus: the CUDA ordinals this job took
     const fed = source.rows - engine.plan.residentRows - engine.plan.hostRows;
     if (fed > 0 && this.fedFrom() === 's3') {
       this.log.warn({ rows: fed, bytes: fed * source.rowBytes }, 'rows that fit neither the device nor host memory are read from S3 on every pass: set KMFLEET_CACHE_DIR (a local disk) or raise KMFLEET_HOST_MEMORY');
     }
     // rows still downloading go to the engine's resident memory as they land, not in the first pass
     if (source instanceof MemoryCachedRowSource) this.preload = ResidentPreload.start(engine, source);
+  }
+
+  /** The free GPUs this job runs on: spec.gpus, else the worker's KMFLEET_GPUS_PER_JOB (core/gpu-count.ts). */
+  private chooseDevices(free: number[]): number[] {
+    const wanted = this.spec!.gpus ?? this.deps.config.gpusPerJob;
+    const memory = wanted === 'auto' ? new Map(gpuInfo().devices.map((d) => [d.ordinal, d.freeMemory])) : undefined;
+    const gpus = free.map((ordinal) => ({ ordinal, freeMemory: memory?.get(ordinal) ?? 0 }));
+    return chooseGpus(wanted, gpus, this.source!.rows * this.source!.rowBytes).map((g) => g.ordinal);
   }
 
   /** Where the rows the engine does not hold come from on every pass. */
@@ -427,12 +438,12 @@ export class JobAttempt {
     this.lockWatch?.dispose();
     this.preload?.stop(); // the source's close() waits for loads in flight
     const engine = this.engine;
-    const device = this.device;
+    const devices = this.devices;
     const close = () => {
       try {
         engine?.close();
       } finally {
-        this.deps.devices?.release(device);
+        this.deps.devices?.release(devices);
       }
     };
     if (this.deps.releases && engine) this.deps.releases.defer(this.jobId, close);

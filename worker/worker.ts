@@ -19,6 +19,7 @@ import type { WorkerConfig } from './config.js';
 import { createLogger, type Logger } from './logger.js';
 import { createFleetMetrics, startMetricsServer, type FleetMetrics, type MetricsServer } from './metrics/index.js';
 import { DevicePool } from './device-pool.js';
+import type { GpuCount } from '../core/index.js';
 import { EngineReleases } from './engine-releases.js';
 import { LockLossRegistry } from './lock-loss.js';
 import { createProcessor, type OpenEngine } from './processor.js';
@@ -67,6 +68,12 @@ export interface KmfleetWorker {
   announce(): void;
 }
 
+/** Jobs at once: each takes gpusPerJob of the GPUs ('all': every one; 'auto': one at least, more for a large job). */
+function defaultConcurrency(gpus: number, gpusPerJob: GpuCount): number {
+  if (gpusPerJob === 'all') return 1;
+  return Math.max(1, Math.floor(gpus / (gpusPerJob === 'auto' ? 1 : gpusPerJob)));
+}
+
 /** CUDA device ordinals this process sees (none without a GPU or a CUDA build). */
 function gpuOrdinals(): number[] {
   try {
@@ -104,7 +111,7 @@ export async function startWorker(config: WorkerConfig, opts: StartWorkerOptions
   const preempt = new AbortController();
   const metrics = createFleetMetrics();
   const devices = new DevicePool(gpuOrdinals());
-  const concurrency = config.concurrency ?? Math.max(1, devices.size);
+  const concurrency = config.concurrency ?? defaultConcurrency(devices.size, config.gpusPerJob);
   const lockLoss = new LockLossRegistry();
   const releases = new EngineReleases({ onError: (err, jobId) => logger.error({ err, jobId }, 'closing the engine of a finished job failed') });
   const run = createProcessor({ config, redis, keys, s3, logger, cancels, preempt: preempt.signal, metrics, openEngine: opts.openEngine, lockLoss, devices, releases });

@@ -46,6 +46,7 @@ export async function specFromFlags(flags: SpecFlags): Promise<Record<string, un
   const numbers = ['k', 'maxIter', 'tol', 'tolReassign', 'seed', 'checkpointEvery'] as const;
   for (const f of strings) if (flags[f] !== undefined) out[f] = flags[f];
   for (const f of numbers) if (flags[f] !== undefined) out[f] = numeric(flags[f] as string);
+  if (flags.gpus !== undefined) out.gpus = numeric(flags.gpus);
   return out;
 }
 

@@ -5,9 +5,9 @@
  */
 import { readFile, rename, rm, mkdir, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import type { BackendChoice, Metric, Precision } from '../../native/index.js';
+import type { BackendChoice, GpuInfo, Metric, Precision } from '../../native/index.js';
 import { iterationsLeft } from '../../producer/progress.js';
-import { formatByteSize, parseByteSize, tierSummary, LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec } from '../../core/index.js';
+import { chooseGpus, parseGpus, type GpuCount, formatByteSize, parseByteSize, tierSummary, LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec } from '../../core/index.js';
 import { formatDuration, humanCount, ProgressLine } from '../progress.js';
 
 interface FitOptions {
@@ -30,6 +30,7 @@ interface FitOptions {
   threads?: number;
   gpuMemory?: string;
   hostMemory?: string;
+  gpus?: string;
   distances?: boolean;
   out: string;
   json?: boolean;
@@ -79,6 +80,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
       distances: opts.distances === true,
     };
     checkSpec(spec, source.rows);
+    const gpus = opts.gpus === undefined ? 1 : parseGpus(opts.gpus, '--gpus');
     const budgets = {
       gpu: opts.gpuMemory === undefined ? undefined : sizeOption(opts.gpuMemory, '--gpu-memory'),
       host: opts.hostMemory === undefined ? undefined : sizeOption(opts.hostMemory, '--host-memory'),
@@ -88,11 +90,12 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
     const initRows = readInitRows(source, spec);
     initRows.catch(() => {}); // awaited by runKmeans; a failure before that is the open's
     // loaded here, not at the top: bad input is reported even where the addon is not built
-    const { Engine } = await import('../../native/index.js');
+    const { Engine, gpuInfo } = await import('../../native/index.js');
     const engine = await Engine.open({
       rows: source.rows, dims: source.dims, k, metric: spec.metric, dtype: source.dtype,
       backend: opts.backend, precision: opts.precision, chunkRows: opts.chunkRows, threads: opts.threads,
       ...deviceBudget(budgets.gpu), hostMemoryBudget: budgets.host,
+      ...(gpus !== 1 && opts.backend !== 'cpu' ? devicesFor(gpus, gpuInfo(), source.rows * source.rowBytes) : {}),
     });
     const ac = new AbortController();
     const onSigint = () => ac.abort(new Error('interrupted'));
@@ -129,6 +132,12 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
 }
 
 type FittedEngine = Parameters<typeof writeLabels>[0] & Parameters<typeof writeDistances>[0] & { plan: { backend: string; device: string; precision: string; chunkRows: number; buffers: number; residentRows: number; hostRows: number } };
+
+/** --gpus as engine options: the devices of the job, when it takes more than one. */
+function devicesFor(gpus: GpuCount, info: GpuInfo, datasetBytes: number): { devices?: number[] } {
+  const chosen = chooseGpus(gpus, info.devices, datasetBytes).map((d) => d.ordinal);
+  return chosen.length > 1 ? { devices: chosen } : {};
+}
 
 /** --gpu-memory as engine options: a cap on all the device memory the job takes; 0 keeps no rows on the device. */
 function deviceBudget(bytes: number | undefined): { memoryBudget?: number; deviceMemory?: number } {

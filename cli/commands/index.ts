@@ -48,6 +48,7 @@ export function defineCommands(program: Command): void {
     .option('--chunk-rows <n>', 'rows per host buffer (default: the planner picks)', positiveInt('--chunk-rows'))
     .option('--threads <n>', 'CPU threads (default: all cores)', positiveInt('--threads'))
     .option('--gpu-memory <size>', 'device memory the job may take in all, e.g. 12G; rows that do not fit go to host memory; 0 keeps no rows on the device (the CPU backend: memory for its resident rows; default: what the device has free)')
+    .option('--gpus <n>', 'GPUs the job runs on, its rows split between them (the same bits as on one): a count, all, or auto — as many as hold the rows on their devices (default 1)')
     .option('--host-memory <size>', 'host memory for the rows that do not fit the device, e.g. 64G, 0 for none (default: what the host can spare)')
     .option('--distances', 'also write distances.npy (float32 N: distance of each row to its centroid)')
     .requiredOption('--out <dir>', 'output directory (created if missing)')

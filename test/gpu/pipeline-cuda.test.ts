@@ -81,7 +81,7 @@ describe('pipeline on the GPU: SDK → queue → worker (cuda) → S3', () => {
   // A pod with several GPUs runs one job per GPU at once (worker/device-pool.ts; concurrency defaults to the GPU
   // count): both jobs overlap, each on its own device, and the same spec gives the same bits on each.
   it.skipIf(gpuInfo().devices.length < 2)('a worker with two GPUs runs a job on each at once, with the same bits', async () => {
-    const lines: { msg?: string; jobId?: string; gpu?: number }[] = [];
+    const lines: { msg?: string; jobId?: string; gpus?: number[] }[] = [];
     const sink = new Writable({ write(chunk, _enc, done) { for (const l of String(chunk).split('\n')) if (l) lines.push(JSON.parse(l)); done(); } });
     const spec = { dataset: { uri: 's3://data/blobs.npy' }, k, maxIter: 30, seed: 9, precision: 'fp32' as const, backend: 'cuda' as const };
     await stack.client.enqueue({ ...spec, output: 's3://out/two/a/' }, { jobId: 'two-a' });
@@ -92,9 +92,34 @@ describe('pipeline on the GPU: SDK → queue → worker (cuda) → S3', () => {
       expect(a.iterations).toBe(b.iterations);
       const opened = lines.filter((l) => l.msg === 'engine open');
       expect(opened.map((l) => l.jobId).sort()).toEqual(['two-a', 'two-b']);
-      expect(new Set(opened.map((l) => l.gpu)).size, JSON.stringify(opened.map((l) => l.gpu))).toBe(2);
+      expect(opened.map((l) => l.gpus?.length), JSON.stringify(opened)).toEqual([1, 1]);
+      expect(new Set(opened.map((l) => l.gpus![0])).size, JSON.stringify(opened.map((l) => l.gpus))).toBe(2);
       const centroids = (p: string) => stack.s3.get('out', `two/${p}/centroids.npy`);
       expect((await centroids('a/two-a')).equals(await centroids('b/two-b'))).toBe(true);
+    } finally {
+      await worker.shutdown('test end');
+    }
+  });
+
+  // One job across both GPUs (spec.gpus): the bits of the same job on one GPU.
+  it.skipIf(gpuInfo().devices.length < 2)('a job across two GPUs gives the bits of the same job on one', async () => {
+    const lines: { msg?: string; jobId?: string; gpus?: number[] }[] = [];
+    const sink = new Writable({ write(chunk, _enc, done) { for (const l of String(chunk).split('\n')) if (l) lines.push(JSON.parse(l)); done(); } });
+    const spec = { dataset: { uri: 's3://data/blobs.npy' }, k, maxIter: 30, seed: 9, precision: 'fp32' as const, backend: 'cuda' as const };
+    const worker = await stack.startWorker({}, { logger: pino({ level: 'info' }, sink) });
+    try {
+      await stack.client.enqueue({ ...spec, gpus: 2, output: 's3://out/split/two/' }, { jobId: 'split-two' });
+      const two = await stack.client.wait('split-two', { timeoutMs: 120_000 });
+      await stack.client.enqueue({ ...spec, gpus: 1, output: 's3://out/split/one/' }, { jobId: 'split-one' });
+      const one = await stack.client.wait('split-one', { timeoutMs: 120_000 });
+      const opened = Object.fromEntries(lines.filter((l) => l.msg === 'engine open').map((l) => [l.jobId, l.gpus]));
+      expect(opened['split-two']).toHaveLength(2);
+      expect(opened['split-one']).toHaveLength(1);
+      expect(two.iterations).toBe(one.iterations);
+      expect(two.inertia).toBe(one.inertia);
+      const file = (p: string, f: string) => stack.s3.get('out', `split/${p}/${f}`);
+      for (const f of ['centroids.npy', 'assignments.npy'])
+        expect((await file('two/split-two', f)).equals(await file('one/split-one', f)), f).toBe(true);
     } finally {
       await worker.shutdown('test end');
     }

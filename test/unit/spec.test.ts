@@ -194,6 +194,15 @@ describe('job spec v1: one error names every bad field', () => {
     expect(parseJobSpec(spec).dataset).toEqual({ uri: 's3://b12/x.npz', format: 'npz', member: 'emb' });
   });
 
+  it('gpus: a count from 1 to 64, all or auto, absent by default; kmfleet enqueue --gpus reaches the spec', async () => {
+    expect(parseJobSpec(minimal).gpus).toBeUndefined();
+    for (const gpus of [1, 8, 64, 'all', 'auto']) expect(parseJobSpec({ ...minimal, gpus }).gpus).toBe(gpus);
+    for (const gpus of [0, 65, 1.5, 'two', null, [2]])
+      expect(Object.entries(issuesOf({ ...minimal, gpus }))).toEqual([['gpus', expect.stringMatching(/^must be an integer from 1 to 64, all or auto/)]]);
+    expect(parseJobSpec(await specFromFlags({ dataset: 's3://data-bkt/x.npy', k: '8', output: 's3://out-bkt', gpus: '2' })).gpus).toBe(2);
+    expect(parseJobSpec(await specFromFlags({ dataset: 's3://data-bkt/x.npy', k: '8', output: 's3://out-bkt', gpus: 'all' })).gpus).toBe('all');
+  });
+
   it('names the missing required fields of an empty spec and refuses non-objects', () => {
     expect(Object.keys(issuesOf({})).sort()).toEqual(['dataset', 'k', 'output']);
     for (const bad of [null, 'spec', 42, [minimal]]) expect(Object.keys(issuesOf(bad))).toEqual(['']);
@@ -240,10 +249,10 @@ describe('spec hash', () => {
     expect(specHash(a)).toMatch(/^[0-9a-f]{64}$/);
   });
 
-  it('ignores output, name, checkpointEvery and maxIter; changes with anything that moves centroids', () => {
+  it('ignores output, name, checkpointEvery, maxIter and gpus; changes with anything that moves centroids', () => {
     const base = parseJobSpec(minimal);
     const h = specHash(base);
-    for (const same of [{ output: 's3://other-bkt' }, { name: 'm' }, { checkpointEvery: 9 }, { maxIter: 1000 }]) {
+    for (const same of [{ output: 's3://other-bkt' }, { name: 'm' }, { checkpointEvery: 9 }, { maxIter: 1000 }, { gpus: 4 }, { gpus: 'all' }]) {
       expect(specHash(parseJobSpec({ ...minimal, ...same }))).toBe(h);
     }
     for (const diff of [{ k: 65 }, { seed: 1 }, { metric: 'cosine' }, { init: 'random' }, { precision: 'fp32' },
