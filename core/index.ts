@@ -6,10 +6,12 @@
 export * from './kmeans/index.js';
 export * from './formats/index.js';
 export { checkReadRange, type ReadHint, type RowSource } from './dataset/row-source.js';
-export { describeLayout, LocalFileSource, parquetLayout, type DatasetFormat, type LocalFileSourceOptions } from './dataset/local-file-source.js';
+export { decodedLayout, describeLayout, LocalFileSource, type DatasetFormat, type LocalFileSourceOptions } from './dataset/local-file-source.js';
 export { checkSyntheticOptions, generateDataset, type SyntheticKind, type SyntheticOptions, type SyntheticResult } from './dataset/synthetic.js';
 export { readConverted } from './dataset/converted-read.js';
 export { ParquetRows } from './dataset/parquet-rows.js';
+export { ArrowRows } from './dataset/arrow-rows.js';
+export type { DecodedColumn } from './dataset/decoded-batches.js';
 export { readFileRange } from './dataset/parallel-read.js';
 export { formatByteSize, parseByteSize } from './byte-size.js';
 export { chooseGpus, parseGpus, type FreeGpu, type GpuCount } from './gpu-count.js';

@@ -3,7 +3,7 @@
  * light consumers (CLI help texts, type imports) need not load zod. The schema is in spec.ts.
  */
 export const SPEC_VERSION = 1 as const;
-export const DATASET_FORMATS = ['npy', 'npz', 'parquet', 'fvecs', 'bvecs', 'f32', 'f16'] as const;
+export const DATASET_FORMATS = ['npy', 'npz', 'parquet', 'arrow', 'fvecs', 'bvecs', 'f32', 'f16'] as const;
 /** Opt-in conversions of a dataset as it is read: a float64 .npy (numpy's default) rounded to float32. */
 export const DATASET_CONVERSIONS = ['f64-to-f32'] as const;
 export const METRICS = ['l2', 'cosine'] as const;

@@ -8,12 +8,13 @@
  *                    (every s3:// URI here: no '.', '..' or empty key segments, no backslash, no %-escapes of them;
  *                    producer/s3-uri.ts)
  *   dataset.format   npy (float32/float16 .npy, C order) | npz (np.savez, a stored member) | parquet (a list<float>
- *                    column, one embedding a row) | fvecs | bvecs
+ *                    column, one embedding a row) | arrow (Arrow IPC file or stream, a FixedSizeList or List of
+ *                    float column) | fvecs | bvecs
  *                    (the ANN benchmarks' records; bvecs read as float32) | f32 | f16 (raw little-endian rows). default npy
  *   dataset.dims     D; required for raw formats (no header); for the others, if given, must match the file.
- *   dataset.convert  'f64-to-f32': also accept float64 values, rounded to float32 as read (npy, npz, parquet). optional
+ *   dataset.convert  'f64-to-f32': also accept float64 values, rounded to float32 as read (npy, npz, parquet, arrow). optional
  *   dataset.member   npz: the array to read (default: the only one, or arr_0).                  optional
- *   dataset.column   parquet: the column of embeddings (default: the only column).              optional
+ *   dataset.column   parquet, arrow: the column of embeddings (default: the only column).       optional
  *   k                number of clusters, 1..limits.maxK.                                         required
  *   metric           l2 | cosine (spherical k-means: rows normalized, centroids renormalized).   default l2
  *   init             kmeans++ | random | previous | s3://bucket/key.npy (K×D float32 centroids).  default kmeans++
@@ -152,7 +153,7 @@ export function jobSpecSchema(limits: Limits) {
       dims: int(1, limits.maxDims, ` (limit ${LIMIT_ENV.maxDims})`).optional(),
       convert: choice(DATASET_CONVERSIONS).optional(),
       member: z.string({ error: 'must be the name of an array in the .npz' }).min(1, { error: 'must be the name of an array in the .npz' }).max(255).optional(),
-      column: z.string({ error: 'must be the name of a column of the Parquet file' }).min(1, { error: 'must be the name of a column of the Parquet file' }).max(255).optional(),
+      column: z.string({ error: 'must be the name of a column of the Parquet or Arrow file' }).min(1, { error: 'must be the name of a column of the Parquet or Arrow file' }).max(255).optional(),
     },
     { error: 'must be an object { uri, format?, dims?, convert?, member?, column? }' },
   );
@@ -261,11 +262,11 @@ function crossFieldIssues(input: Record<string, unknown>, limits: Limits): SpecI
   if ((format === 'f32' || format === 'f16') && dims === undefined) {
     out.push({ path: 'dataset.dims', message: `is required for raw format ${format} (the file has no header)` });
   }
-  if (format !== 'npy' && format !== 'npz' && format !== 'parquet' && ds?.convert !== undefined) {
-    out.push({ path: 'dataset.convert', message: `applies to npy, npz and parquet datasets only (format ${format} is read as it is)` });
+  if (format !== 'npy' && format !== 'npz' && format !== 'parquet' && format !== 'arrow' && ds?.convert !== undefined) {
+    out.push({ path: 'dataset.convert', message: `applies to npy, npz, parquet and arrow datasets only (format ${format} is read as it is)` });
   }
-  if (format !== 'parquet' && ds?.column !== undefined) {
-    out.push({ path: 'dataset.column', message: `applies to parquet datasets only (format is ${format})` });
+  if (format !== 'parquet' && format !== 'arrow' && ds?.column !== undefined) {
+    out.push({ path: 'dataset.column', message: `applies to parquet and arrow datasets only (format is ${format})` });
   }
   if (format !== 'npz' && ds?.member !== undefined) {
     out.push({ path: 'dataset.member', message: `applies to npz datasets only (format is ${format})` });

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 out=.device/pipeline
 mkdir -p "$out"
 npm run --silent build:ts
-node scripts/module-closure.cjs bullmq bullmq-otel @opentelemetry/api ioredis @aws-sdk/client-s3 s3rver pino zod commander prom-client yaml hyparquet >"$out/files.list"
+node scripts/module-closure.cjs bullmq bullmq-otel @opentelemetry/api ioredis @aws-sdk/client-s3 s3rver pino zod commander prom-client yaml hyparquet @uwdata/flechette >"$out/files.list"
 find dist -type f -name '*.js' >>"$out/files.list"
 echo package.json >>"$out/files.list"
 tar -cf - -T "$out/files.list" | xz -T2 -6 >"$out/pack.tar.xz"

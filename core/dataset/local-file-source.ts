@@ -1,7 +1,8 @@
 /**
  * A RowSource over a local .npy, .npz (a stored member), fvecs/bvecs or raw f32/f16 file: positional reads (pread, several in flight: parallel-read.ts)
  * straight into the caller's buffer, so the file is streamed and never loaded whole, and concurrent reads need no
- * shared file position. A Parquet file is read by row group through positional reads too (parquet-rows.ts).
+ * shared file position. A Parquet file is read by row group (parquet-rows.ts), an Arrow IPC file or stream by record
+ * batch (arrow-rows.ts), through positional reads too.
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import { DatasetFormatError } from '../formats/errors.js';
@@ -12,24 +13,28 @@ import { rawLayout } from '../formats/raw.js';
 import type { RowDecoding } from '../formats/row-decoding.js';
 import { VECS_HEADER_BYTES, vecsLayout } from '../formats/vecs.js';
 import { readConverted } from './converted-read.js';
+import { ArrowRows } from './arrow-rows.js';
+import type { DecodedColumn } from './decoded-batches.js';
 import { readFileRange } from './parallel-read.js';
 import { ParquetRows } from './parquet-rows.js';
 import { checkReadRange, type RowSource } from './row-source.js';
 
-export type DatasetFormat = 'npy' | 'npz' | 'parquet' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
+export type DatasetFormat = 'npy' | 'npz' | 'parquet' | 'arrow' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
 /** formats told by a file's extension when none is given */
-const BY_EXTENSION: readonly DatasetFormat[] = ['npy', 'npz', 'parquet', 'fvecs', 'bvecs'];
+const BY_EXTENSION: Record<string, DatasetFormat> = {
+  npy: 'npy', npz: 'npz', parquet: 'parquet', arrow: 'arrow', arrows: 'arrow', feather: 'arrow', fvecs: 'fvecs', bvecs: 'bvecs',
+};
 
 export interface LocalFileSourceOptions {
-  /** default: by the extension (*.npy, *.npz, *.parquet, *.fvecs, *.bvecs), else required */
+  /** default: by the extension (*.npy, *.npz, *.parquet, *.arrow, *.arrows, *.feather, *.fvecs, *.bvecs), else required */
   format?: DatasetFormat;
   /** npz: the member to read (default: the only array, or arr_0) */
   member?: string;
-  /** parquet: the embedding column (default: the only column) */
+  /** parquet, arrow: the embedding column (default: the only column) */
   column?: string;
   /** required for raw formats */
   dims?: number;
-  /** 'f64-to-f32': accept a float64 .npy (or a Parquet column of doubles), delivered as float32 rows (`kmfleet fit --convert`) */
+  /** 'f64-to-f32': accept a float64 .npy (or a Parquet or Arrow column of doubles), delivered as float32 rows (`kmfleet fit --convert`) */
   convert?: DatasetConversion;
 }
 
@@ -44,10 +49,11 @@ export class LocalFileSource implements RowSource {
   readonly convert: DatasetConversion | undefined;
   /** npz: the member read */
   readonly member: string | undefined;
-  /** parquet: the embedding column read */
+  /** parquet, arrow: the embedding column read */
   readonly column: string | undefined;
   private readonly decoding: RowDecoding | undefined;
-  private readonly parquet: ParquetRows | undefined;
+  /** parquet, arrow: the rows, decoded by batch */
+  private readonly decoded: DecodedColumn | undefined;
 
   private constructor(
     private readonly fh: FileHandle,
@@ -56,11 +62,11 @@ export class LocalFileSource implements RowSource {
     readonly fileSize: number,
     layout: DatasetLayout,
     member?: string,
-    parquet?: ParquetRows,
+    decoded?: DecodedColumn,
   ) {
     this.member = member;
-    this.parquet = parquet;
-    this.column = parquet?.layout.column;
+    this.decoded = decoded;
+    this.column = decoded?.column;
     this.decoding = layout.decoding;
     this.rows = layout.rows;
     this.dims = layout.dims;
@@ -73,16 +79,17 @@ export class LocalFileSource implements RowSource {
 
   /** Open and validate a dataset file. Bad files reject with DatasetFormatError (a missing file with the fs error). */
   static async open(path: string, options: LocalFileSourceOptions = {}): Promise<LocalFileSource> {
-    const format = options.format ?? BY_EXTENSION.find((f) => path.toLowerCase().endsWith(`.${f}`));
-    if (!format) throw new DatasetFormatError(`cannot tell the format of ${path}: give one of npy, npz, parquet, fvecs, bvecs, f32, f16`);
+    const format = options.format ?? BY_EXTENSION[/\.([a-z]+)$/.exec(path.toLowerCase())?.[1] ?? ''];
+    if (!format) throw new DatasetFormatError(`cannot tell the format of ${path}: give one of npy, npz, parquet, arrow, fvecs, bvecs, f32, f16`);
     const fh = await open(path, 'r');
     try {
       const { size } = await fh.stat();
       let layout: DatasetLayout;
       let member: string | undefined;
-      if (format === 'parquet') {
-        const parquet = await ParquetRows.open(parquetFile((position, length) => readAt(fh, position, length), size), options);
-        return new LocalFileSource(fh, path, format, size, parquetLayout(parquet), undefined, parquet);
+      if (format === 'parquet' || format === 'arrow') {
+        const fileReadAt = (position: number, length: number) => readAt(fh, position, length);
+        const decoded = format === 'parquet' ? await ParquetRows.open(parquetFile(fileReadAt, size), options) : await ArrowRows.open(fileReadAt, size, options);
+        return new LocalFileSource(fh, path, format, size, decodedLayout(decoded), undefined, decoded);
       } else if (format === 'npz') {
         ({ layout, member } = await npzLayout((position, length) => readAt(fh, position, length), size, options));
       } else if (format === 'fvecs' || format === 'bvecs') {
@@ -111,7 +118,7 @@ export class LocalFileSource implements RowSource {
 
   async read(firstRow: number, count: number, target: Buffer): Promise<void> {
     checkReadRange(this, firstRow, count, target);
-    if (this.parquet) return this.parquet.read(firstRow, count, target);
+    if (this.decoded) return this.decoded.read(firstRow, count, target);
     if (this.decoding) {
       const layout = { decoding: this.decoding, dims: this.dims, rowBytes: this.rowBytes, storedRowBytes: this.storedRowBytes };
       return readConverted(layout, firstRow, count, target, undefined, (scratch) => this.readStored(firstRow, count, scratch));
@@ -144,22 +151,22 @@ async function readAt(fh: FileHandle, position: number, length: number): Promise
 
 /**
  * "npy <f4", "npz arr_0.npy <f8 read as <f4", "parquet column emb <f4", "fvecs", "raw f16": the kind of file in a
- * source's describe(); `member` is the npz member or the Parquet column.
+ * source's describe(); `member` is the npz member or the Parquet or Arrow column.
  */
 export function describeLayout(format: DatasetFormat, l: { dtype: DatasetDType; convert?: DatasetConversion }, member?: string): string {
   const npy = l.convert ? '<f8 read as <f4' : `<${l.dtype === 'f32' ? 'f4' : 'f2'}`;
   if (format === 'npy') return `npy ${npy}`;
-  if (format === 'parquet') return `parquet column ${member} ${npy}`;
+  if (format === 'parquet' || format === 'arrow') return `${format} column ${member} ${npy}`;
   if (format === 'npz') return `npz ${member} ${npy}`;
   if (format === 'fvecs' || format === 'bvecs') return format === 'bvecs' ? 'bvecs read as f32' : 'fvecs';
   return `raw ${format}`;
 }
 
-/** A Parquet column's rows as a layout (no byte offsets: ParquetRows reads them). */
-export function parquetLayout(p: ParquetRows): DatasetLayout {
-  const itemSize = p.layout.dtype === 'f32' ? 4 : 2;
+/** A Parquet or Arrow column's rows as a layout (no byte offsets: ParquetRows or ArrowRows read them). */
+export function decodedLayout(p: DecodedColumn): DatasetLayout {
+  const itemSize = p.dtype === 'f32' ? 4 : 2;
   return {
-    dtype: p.layout.dtype, rows: p.rows, dims: p.dims, dataOffset: 0, fortranOrder: false, itemSize, rowBytes: p.rowBytes,
-    storedRowBytes: p.rowBytes, ...(p.layout.convert ? { convert: p.layout.convert } : {}),
+    dtype: p.dtype, rows: p.rows, dims: p.dims, dataOffset: 0, fortranOrder: false, itemSize, rowBytes: p.rowBytes,
+    storedRowBytes: p.rowBytes, ...(p.convert ? { convert: p.convert } : {}),
   };
 }

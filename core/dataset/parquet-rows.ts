@@ -1,34 +1,45 @@
 /**
  * The rows of a Parquet embedding column (formats/parquet.ts), read by row group: a Parquet page cannot be addressed
- * by row, so a read decodes every row group it touches whole (hyparquet) into delivered rows, float32 or float16.
- * The last decoded groups are kept, and a decode in flight is shared: a pass reads in row order, so the next read
- * mostly starts in the group the last one ended in. The first row's length gives the dims; every other row is checked
+ * by row, so a read decodes every row group it touches whole (hyparquet) into delivered rows, float32 or float16
+ * (decoded-batches.ts keeps the last ones). The first row's length gives the dims; every other row is checked
  * as its group is decoded, so a ragged or null row fails naming the row instead of delivering shifted values.
  */
 import { DatasetFormatError } from '../formats/errors.js';
 import { f32ToF16Bits } from '../formats/half.js';
 import { parquetColumnLayout, type ParquetColumnLayout, type ParquetFile } from '../formats/parquet.js';
-import type { DatasetConversion } from '../formats/npy-header.js';
+import type { DatasetConversion, DatasetDType } from '../formats/npy-header.js';
+import { DecodedBatches, type DecodedColumn } from './decoded-batches.js';
 
-/** decoded row groups kept: the one a pass is in and the one before it */
-const KEPT_GROUPS = 2;
-
-export class ParquetRows {
+export class ParquetRows implements DecodedColumn {
   readonly dims: number;
   readonly rowBytes: number;
-  private readonly groups = new Map<number, Promise<Buffer>>();
+  private readonly groups: DecodedBatches;
 
   private constructor(
-    private readonly file: ParquetFile,
+    file: ParquetFile,
     readonly layout: ParquetColumnLayout,
     dims: number,
   ) {
     this.dims = dims;
     this.rowBytes = dims * (layout.dtype === 'f32' ? 4 : 2);
+    this.groups = new DecodedBatches(layout.groupStarts, this.rowBytes, (g) =>
+      decodeGroupValues(file, layout, g).then((values) => this.toRows(values, layout.groupStarts[g])));
   }
 
   get rows(): number {
     return this.layout.rows;
+  }
+
+  get column(): string {
+    return this.layout.column;
+  }
+
+  get dtype(): DatasetDType {
+    return this.layout.dtype;
+  }
+
+  get convert(): DatasetConversion | undefined {
+    return this.layout.convert;
   }
 
   /** Reads the footer, checks the column and decodes the first row group for the dims. `dims`, when given, must match. */
@@ -43,36 +54,13 @@ export class ParquetRows {
       throw new DatasetFormatError(`Parquet column "${layout.column}" has ${dims} dims, not the ${opts.dims} given`);
     }
     const rows = new ParquetRows(file, layout, dims);
-    rows.groups.set(0, Promise.resolve(rows.toRows(first, 0)));
+    rows.groups.keep(0, rows.toRows(first, 0));
     return rows;
   }
 
   /** Fills target with rows [firstRow, firstRow+count) (range checked by the caller). */
-  async read(firstRow: number, count: number, target: Buffer): Promise<void> {
-    const { groupStarts } = this.layout;
-    const end = firstRow + count;
-    let g = groupIndex(groupStarts, firstRow);
-    for (let row = firstRow; row < end; g++) {
-      const rows = await this.group(g);
-      const groupEnd = Math.min(groupStarts[g + 1], end);
-      rows.copy(target, (row - firstRow) * this.rowBytes, (row - groupStarts[g]) * this.rowBytes, (groupEnd - groupStarts[g]) * this.rowBytes);
-      row = groupEnd;
-    }
-  }
-
-  private group(g: number): Promise<Buffer> {
-    let p = this.groups.get(g);
-    if (p) {
-      // most recently used last
-      this.groups.delete(g);
-      this.groups.set(g, p);
-      return p;
-    }
-    p = decodeGroupValues(this.file, this.layout, g).then((values) => this.toRows(values, this.layout.groupStarts[g]));
-    p.catch(() => this.groups.get(g) === p && this.groups.delete(g));
-    this.groups.set(g, p);
-    while (this.groups.size > KEPT_GROUPS) this.groups.delete(this.groups.keys().next().value as number);
-    return p;
+  read(firstRow: number, count: number, target: Buffer): Promise<void> {
+    return this.groups.read(firstRow, count, target);
   }
 
   /** one group's decoded lists as delivered rows; `firstRow` is the group's first row in the dataset, for messages */
@@ -98,18 +86,6 @@ export class ParquetRows {
     }
     return out;
   }
-}
-
-/** the row group holding `row` */
-function groupIndex(starts: number[], row: number): number {
-  let lo = 0;
-  let hi = starts.length - 2;
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >> 1;
-    if (starts[mid] <= row) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
 }
 
 /** Decodes row group `g` of the column: one list (or null) per row. */

@@ -1,4 +1,4 @@
-/** Dataset and output file formats: .npy (header parsing, streaming writer, small arrays), .npz, Parquet, fvecs/bvecs and raw f32/f16. */
+/** Dataset and output file formats: .npy (header parsing, streaming writer, small arrays), .npz, Parquet, Arrow IPC, fvecs/bvecs and raw f32/f16. */
 export { DatasetFormatError } from './errors.js';
 export { decodeF16, encodeF16, f16BitsToF32, f32ToF16Bits } from './half.js';
 export { convertF64ToF32 } from './f64-to-f32.js';
@@ -20,4 +20,5 @@ export { rawLayout, type RawFormat } from './raw.js';
 export { decodeRows, type DecodedRows, type RowDecoding } from './row-decoding.js';
 export { VECS_HEADER_BYTES, vecsLayout, type VecsFormat } from './vecs.js';
 export { parquetColumnLayout, parquetFile, type ParquetColumnLayout, type ParquetFile, type ParquetReadAt } from './parquet.js';
+export { arrowColumnLayout, type ArrowColumnLayout } from './arrow-ipc.js';
 export { npzLayout, ZIP_TAIL_PROBE_BYTES, type NpzMemberLayout, type ReadAt } from './npz.js';

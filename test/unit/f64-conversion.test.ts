@@ -106,7 +106,7 @@ describe('float64 → float32', () => {
       { path: 'dataset.convert', message: 'must be one of f64-to-f32 (got "f16-to-f32")' },
     ]);
     expect(bad({ uri: 's3://data/x.f32', format: 'f32', dims: 4, convert: 'f64-to-f32' })).toEqual([
-      { path: 'dataset.convert', message: 'applies to npy, npz and parquet datasets only (format f32 is read as it is)' },
+      { path: 'dataset.convert', message: 'applies to npy, npz, parquet and arrow datasets only (format f32 is read as it is)' },
     ]);
   });
 });

@@ -9,6 +9,7 @@ import { parse } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { loadWorkerConfig } from '../../worker/config.js';
 import { createFleetMetrics, DEFAULT_METRICS_PORT, HEALTH_PATH } from '../../worker/metrics/index.js';
+import { tracingSettingsFromEnv } from '../../cli/tracing.js';
 import { envVarsReadByCode } from '../helpers/env-vars.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -59,12 +60,30 @@ describe('infra/compose/compose.yaml', () => {
 
   it('has the fleet: Redis, MinIO + bucket creation, workers (CPU and GPU profile), exporter, Prometheus, dashboard', () => {
     expect(Object.keys(services).sort()).toEqual(
-      ['dashboard', 'grafana', 'minio', 'minio-init', 'prometheus', 'queue-exporter', 'redis', 'worker', 'worker-gpu'].sort(),
+      ['dashboard', 'grafana', 'jaeger', 'minio', 'minio-init', 'prometheus', 'queue-exporter', 'redis', 'worker', 'worker-gpu'].sort(),
     );
     expect(services['worker-gpu'].profiles).toEqual(['gpu']);
     expect(services.dashboard.profiles).toBeUndefined(); // `kmfleet dashboard` exists: part of the default stack
     expect(services.grafana.profiles).toEqual(['grafana']);
     expect(services.worker.profiles).toBeUndefined(); // `up` alone starts CPU workers, which run anywhere
+    expect(services.jaeger.profiles).toEqual(['tracing']);
+  });
+
+  it('tracing: the workers send OTLP/HTTP to the jaeger service only when OTEL_TRACES_EXPORTER=otlp starts the stack', () => {
+    const jaegerOtlpHttp = 4318; // the OTLP/HTTP receiver of Jaeger (and of any OpenTelemetry Collector)
+    for (const w of WORKERS) {
+      const env = envOf(w);
+      expect(env.OTEL_EXPORTER_OTLP_ENDPOINT, w).toBe(`http://jaeger:${jaegerOtlpHttp}`);
+      expect(env.OTEL_TRACES_EXPORTER, w).toBe('${OTEL_TRACES_EXPORTER:-none}');
+      // with compose's default: off, although an endpoint is set; with the variable: OTLP
+      expect(tracingSettingsFromEnv({ ...env, OTEL_TRACES_EXPORTER: interpolate(env.OTEL_TRACES_EXPORTER) }), w).toBeUndefined();
+      expect(tracingSettingsFromEnv({ ...env, OTEL_TRACES_EXPORTER: 'otlp' }), w).toEqual({ exporters: ['otlp'] });
+    }
+    // a dependency on a service of an inactive profile would break `up` without --profile tracing
+    for (const [name, s] of Object.entries(services)) expect(Object.keys(s.depends_on ?? {}), name).not.toContain('jaeger');
+    expect(services.jaeger.ports).toEqual(['127.0.0.1:16686:16686']);
+    const ops = readFileSync(join(ROOT, 'docs', 'operations.md'), 'utf8');
+    expect(ops).toContain('OTEL_TRACES_EXPORTER=otlp docker compose -f infra/compose/compose.yaml --profile tracing up -d');
   });
 
   it('pins every pulled image (no latest, no bare name); the kmfleet image is built from the Dockerfile', () => {

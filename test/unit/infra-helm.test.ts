@@ -22,6 +22,7 @@ import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { hostAllowance } from '../../producer/allowed-hosts.js';
 import { loadWorkerConfig } from '../../worker/config.js';
+import { tracingSettingsFromEnv } from '../../cli/tracing.js';
 import { envVarsReadByCode } from '../helpers/env-vars.js';
 import { invariantViolations, podSpecOf } from '../helpers/k8s-invariants.js';
 
@@ -92,7 +93,8 @@ const containerEnv = (c: Obj, name: string) => (c.env ?? []).find((e: Obj) => e.
 const matches = (selector: Record<string, string>, labels: Record<string, string>) => Object.entries(selector).every(([k, v]) => labels?.[k] === v);
 
 const EVERYTHING = ['--set', 'namespace.create=true', '--set', 'workers.gpu.enabled=true', '--set', 'api.enabled=true',
-  '--set', 'dashboard.actions=true', '--set', 's3.credentialsSecret=kmfleet-s3', '--set', 'dashboard.allowedHosts[0]=ops.example.com'];
+  '--set', 'dashboard.actions=true', '--set', 's3.credentialsSecret=kmfleet-s3', '--set', 'dashboard.allowedHosts[0]=ops.example.com',
+  '--set', 'tracing.otlpEndpoint=http://otel-collector.observability:4318'];
 const CONFIGS: Record<string, string[]> = {
   defaults: [],
   'examples/managed-redis.yaml': ['-f', join(CHART, 'examples', 'managed-redis.yaml')],
@@ -201,6 +203,20 @@ describe.skipIf(helmReason !== null)('Helm chart infra/helm/kmfleet (helm templa
       expect(containerEnv(spec.containers[0], 'AWS_SECRET_ACCESS_KEY').valueFrom.secretKeyRef.name).toBe('kmfleet-s3');
     }
     expect(out['examples/gpu.yaml'].some((o) => o.metadata.name === 'kmfleet-worker-cpu')).toBe(false);
+  });
+
+  it('tracing: off by default; tracing.otlpEndpoint reaches every kmfleet pod as the OTLP endpoint that turns it on', () => {
+    expect(find(out.defaults, 'ConfigMap', 'kmfleet-config').data.OTEL_EXPORTER_OTLP_ENDPOINT).toBeUndefined();
+    expect(tracingSettingsFromEnv(find(out.defaults, 'ConfigMap', 'kmfleet-config').data)).toBeUndefined();
+    const data = find(out.everything, 'ConfigMap', 'kmfleet-config').data;
+    expect(data.OTEL_EXPORTER_OTLP_ENDPOINT).toBe('http://otel-collector.observability:4318');
+    expect(tracingSettingsFromEnv(data)).toEqual({ exporters: ['otlp'] });
+    const kmfleetPods = pods(out.everything).filter((p) => p.spec.containers.some((c: Obj) => /kmfleet/.test(c.image) && !/redis/.test(c.image)));
+    expect(kmfleetPods.length).toBeGreaterThan(3);
+    for (const p of kmfleetPods) {
+      const c = p.spec.containers[0];
+      expect((c.envFrom ?? []).map((e: Obj) => e.configMapRef?.name), p.obj.metadata.name).toContain('kmfleet-config');
+    }
   });
 
   it('dashboard and API: the Service names are allowed hosts the code accepts; the API reads its token from the mounted Secret', () => {

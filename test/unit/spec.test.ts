@@ -95,7 +95,7 @@ describe('job spec v1: one error names every bad field', () => {
       ].sort(),
     );
     expect(issues['dataset.uri']).toMatch(/s3:\/\/bucket\/key.*got "http:\/\/x\/y"/);
-    expect(issues['dataset.format']).toMatch(/npy, npz, parquet, fvecs, bvecs, f32, f16.*"f33"/);
+    expect(issues['dataset.format']).toMatch(/npy, npz, parquet, arrow, fvecs, bvecs, f32, f16.*"f33"/);
     expect(issues['k']).toMatch(/integer from 1 to 1000000.*got 0/);
     expect(issues['maxIter']).toMatch(/integer.*got 1.5/);
     expect(issues['tolReassign']).toMatch(/from 0 to 1/);
@@ -173,20 +173,24 @@ describe('job spec v1: one error names every bad field', () => {
       'dataset.member': 'applies to npz datasets only (format is npy)',
     });
     expect(issuesOf({ ...minimal, dataset: { uri: 's3://b12/x.fvecs', format: 'fvecs', convert: 'f64-to-f32' } })).toEqual({
-      'dataset.convert': 'applies to npy, npz and parquet datasets only (format fvecs is read as it is)',
+      'dataset.convert': 'applies to npy, npz, parquet and arrow datasets only (format fvecs is read as it is)',
     });
     expect(issuesOf({ ...minimal, dataset: { uri: 's3://b12/x.npz', format: 'npz', member: '' } })['dataset.member']).toMatch(/name of an array/);
   });
 
-  it('parquet: column (parquet only) and convert; kmfleet enqueue --column reaches the spec', async () => {
+  it('parquet, arrow: column (parquet and arrow only) and convert; kmfleet enqueue --column reaches the spec', async () => {
     expect(parseJobSpec({ ...minimal, dataset: { uri: 's3://b12/x.parquet', format: 'parquet', column: 'emb', convert: 'f64-to-f32' } }).dataset)
       .toEqual({ uri: 's3://b12/x.parquet', format: 'parquet', column: 'emb', convert: 'f64-to-f32' });
+    expect(parseJobSpec({ ...minimal, dataset: { uri: 's3://b12/x.arrow', format: 'arrow', column: 'emb', convert: 'f64-to-f32' } }).dataset)
+      .toEqual({ uri: 's3://b12/x.arrow', format: 'arrow', column: 'emb', convert: 'f64-to-f32' });
     expect(issuesOf({ ...minimal, dataset: { uri: 's3://b12/x.npz', format: 'npz', column: 'emb' } })).toEqual({
-      'dataset.column': 'applies to parquet datasets only (format is npz)',
+      'dataset.column': 'applies to parquet and arrow datasets only (format is npz)',
     });
     expect(issuesOf({ ...minimal, dataset: { uri: 's3://b12/x.parquet', format: 'parquet', column: '' } })['dataset.column']).toMatch(/name of a column/);
     const spec = await specFromFlags({ dataset: 's3://b12/x.parquet', format: 'parquet', column: 'emb', k: '4', output: 's3://out-bkt/r' });
     expect(parseJobSpec(spec).dataset).toEqual({ uri: 's3://b12/x.parquet', format: 'parquet', column: 'emb' });
+    const arrow = await specFromFlags({ dataset: 's3://b12/x.arrows', format: 'arrow', column: 'emb', k: '4', output: 's3://out-bkt/r' });
+    expect(parseJobSpec(arrow).dataset).toEqual({ uri: 's3://b12/x.arrows', format: 'arrow', column: 'emb' });
   });
 
   it('kmfleet enqueue --format npz --member reaches the spec', async () => {

@@ -3,25 +3,27 @@
  * GET of its first bytes, large enough for the longest header the parser accepts, whose answer also gives the
  * object's size and ETag (a HEAD before it cost a second round trip before the download could start); a raw file
  * needs only a HEAD; an npz a HEAD and three small ranged GETs (its end, central directory, member header); a Parquet
- * file a HEAD, its footer and its first row group (the dims), then whole row groups decoded as read (parquet-rows.ts). Rows are
+ * file a HEAD, its footer and its first row group (the dims), then whole row groups decoded as read (parquet-rows.ts);
+ * an Arrow IPC file a HEAD, its footer and each record batch's head (a stream: each message's head in turn), then
+ * whole record batches decoded as read (arrow-rows.ts). Rows are
  * read with parallel ranged GETs straight into the caller's buffer (the engine's host buffer): no staging copy.
  *
  * Every GET carries the ETag seen at open as If-Match and compares the ETag of the answer, so a dataset replaced
  * mid-job fails with S3ObjectChangedError instead of mixing two versions (s3rver ignores If-Match; the compare
  * catches it there).
  */
-import { checkReadRange, DatasetFormatError, describeLayout, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, npzLayout, parquetFile, parquetLayout, ParquetRows, parseNpyHeader, rawLayout, readConverted, VECS_HEADER_BYTES, vecsLayout, type DatasetConversion, type DatasetDType, type DatasetLayout, type ReadHint, type RowDecoding, type RowSource } from '../../core/index.js';
+import { ArrowRows, checkReadRange, DatasetFormatError, decodedLayout, describeLayout, NPY_MAX_HEADER_BYTES, NPY_PREFIX_BYTES, npzLayout, parquetFile, ParquetRows, parseNpyHeader, rawLayout, readConverted, VECS_HEADER_BYTES, vecsLayout, type DatasetConversion, type DatasetDType, type DatasetLayout, type DecodedColumn, type ReadHint, type RowDecoding, type RowSource } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
 import { headObject, readObjectStart, readRangeInto, type ObjectInfo } from '../s3/objects.js';
 import { formatS3Uri, parseS3UriOf, type S3Location } from '../s3/uri.js';
 
-export type S3DatasetFormat = 'npy' | 'npz' | 'parquet' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
+export type S3DatasetFormat = 'npy' | 'npz' | 'parquet' | 'arrow' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
 
 export interface S3RowSourceOptions {
   format: S3DatasetFormat;
   /** npz: the member to read (default: the only array, or arr_0) */
   member?: string;
-  /** parquet: the embedding column (default: the only column) */
+  /** parquet, arrow: the embedding column (default: the only column) */
   column?: string;
   /** required for raw formats; checked against the header for npy */
   dims?: number;
@@ -61,10 +63,11 @@ export class S3RowSource implements RowSource {
   readonly stats: S3ReadStats;
   /** npz: the member read */
   readonly member: string | undefined;
-  /** parquet: the embedding column read */
+  /** parquet, arrow: the embedding column read */
   readonly column: string | undefined;
   private readonly decoding: RowDecoding | undefined;
-  private readonly parquet: ParquetRows | undefined;
+  /** parquet, arrow: the rows, decoded by batch */
+  private readonly decoded: DecodedColumn | undefined;
   private closed = false;
 
   private constructor(
@@ -79,12 +82,12 @@ export class S3RowSource implements RowSource {
     private readonly signal: AbortSignal | undefined,
     member: string | undefined,
     stats: S3ReadStats,
-    parquet: ParquetRows | undefined,
+    decoded: DecodedColumn | undefined,
   ) {
     this.stats = stats;
-    this.parquet = parquet;
+    this.decoded = decoded;
     this.member = member;
-    this.column = parquet?.layout.column;
+    this.column = decoded?.column;
     this.decoding = layout.decoding;
     this.rows = layout.rows;
     this.dims = layout.dims;
@@ -113,21 +116,21 @@ export class S3RowSource implements RowSource {
     }
     let layout: DatasetLayout;
     let member: string | undefined;
-    let parquet: ParquetRows | undefined;
+    let decoded: DecodedColumn | undefined;
     const stats: S3ReadStats = { requests: 0, bytes: 0, readMs: 0 };
     const readAt = async (position: number, length: number) => {
       const bytes = Buffer.allocUnsafe(Math.max(0, Math.min(length, info.size - position)));
       await readRangeInto(s3, location, position, bytes.length, bytes, 0, { etag: info.etag, signal: options.signal });
-      // a Parquet file's rows come through here (row groups): count them like the ranged GETs of rows
-      if (options.format === 'parquet') {
+      // a Parquet or Arrow file's rows come through here (row groups, record batches): count them like the ranged GETs of rows
+      if (options.format === 'parquet' || options.format === 'arrow') {
         stats.requests++;
         stats.bytes += bytes.length;
       }
       return bytes;
     };
-    if (options.format === 'parquet') {
-      parquet = await ParquetRows.open(parquetFile(readAt, info.size), options);
-      layout = parquetLayout(parquet);
+    if (options.format === 'parquet' || options.format === 'arrow') {
+      decoded = options.format === 'parquet' ? await ParquetRows.open(parquetFile(readAt, info.size), options) : await ArrowRows.open(readAt, info.size, options);
+      layout = decodedLayout(decoded);
     } else if (options.format === 'npz') {
       ({ layout, member } = await npzLayout(readAt, info.size, options));
     } else if (start && options.format !== 'npy') {
@@ -154,7 +157,7 @@ export class S3RowSource implements RowSource {
       options.signal,
       member,
       stats,
-      parquet,
+      decoded,
     );
   }
 
@@ -165,9 +168,9 @@ export class S3RowSource implements RowSource {
   async read(firstRow: number, count: number, target: Buffer, hint?: ReadHint): Promise<void> {
     if (this.closed) throw new Error(`${this.uri}: read after close`);
     checkReadRange(this, firstRow, count, target);
-    if (this.parquet) {
+    if (this.decoded) {
       const t0 = performance.now();
-      await this.parquet.read(firstRow, count, target);
+      await this.decoded.read(firstRow, count, target);
       this.stats.readMs += performance.now() - t0;
       return;
     }
