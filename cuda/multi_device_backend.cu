@@ -146,7 +146,9 @@ void MultiDeviceBackend::processResident() {
     if (lane.heldEnd == 0) continue;
     lane.worker = std::thread([this, &lane] {
       try {
+        const auto t0 = std::chrono::steady_clock::now();
         runHeld(lane);
+        lane.heldMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       } catch (...) {
         lane.error = std::current_exception();
       }
@@ -213,9 +215,11 @@ PassTotals MultiDeviceBackend::finishPass() {
   std::vector<PassTotals> totals(lanes_.size());
   std::vector<CudaBackend*> others;
   std::exception_ptr failure;
+  const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = lanes_.size() - 1; i >= 1; --i) {
     try {
       totals[i] = lanes_[i].backend->finishPass();
+      lanes_[i].finishMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     } catch (const EngineError&) {
       failure = std::current_exception();
     }
@@ -226,9 +230,13 @@ PassTotals MultiDeviceBackend::finishPass() {
     std::rethrow_exception(failure);
   }
   PassTotals t = lanes_.front().backend->finishPass(others);
-  if (cfg_.stats)  // EngineConfig.stats: what the split between devices costs a pass
-    std::fprintf(stderr, "[kmfleet devices] lanes=%zu merge=%.3f ms (device) broadcast=%.3f ms (host, this pass's begin)\n",
+  if (cfg_.stats) {  // EngineConfig.stats: what the split between devices costs a pass
+    lanes_.front().finishMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "[kmfleet devices] lanes=%zu merge=%.3f ms (device) broadcast=%.3f ms (host, this pass's begin)",
                  lanes_.size(), static_cast<double>(lanes_.front().backend->mergeMs()), broadcastMs_);
+    for (const Lane& lane : lanes_) std::fprintf(stderr, " | held %.3f finished at %.3f", lane.heldMs, lane.finishMs);
+    std::fprintf(stderr, "\n");
+  }
   for (std::size_t i = 1; i < lanes_.size(); ++i) t.rowsSeen += totals[i].rowsSeen;
   // The rows the lanes compared with their previous labels on the device, as far as they cover rows from row 0.
   std::int64_t compared = t.changedRows, changed = t.changed;

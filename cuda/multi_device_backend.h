@@ -54,6 +54,7 @@ class MultiDeviceBackend final : public Backend {
     // this pass: the local rows its held rows cover (processed by the lane's thread, so not fed again), the thread
     std::int64_t heldEnd = 0;
     std::thread worker;
+    double heldMs = 0, finishMs = 0;  // EngineConfig.stats: its thread's time on the held rows, its finish (host)
     std::exception_ptr error;
   };
   Lane& laneOf(std::int64_t row);
