@@ -13,6 +13,7 @@
 #include "device_memory.h"
 #include "host_memory.h"
 #include "kernels/exact_sums.cuh"
+#include "numa_placement.h"
 #include "planner.h"
 
 namespace kmfleet {
@@ -68,7 +69,11 @@ MultiDeviceBackend::MultiDeviceBackend(const EngineConfig& cfg, ThreadPool* pool
     Lane lane;
     lane.first = first;
     lane.rows = lc.rows;
-    lane.backend = std::make_unique<CudaBackend>(lc, pool, first);
+    lane.numaNode = deviceNumaNode(lc.device);
+    {
+      PreferNumaNode near(lane.numaNode);  // its pinned buffers and staging beside its device
+      lane.backend = std::make_unique<CudaBackend>(lc, pool, first);
+    }
     const std::int64_t onDevice = lane.backend->plan().residentRows, after = lane.rows - onDevice;
     const std::int64_t tierRows =
         after <= hostBudget / rowBytes ? after : std::min(after, hostBudget / (chunk * rowBytes) * chunk);
@@ -203,7 +208,10 @@ void MultiDeviceBackend::processChunk(const void* data, std::int64_t firstRow, s
       throw EngineError(ErrorCode::InvalidArgument, "the first pass must feed row 0 before the other devices' rows");
     b.adoptMu(first.mu());
   }
-  if (local >= b.plan().residentRows && pool_) lane.tier.keep(b, *pool_, data, local, rows);
+  if (local >= b.plan().residentRows && pool_) {
+    PreferNumaNode near(lane.numaNode);  // the host tier's blocks beside the lane's device
+    lane.tier.keep(b, *pool_, data, local, rows);
+  }
   b.processChunk(data, local, rows);
 }
 

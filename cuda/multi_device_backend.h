@@ -51,6 +51,7 @@ class MultiDeviceBackend final : public Backend {
     std::unique_ptr<CudaBackend> backend;
     std::int64_t first = 0, rows = 0;  // the share: global rows [first, first + rows)
     HostTier tier;                      // the share's rows after the device's, by local row
+    int numaNode = -1;                  // its device's NUMA node (numa_placement.h), -1: one node or unknown
     // this pass: the local rows its held rows cover (processed by the lane's thread, so not fed again), the thread
     std::int64_t heldEnd = 0;
     std::thread worker;

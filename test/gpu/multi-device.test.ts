@@ -3,9 +3,16 @@
 // first device. Every pass must give the bits of the same job on one GPU — centroids, labels, distances, inertia,
 // counts — in core, out of core, in every precision, with empty clusters re-seeded from all shares; and a bad row of
 // a later share is reported by its row in the job. Runs where the machine has two or more GPUs (scripts/gpu-run).
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 
-import { gpuInfo, NonFiniteInputError, type Engine, type EngineOptions, type PassResult, type Precision } from '../../native/index.js';
+import { LocalFileSource } from '../../core/dataset/local-file-source.js';
+import { generateDataset } from '../../core/dataset/synthetic.js';
+import { decodeCheckpoint, encodeCheckpoint, runKmeans, type KmeansCheckpoint, type KmeansSpec } from '../../core/kmeans/index.js';
+
+import { Engine as NativeEngine, gpuInfo, NonFiniteInputError, type Engine, type EngineOptions, type PassResult, type Precision } from '../../native/index.js';
 import { bytesOf, normalData, pickRows } from '../helpers/reference.js';
 import { distinctRows, engineTracker } from './gpu-helpers.js';
 
@@ -125,5 +132,38 @@ describe.skipIf(devices.length < 2)(`one job across ${devices.length} devices`, 
   it('refuses a device named twice and a device that does not exist', async () => {
     await expect(open({ rows: n, dims: d, k, devices: [two[0], two[0]] })).rejects.toThrow(/named once/);
     await expect(open({ rows: n, dims: d, k, devices: [two[0], 99] })).rejects.toThrow(/device 99 does not exist/);
+  });
+
+  it('a checkpoint of a job on two GPUs resumes on one (and back) with the bits of an uninterrupted run', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kmfleet-multi-'));
+    try {
+      const path = (await generateDataset(join(dir, 'b.npy'), { kind: 'blobs', rows: 120_000, dims: 40, centers: 50, seed: 3, clusterStd: 3 })).path;
+      const spec: KmeansSpec = { k: 64, metric: 'l2', init: 'kmeans++', maxIter: 25, tol: 0, tolReassign: 0, seed: 5 };
+      const run = async (devices: number[], resume?: KmeansCheckpoint, onCp?: (cp: KmeansCheckpoint) => void) => {
+        const source = await LocalFileSource.open(path);
+        const engine = await NativeEngine.open({ rows: source.rows, dims: source.dims, k: spec.k, metric: 'l2', dtype: source.dtype, backend: 'cuda',
+          chunkRows: 4096, ...(devices.length > 1 ? { devices } : { device: devices[0] }) });
+        try {
+          const result = await runKmeans({ engine, source, spec, resume, onIteration: (_r, cp) => onCp?.(cp) });
+          return { result, labels: Buffer.from(engine.labels().buffer) };
+        } finally {
+          engine.close();
+          await source.close();
+        }
+      };
+      const cps: Buffer[] = [];
+      const full = await run(two, undefined, (cp) => cps.push(encodeCheckpoint(cp)));
+      const one = await run([two[0]]);
+      expect(Buffer.from(one.result.centroids.buffer).equals(Buffer.from(full.result.centroids.buffer))).toBe(true);
+      const at = Math.ceil(full.result.iterations / 2);
+      for (const devices of [[two[0]], [two[1]], two]) {
+        const resumed = await run(devices, decodeCheckpoint(cps[at - 1]));
+        expect(Buffer.from(resumed.result.centroids.buffer).equals(Buffer.from(full.result.centroids.buffer)), `on ${devices}`).toBe(true);
+        expect(resumed.result.inertia).toBe(full.result.inertia);
+        expect(resumed.labels.equals(full.labels)).toBe(true);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
