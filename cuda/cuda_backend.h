@@ -52,8 +52,13 @@
 #include <vector>
 
 #include "backend.h"
+#include "backend_shape.h"
+#include "backend_streams.h"
+#include "chunk_scratch.h"
 #include "chunk_slots.h"
 #include "device_memory.h"
+#include "device_totals.h"
+#include "download_ring.h"
 #include "exact_screen_policy.h"
 #include "exact_statistics.h"
 #include "kernels/accumulate.cuh"
@@ -62,6 +67,7 @@
 #include "kernels/operands.cuh"
 #include "kernels/types.h"
 #include "planner.h"
+#include "stage_timer.h"
 
 namespace kmfleet {
 
@@ -71,14 +77,12 @@ namespace cuda_backend {
 
 using namespace cuda;
 
-inline InType inType(DType t) { return t == DType::F32 ? InType::F32 : t == DType::F16 ? InType::F16 : InType::BF16; }
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const EngineConfig& cfg, ThreadPool* pool);
   ~CudaBackend() override;
 
-  const Plan& plan() const override { return plan_; }
+  const Plan& plan() const override { return shape_.plan; }
   void* hostBuffer(int index) override { return host_.at(static_cast<std::size_t>(index)); }
   std::int64_t residentHeld() const override { return residentHeld_; }
 
@@ -93,20 +97,8 @@ class CudaBackend final : public Backend {
   void abortPass() noexcept override;                   // cuda_backend.cu
 
  private:
-  // flagged-row scratch of assignPiece (exact mode): a chunk's (chunkFlags), flagsS_ (the chunk stream's) or resFlag_
-  // (a piece of resident rows)
-  struct FlagScratch {
-    int* flagged = nullptr;
-    float* thr = nullptr;
-    int* candCount = nullptr;
-    int* cand = nullptr;
-  };
-  FlagScratch chunkFlags() const { return {flagged_, flaggedThr_, candCount_, cand_}; }
-
   // backend_buffers.cu
   void allocate();
-  RowOps allocOps(std::size_t rows, const char* what, bool streamed);
-  static void freeOps(RowOps& o);
   void release() noexcept;
 
   // pass_centroids.cu
@@ -114,16 +106,6 @@ class CudaBackend final : public Backend {
   void establishMu(void* raw, std::int64_t rows);
   void prepareCentroidOps();
   void centroidsForCompute();
-  template <typename T, typename U>
-  void download(const T* src, std::size_t count, std::vector<U>& out);  // below
-  // K-long arrays of 8-byte values (counts, inertia, shift, scatter) queued down into ring piece 0 behind the compute
-  // stream's work, when they all fit there (K ≤ 65,536 for two): the caller's one wait on the stream then covers them
-  // and takeQueued reads them, instead of a download() round trip each — every host wait at the end of a pass leaves
-  // the GPU idle. False (nothing queued) when they don't fit.
-  bool queueDown(std::initializer_list<const void*> arrays);
-  // After that wait: array `index` of a queueDown that returned `queued`, else src through download().
-  template <typename T, typename U>
-  void takeDown(bool queued, std::size_t index, const T* src, std::vector<U>& out);  // below
 
   // chunk_stream.cu
   void retire(ChunkSlot& s);
@@ -133,7 +115,6 @@ class CudaBackend final : public Backend {
   void enqueueFold(std::size_t b);
   void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                    cudaStream_t s = nullptr, unsigned* count = nullptr);
-  void addFlagged(cudaStream_t s, const unsigned* count);
 
   // resident_rows.cu
   RowOps residentOps(std::int64_t firstRow) const;
@@ -154,29 +135,18 @@ class CudaBackend final : public Backend {
   void ensureResidentFar(int f);
   void fillResidentValues();
 
-  // cuda_backend.cu
-  void stageMark(int i, cudaStream_t s = nullptr);
+  // cuda_backend.cu: boundary i of a chunk's stages on s (the compute stream when null), when stats are on
+  void stageMark(int i, cudaStream_t s = nullptr) { stages_.mark(i, s ? s : streams_.compute); }
 
-  EngineConfig cfg_;
+  const BackendShape shape_;
   ThreadPool* pool_ = nullptr;  // the engine's (may be null): copyResidentOutputs
-  AssignKernel kernel_;         // which assignment kernel, the portable one's shared-memory plan (cfg_.cuda)
-  MemoryPlan mp_;
-  Plan plan_;
-  std::int64_t n_ = 0;
-  int d_ = 0, k_ = 0;
-  std::int64_t dp_ = 0, kp_ = 0;
-  std::size_t rowBytes_ = 0;
-  bool cosine_ = false;
-  bool rows16_ = false;  // 16-bit rows kept as they are (types.h keepsRows16)
-
-  cudaStream_t copy_ = nullptr, compute_ = nullptr, d2h_ = nullptr;
-  std::vector<void*> host_;
+  BackendStreams streams_;
+  StageTimer stages_;
+  std::vector<void*> host_;     // the engine's host buffers (pinned)
+  DownloadRing ring_;           // sums and totals down; its piece size is the centroids' upload's
+  DeviceTotals totals_;         // the pass's sums, counts, inertia and row flags
+  ChunkScratch scratch_;        // the compute stream's chunk scratch
   float* hostCentroids_ = nullptr;
-  static constexpr std::size_t kRingBytes = std::size_t(1) << 20;  // pieces of the centroid upload and downloads
-  char* ring_[2] = {nullptr, nullptr};
-  cudaEvent_t ringDone_[2] = {nullptr, nullptr};
-  unsigned long long* hostFlags_ = nullptr;  // pinned: rowFlags_'s three, flagged total, changed resident rows,
-                                             // screened total
   CentroidStats* hostStats_ = nullptr;       // pinned: scale and maxNorm of the pass's centroids
   CentroidStatsDevice* cstats_ = nullptr;
   cudaEvent_t statsReady_ = nullptr;
@@ -190,7 +160,7 @@ class CudaBackend final : public Backend {
   double* scatter_ = nullptr;
   double* shift_ = nullptr;
   bool cfFromUpdate_ = false;  // cf_ holds the last updateOnDevice's `next` (nothing uploaded since)
-  // updateOnDevice's `next` comes down into hostCentroids_ on d2h_ behind the update (updated_) without a wait;
+  // updateOnDevice's `next` comes down into hostCentroids_ on streams_.d2h behind the update (updated_) without a wait;
   // centroidsDown_ marks it there (copyUpdatedCentroids waits for it, and so does anything that reuses the buffer)
   cudaEvent_t updated_ = nullptr, centroidsDown_ = nullptr;
   bool sumsKept_ = false;      // the last finishPass kept its sums for updateOnDevice
@@ -202,13 +172,7 @@ class CudaBackend final : public Backend {
   bool muReady_ = false;
   bool centroidsReady_ = false;  // cf_'s operands and statistics are queued (prepareCentroidOps) since cf_ last changed
   CentroidOps cops_;
-  double* sums_ = nullptr;
-  long long* counts_ = nullptr;
-  double* inertia_ = nullptr;
-  unsigned long long* rowFlags_ = nullptr;  // prepareRows' RowFlags: non-finite, zero-norm, beyond the exact range
-  RowFlags rowFlags() const;
-  unsigned long long* flaggedTotal_ = nullptr;
-  unsigned* flaggedCount_ = nullptr;
+  RowFlags rowFlags() const { return totals_.rowFlagsOf(shape_); }
 
   ExactStatistics exact_;  // fit passes' exact integer statistics (exact_statistics.h)
   // chunk_stream.cu: rows [firstRow, firstRow + rows) with their labels into exact_ — resident rows moved from
@@ -216,15 +180,6 @@ class CudaBackend final : public Backend {
   // gives them) for the farthest rows
   void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, bool resident,
                  double* dist, cudaStream_t s);
-
-  RowOps streamOps_;
-  int* flagged_ = nullptr;
-  float* flaggedThr_ = nullptr;
-  int* candCount_ = nullptr;
-  int* cand_ = nullptr;
-  double* dist_ = nullptr;
-  char* farScratch_ = nullptr;
-  AccumulateScratch acc_;
 
   RowOps resident_;
   int* resLabels_ = nullptr;
@@ -235,9 +190,6 @@ class CudaBackend final : public Backend {
   unsigned long long* changedCount_ = nullptr;
   float* resDist_ = nullptr;
   double* resDist64_ = nullptr;  // this pass's fp64 distance of each resident row (farthest rows, finishPass)
-  // Whether a pass writes resDist64_ as it goes: D > 256 (rowDistances feeds the sums). Otherwise residentFarthest
-  // computes them when a cluster came out empty.
-  bool keepsResidentDistances() const { return !distancesFromSums(d_); }
   ResidentAccumulateScratch racc_;  // rows > 0: processResidentWhole
   FlagScratch resFlag_;             // exact mode, processResidentWhole: flagged rows of a piece
   bool residentRan_ = false;        // processResident ran in this pass
@@ -256,12 +208,10 @@ class CudaBackend final : public Backend {
   long long* hGatherRows_ = nullptr;
   float* hGatherVals_ = nullptr;
   int gatherCap_ = 0;
-  bool stats_ = false;  // EngineConfig.stats: per-pass device times on stderr (stageMark)
-  // Overlap of a partly resident pass (planner.h overlapPartials): streamed chunks on chunkStream_ (high priority)
-  // with their own scratch, sums into a ring of per-chunk partials folded on compute_ in chunk order. Without the
-  // partials (they did not fit) streamed chunks run behind the resident rows on compute_.
+  // Overlap of a partly resident pass (planner.h overlapPartials): streamed chunks on streams_.chunk (high priority)
+  // with their own scratch, sums into a ring of per-chunk partials folded on streams_.compute in chunk order. Without the
+  // partials (they did not fit) streamed chunks run behind the resident rows on streams_.compute.
   bool overlap_ = false;
-  cudaStream_t chunkStream_ = nullptr;
   cudaEvent_t passReady_ = nullptr;
   AccumulateScratch accS_;
   FlagScratch flagsS_;
@@ -273,12 +223,10 @@ class CudaBackend final : public Backend {
   std::int64_t partNext_ = 0;
   bool resWhole_ = false;                      // resident steps: pieces + accumulateResident (else chunk by chunk)
   std::int64_t resChunks_ = 0, resSteps_ = 0, resStep_ = 0;
-  std::vector<cudaEvent_t> resStepDone_;      // per resident step, on compute_
+  std::vector<cudaEvent_t> resStepDone_;      // per resident step, on streams_.compute
   std::vector<std::size_t> pendingFolds_;     // partials waiting for the last resident step to be queued
   // resident steps queued beyond the last one seen done (CudaSettings.residentAhead), each ~one chunk's compute
   std::int64_t residentAhead_ = 2;
-  std::vector<std::array<cudaEvent_t, 4>> stageEv_;
-  std::size_t stagesUsed_ = 0;
   std::int64_t residentHeld_ = 0;
   std::int64_t retainedThisPass_ = 0;
 
@@ -291,35 +239,6 @@ class CudaBackend final : public Backend {
   bool screenRefsWritten_ = false;      // a screened pass left the resident rows' best in resident_.screenRef
   bool screenRelativeThisPass_ = false; // this pass's screen keys on them (kScreenRef; the policy decides)
 };
-
-// count values of src (device) appended to out through the two pinned ring pieces (compute stream).
-template <typename T, typename U>
-void CudaBackend::download(const T* src, std::size_t count, std::vector<U>& out) {
-  static_assert(sizeof(T) == sizeof(U), "same representation");
-  out.clear();
-  out.reserve(count);
-  const std::size_t per = kRingBytes / sizeof(T), pieces = (count + per - 1) / per;
-  auto enqueue = [&](std::size_t i) {
-    const std::size_t n = std::min(per, count - i * per);
-    check(cudaMemcpyAsync(ring_[i % 2], src + i * per, n * sizeof(T), cudaMemcpyDeviceToHost, compute_), "D2H");
-    check(cudaEventRecord(ringDone_[i % 2], compute_), "cudaEventRecord");
-  };
-  if (pieces > 0) enqueue(0);
-  for (std::size_t i = 0; i < pieces; ++i) {
-    if (i + 1 < pieces) enqueue(i + 1);  // into the other piece, whose data the host took in step i − 1
-    check(cudaEventSynchronize(ringDone_[i % 2]), "D2H");
-    const U* p = reinterpret_cast<const U*>(ring_[i % 2]);
-    out.insert(out.end(), p, p + std::min(per, count - i * per));
-  }
-}
-
-template <typename T, typename U>
-void CudaBackend::takeDown(bool queued, std::size_t index, const T* src, std::vector<U>& out) {
-  static_assert(sizeof(T) == 8 && sizeof(U) == 8, "8-byte values, as queueDown copies them");
-  if (!queued) return download(src, std::size_t(k_), out);
-  const U* p = reinterpret_cast<const U*>(ring_[0]) + index * std::size_t(k_);
-  out.assign(p, p + k_);
-}
 
 }  // namespace cuda_backend
 }  // namespace kmfleet

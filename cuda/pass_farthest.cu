@@ -32,7 +32,7 @@ void CudaBackend::offerFar(double dist, long long row, const float* values) {
   f.row = row;
   f.distance = dist;
   f.label = spec_.labels[row];
-  if (values) f.values.assign(values, values + d_);  // resident rows: gathered in finishPass if they stay
+  if (values) f.values.assign(values, values + shape_.d);  // resident rows: gathered in finishPass if they stay
   far_.push_back(std::move(f));
   std::push_heap(far_.begin(), far_.end(), worse);
 }
@@ -40,31 +40,31 @@ void CudaBackend::offerFar(double dist, long long row, const float* values) {
 void CudaBackend::ensureFarBuffers(ChunkSlot& s, int f) {
   if (slots_.holdsFar(s, f)) return;
   for (ChunkSlot& t : slots_) drain(t);  // their staging is about to be replaced
-  slots_.growFar(f, d_);
+  slots_.growFar(f, shape_.d);
 }
 
 // The farthest-row candidates of the resident rows, from the fp64 distances of this pass, chunk by chunk with
 // the chunk boundaries they were fed with (far_rows.cu), offered to the pass's heap (values gathered later).
 void CudaBackend::residentFarthest() {
   const int f = spec_.farthest;
-  const std::int64_t R = residentHeld_, C = mp_.chunkRows, chunks = (R + C - 1) / C;
+  const std::int64_t R = residentHeld_, C = shape_.memory.chunkRows, chunks = (R + C - 1) / C;
   ensureResidentFar(farCandidates(f, C));  // candidates per chunk
   stageMark(0);
   // the pass did not keep them (chunk_stream.cu, resident_rows.cu; an exact-sums pass never does): the same bits
   // again, from this pass's labels and centroids
-  if (!keepsResidentDistances() || exact_.summingThisPass()) sumsDistances(rowValues(resident_), R, d_, cf_, resLabels_, cosine_, resDist64_, compute_);
+  if (!shape_.keepsResidentDistances() || exact_.summingThisPass()) sumsDistances(rowValues(resident_), R, shape_.d, cf_, resLabels_, shape_.cosine, resDist64_, streams_.compute);
   stageMark(1);
   stageMark(2);
   for (std::int64_t ci = 0; ci < chunks; ++ci)
-    farTop(resDist64_ + ci * C, std::min(C, R - ci * C), ci * C, f, farScratch_, resFarDist_ + ci * resFarCap_,
-           resFarRow_ + ci * resFarCap_, compute_);
+    farTop(resDist64_ + ci * C, std::min(C, R - ci * C), ci * C, f, scratch_.farScratch, resFarDist_ + ci * resFarCap_,
+           resFarRow_ + ci * resFarCap_, streams_.compute);
   check(cudaGetLastError(), "farthest rows");
   stageMark(3);
   check(cudaMemcpyAsync(hResFarDist_, resFarDist_, sizeof(double) * std::size_t(chunks * resFarCap_),
-                        cudaMemcpyDeviceToHost, compute_), "D2H");
+                        cudaMemcpyDeviceToHost, streams_.compute), "D2H");
   check(cudaMemcpyAsync(hResFarRow_, resFarRow_, sizeof(long long) * std::size_t(chunks * resFarCap_),
-                        cudaMemcpyDeviceToHost, compute_), "D2H");
-  check(cudaStreamSynchronize(compute_), "farthest rows");
+                        cudaMemcpyDeviceToHost, streams_.compute), "D2H");
+  check(cudaStreamSynchronize(streams_.compute), "farthest rows");
   for (std::int64_t ci = 0; ci < chunks; ++ci) {
     const int m = farCandidates(f, std::min(C, R - ci * C));
     for (int i = 0; i < m; ++i) offerFar(hResFarDist_[ci * resFarCap_ + i], hResFarRow_[ci * resFarCap_ + i], nullptr);
@@ -74,7 +74,7 @@ void CudaBackend::residentFarthest() {
 // Farthest candidates of resident chunks: (distance, row) per chunk, device + pinned host.
 void CudaBackend::ensureResidentFar(int f) {
   if (f <= resFarCap_) return;
-  check(cudaStreamSynchronize(d2h_), "D2H");
+  check(cudaStreamSynchronize(streams_.d2h), "D2H");
   for (void* p : {static_cast<void*>(resFarDist_), static_cast<void*>(resFarRow_)})
     if (p) cudaFree(p);
   for (void* p : {static_cast<void*>(hResFarDist_), static_cast<void*>(hResFarRow_)})
@@ -82,7 +82,7 @@ void CudaBackend::ensureResidentFar(int f) {
   // forgotten before allocating again (as ensureFarBuffers): a throw leaves null pointers and capacity 0
   resFarDist_ = nullptr; resFarRow_ = nullptr; hResFarDist_ = nullptr; hResFarRow_ = nullptr;
   resFarCap_ = 0;
-  const std::size_t chunks = std::size_t((mp_.residentRows + mp_.chunkRows - 1) / mp_.chunkRows);
+  const std::size_t chunks = std::size_t((shape_.memory.residentRows + shape_.memory.chunkRows - 1) / shape_.memory.chunkRows);
   resFarDist_ = devAlloc<double>(chunks * f, "farthest rows");
   resFarRow_ = devAlloc<long long>(chunks * f, "farthest rows");
   hResFarDist_ = hostAlloc<double>(chunks * f, "farthest rows");
@@ -104,21 +104,21 @@ void CudaBackend::fillResidentValues() {
       if (p) cudaFreeHost(p);
     gatherRows_ = nullptr; gatherVals_ = nullptr; hGatherRows_ = nullptr; hGatherVals_ = nullptr; gatherCap_ = 0;
     gatherRows_ = devAlloc<long long>(m, "farthest rows");
-    gatherVals_ = devAlloc<float>(std::size_t(m) * d_, "farthest rows");
+    gatherVals_ = devAlloc<float>(std::size_t(m) * shape_.d, "farthest rows");
     hGatherRows_ = hostAlloc<long long>(m, "farthest rows");
-    hGatherVals_ = hostAlloc<float>(std::size_t(m) * d_, "farthest rows");
+    hGatherVals_ = hostAlloc<float>(std::size_t(m) * shape_.d, "farthest rows");
     gatherCap_ = m;
   }
   std::memcpy(hGatherRows_, rows.data(), sizeof(long long) * m);
-  check(cudaMemcpyAsync(gatherRows_, hGatherRows_, sizeof(long long) * m, cudaMemcpyHostToDevice, compute_), "H2D");
-  gatherRows(rowValues(resident_), d_, gatherRows_, 0, m, gatherVals_, compute_);
-  check(cudaMemcpyAsync(hGatherVals_, gatherVals_, sizeof(float) * std::size_t(m) * d_, cudaMemcpyDeviceToHost,
-                        compute_), "D2H");
-  check(cudaStreamSynchronize(compute_), "farthest rows");
+  check(cudaMemcpyAsync(gatherRows_, hGatherRows_, sizeof(long long) * m, cudaMemcpyHostToDevice, streams_.compute), "H2D");
+  gatherRows(rowValues(resident_), shape_.d, gatherRows_, 0, m, gatherVals_, streams_.compute);
+  check(cudaMemcpyAsync(hGatherVals_, gatherVals_, sizeof(float) * std::size_t(m) * shape_.d, cudaMemcpyDeviceToHost,
+                        streams_.compute), "D2H");
+  check(cudaStreamSynchronize(streams_.compute), "farthest rows");
   int i = 0;
   for (FarRow& f : far_)
     if (f.values.empty()) {
-      f.values.assign(hGatherVals_ + std::size_t(i) * d_, hGatherVals_ + std::size_t(i + 1) * d_);
+      f.values.assign(hGatherVals_ + std::size_t(i) * shape_.d, hGatherVals_ + std::size_t(i + 1) * shape_.d);
       ++i;
     }
 }

@@ -14,18 +14,18 @@ namespace kmfleet {
 namespace cuda_backend {
 
 void CudaBackend::processResident() {
-  check(cudaSetDevice(cfg_.device), "cudaSetDevice");
+  check(cudaSetDevice(shape_.device), "cudaSetDevice");
   residentRan_ = true;  // finishPass finds the farthest resident rows from their kept distances, if asked
-  // Streamed chunks of this pass go on chunkStream_ into per-chunk partials, folded on compute_ after the resident
+  // Streamed chunks of this pass go on streams_.chunk into per-chunk partials, folded on streams_.compute after the resident
   // rows: their copies and kernels no longer wait for the resident compute (see processChunk).
-  overlap_ = mp_.overlapPartials > 0 && residentHeld_ < n_;
+  overlap_ = shape_.memory.overlapPartials > 0 && residentHeld_ < shape_.n;
   if (overlap_) {
     centroidsForCompute();
-    check(cudaEventRecord(passReady_, compute_), "cudaEventRecord");  // centroid operands, zeroed totals and flags
+    check(cudaEventRecord(passReady_, streams_.compute), "cudaEventRecord");  // centroid operands, zeroed totals and flags
     // The resident work is queued a few chunks ahead of the device, not all at once: ~20 launches a chunk would
     // fill the launch queue and block this thread (and the streamed chunks' copies) until most of it has run.
     resWhole_ = racc_.rows > 0 && racc_.rows == residentHeld_;
-    resChunks_ = (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows;
+    resChunks_ = (residentHeld_ + shape_.memory.chunkRows - 1) / shape_.memory.chunkRows;
     resSteps_ = resChunks_ + (resWhole_ ? 1 : 0);  // whole: a piece a chunk, then the one accumulate
     resStep_ = 0;
     pendingFolds_.clear();
@@ -33,9 +33,9 @@ void CudaBackend::processResident() {
     return pumpResident(false);
   }
   if (racc_.rows > 0 && racc_.rows == residentHeld_) return processResidentWhole();
-  for (std::int64_t first = 0; first < residentHeld_; first += mp_.chunkRows) {
+  for (std::int64_t first = 0; first < residentHeld_; first += shape_.memory.chunkRows) {
     if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
-    const std::int64_t rows = std::min(mp_.chunkRows, residentHeld_ - first);
+    const std::int64_t rows = std::min(shape_.memory.chunkRows, residentHeld_ - first);
     // Outputs of resident rows go to their own arrays (no host wait): the copies of streamed chunks
     // can start while these are computed.
     computeChunk(residentOps(first), first, rows, nullptr);
@@ -46,10 +46,10 @@ void CudaBackend::processResident() {
 RowOps CudaBackend::residentOps(std::int64_t firstRow) const {
   RowOps o = resident_;
   const std::size_t r = std::size_t(firstRow);
-  if (o.xf) o.xf += r * d_;
-  if (o.x16) o.x16 = static_cast<unsigned short*>(o.x16) + r * d_;
-  o.ahi = static_cast<unsigned short*>(o.ahi) + r * dp_;
-  if (o.alo) o.alo = static_cast<unsigned short*>(o.alo) + r * dp_;
+  if (o.xf) o.xf += r * shape_.d;
+  if (o.x16) o.x16 = static_cast<unsigned short*>(o.x16) + r * shape_.d;
+  o.ahi = static_cast<unsigned short*>(o.ahi) + r * shape_.dp;
+  if (o.alo) o.alo = static_cast<unsigned short*>(o.alo) + r * shape_.dp;
   o.rowScale += r;
   o.rowNorm += r;
   if (o.rowNormLo) o.rowNormLo += r;
@@ -61,19 +61,19 @@ RowOps CudaBackend::residentOps(std::int64_t firstRow) const {
 // All resident rows at once: the assignment over pieces of whole chunks (no per-chunk launches outside exact
 // mode), then one accumulate (accumulate.cuh accumulateResident: the per-chunk path's sums, bit for bit).
 void CudaBackend::processResidentWhole() {
-  const std::int64_t R = residentHeld_, C = mp_.chunkRows;
+  const std::int64_t R = residentHeld_, C = shape_.memory.chunkRows;
   const bool wantDist = spec_.distances != nullptr;
   centroidsForCompute();
   stageMark(0);
   // the planner's piece (all rows, or ~2M: planner.h); one chunk a piece while streamed chunks overlap: the resident
   // assignment (a persistent kernel) then yields the SMs to a landed chunk within ~one chunk's compute, so the two
   // slots keep cycling
-  const std::int64_t piece = overlap_ ? std::min(R, C) : std::min(R, mp_.residentPiece);
+  const std::int64_t piece = overlap_ ? std::min(R, C) : std::min(R, shape_.memory.residentPiece);
   for (std::int64_t first = 0; first < R; first += piece) {
     if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
     const std::int64_t rows = std::min(piece, R - first);
     assignPiece(residentOps(first), rows, resLabels_ + first,
-                mp_.op == OpKind::F16x3 ? resFlag_ : chunkFlags());
+                shape_.memory.op == OpKind::F16x3 ? resFlag_ : scratch_.flags);
     // labels are final here: their copies overlap the rest (with distances, they go down after the sums)
     if (!wantDist) downloadResident(first / C, (first + rows + C - 1) / C, false);
   }
@@ -87,31 +87,31 @@ void CudaBackend::processResidentWhole() {
 void CudaBackend::accumulateResidentRows(bool wantDist) {
   stageMark(1);
   if (exact_.summingThisPass()) {  // the statistics moved by the changed rows (or added afresh): exact_sums.cuh
-    exactRows(resident_, 0, residentHeld_, resLabels_, true, nullptr, compute_);
+    exactRows(resident_, 0, residentHeld_, resLabels_, true, nullptr, streams_.compute);
   } else {  // D ≤ 256: the rows' fp64 distances are not kept (residentFarthest computes them if a cluster comes out empty)
-    accumulateResident(rowValues(resident_), d_, k_, resLabels_, cf_, cosine_,
-                       keepsResidentDistances() ? resDist64_ : nullptr, wantDist ? resDist_ : nullptr, fit_, racc_, sums_,
-                       counts_, inertia_, compute_);
+    accumulateResident(rowValues(resident_), shape_.d, shape_.k, resLabels_, cf_, shape_.cosine,
+                       shape_.keepsResidentDistances() ? resDist64_ : nullptr, wantDist ? resDist_ : nullptr, fit_, racc_, totals_.sums,
+                       totals_.counts, totals_.inertia, streams_.compute);
     check(cudaGetLastError(), "accumulateResident");
   }
   stageMark(2);
   stageMark(3);
-  if (wantDist) downloadResident(0, (residentHeld_ + mp_.chunkRows - 1) / mp_.chunkRows, true);
+  if (wantDist) downloadResident(0, (residentHeld_ + shape_.memory.chunkRows - 1) / shape_.memory.chunkRows, true);
 }
 
 // Resident chunks [c0, c1) — labels (+ distances) — down to the pinned staging after what compute has queued.
 void CudaBackend::downloadResident(std::int64_t c0, std::int64_t c1, bool dist) {
-  check(cudaEventRecord(resComputed_, compute_), "cudaEventRecord");
-  check(cudaStreamWaitEvent(d2h_, resComputed_, 0), "cudaStreamWaitEvent");
+  check(cudaEventRecord(resComputed_, streams_.compute), "cudaEventRecord");
+  check(cudaStreamWaitEvent(streams_.d2h, resComputed_, 0), "cudaStreamWaitEvent");
   for (std::int64_t ci = c0; ci < c1; ++ci) {
-    const std::int64_t first = ci * mp_.chunkRows;
-    const std::size_t rows = std::size_t(std::min(mp_.chunkRows, residentHeld_ - first));
-    check(cudaMemcpyAsync(hResLabels_ + first, resLabels_ + first, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_),
+    const std::int64_t first = ci * shape_.memory.chunkRows;
+    const std::size_t rows = std::size_t(std::min(shape_.memory.chunkRows, residentHeld_ - first));
+    check(cudaMemcpyAsync(hResLabels_ + first, resLabels_ + first, sizeof(int) * rows, cudaMemcpyDeviceToHost, streams_.d2h),
           "D2H");
     if (dist)
-      check(cudaMemcpyAsync(hResDist_ + first, resDist_ + first, sizeof(float) * rows, cudaMemcpyDeviceToHost, d2h_),
+      check(cudaMemcpyAsync(hResDist_ + first, resDist_ + first, sizeof(float) * rows, cudaMemcpyDeviceToHost, streams_.d2h),
             "D2H");
-    check(cudaEventRecord(resChunkDone_[std::size_t(ci)], d2h_), "cudaEventRecord");
+    check(cudaEventRecord(resChunkDone_[std::size_t(ci)], streams_.d2h), "cudaEventRecord");
   }
 }
 
@@ -121,7 +121,7 @@ void CudaBackend::downloadResident(std::int64_t c0, std::int64_t c1, bool dist) 
 // rows then took longer than the device's whole pass (10M×128×1024 fp16: ~7 ms against ~6.3).
 void CudaBackend::copyResidentOutputs() {
   constexpr int kCopyThreads = 8;
-  const std::int64_t C = mp_.chunkRows, chunks = (residentHeld_ + C - 1) / C;
+  const std::int64_t C = shape_.memory.chunkRows, chunks = (residentHeld_ + C - 1) / C;
   auto copyChunks = [&](std::int64_t c0, std::int64_t step) {
     for (std::int64_t ci = c0; ci < chunks; ci += step) {
       const std::int64_t first = ci * C;
@@ -135,7 +135,7 @@ void CudaBackend::copyResidentOutputs() {
   if (threads <= 1) return copyChunks(0, 1);
   pool_->run([&](int tid, int) {
     if (tid >= threads) return;
-    if (tid > 0) check(cudaSetDevice(cfg_.device), "cudaSetDevice");  // the pool's own threads
+    if (tid > 0) check(cudaSetDevice(shape_.device), "cudaSetDevice");  // the pool's own threads
     copyChunks(tid, threads);
   });
 }
@@ -155,7 +155,7 @@ void CudaBackend::pumpResident(bool all) {
     if (!all && resStep_ >= residentAhead_ && !eventDone(resStepDone_[std::size_t(resStep_ - residentAhead_)])) break;
     if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
     residentStep(resStep_);
-    check(cudaEventRecord(resStepDone_[std::size_t(resStep_)], compute_), "cudaEventRecord");
+    check(cudaEventRecord(resStepDone_[std::size_t(resStep_)], streams_.compute), "cudaEventRecord");
     ++resStep_;
   }
   if (resStep_ == resSteps_) {
@@ -165,7 +165,7 @@ void CudaBackend::pumpResident(bool all) {
 }
 
 void CudaBackend::residentStep(std::int64_t i) {
-  const std::int64_t R = residentHeld_, C = mp_.chunkRows, first = i * C;
+  const std::int64_t R = residentHeld_, C = shape_.memory.chunkRows, first = i * C;
   if (!resWhole_) {
     computeChunk(residentOps(first), first, std::min(C, R - first), nullptr);
     residentPending_ = true;
@@ -174,7 +174,7 @@ void CudaBackend::residentStep(std::int64_t i) {
   const bool wantDist = spec_.distances != nullptr;
   if (i < resChunks_) {  // processResidentWhole's pieces, one chunk each
     const std::int64_t rows = std::min(C, R - first);
-    assignPiece(residentOps(first), rows, resLabels_ + first, mp_.op == OpKind::F16x3 ? resFlag_ : chunkFlags());
+    assignPiece(residentOps(first), rows, resLabels_ + first, shape_.memory.op == OpKind::F16x3 ? resFlag_ : scratch_.flags);
     if (!wantDist) downloadResident(i, i + 1, false);
     return;
   }
