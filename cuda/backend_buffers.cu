@@ -14,27 +14,11 @@ namespace cuda_backend {
 
 void CudaBackend::allocate() {
   const std::size_t chunk = std::size_t(shape_.memory.chunkRows);
-  const int terms = opTerms(shape_.memory.op);
   streams_.create();
   check(cudaEventCreateWithFlags(&passReady_, cudaEventDisableTiming), "cudaEventCreate");
   for (int b = 0; b < shape_.memory.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * shape_.rowBytes, "host buffers"));
-  hostCentroids_ = hostAlloc<float>(std::size_t(shape_.k) * shape_.d, "centroids");
-  hostStats_ = hostAlloc<CentroidStats>(1, "centroid statistics");
+  centroids_.allocate();
   ring_.allocate();
-  check(cudaEventCreateWithFlags(&statsReady_, cudaEventDisableTiming), "cudaEventCreate");
-  check(cudaEventCreateWithFlags(&updated_, cudaEventDisableTiming), "cudaEventCreate");
-  check(cudaEventCreateWithFlags(&centroidsDown_, cudaEventDisableTiming), "cudaEventCreate");
-  cstats_ = devAlloc<CentroidStatsDevice>(1, "centroid statistics");
-  // centroids and totals
-  cf_ = devAlloc<float>(std::size_t(shape_.k) * shape_.d, "centroids");
-  cfNext_ = devAlloc<float>(std::size_t(shape_.k) * shape_.d, "centroids");
-  mu64_ = devAlloc<double>(shape_.d, "centroid update");
-  scatter_ = devAlloc<double>(shape_.k, "centroid update");
-  shift_ = devAlloc<double>(shape_.k, "centroid update");
-  bhi_ = devAlloc<unsigned short>(std::size_t(shape_.kp) * shape_.dp, "centroid operands");
-  blo_ = terms > 1 ? devAlloc<unsigned short>(std::size_t(shape_.kp) * shape_.dp, "centroid operands") : nullptr;
-  cnorm_ = devAlloc<float>(shape_.kp, "centroid norms");
-  mu_ = devAlloc<float>(shape_.d, "shift");
   totals_.allocate(shape_);
   // streamed rows' scratch (one: only the compute stream uses it)
   scratch_.allocate(shape_);
@@ -127,23 +111,11 @@ void CudaBackend::release() noexcept {
   }
   if (passReady_) cudaEventDestroy(passReady_);
   passReady_ = nullptr;
-  for (void* p : {static_cast<void*>(cf_), static_cast<void*>(cfNext_), static_cast<void*>(mu64_),
-                  static_cast<void*>(scatter_), static_cast<void*>(shift_), static_cast<void*>(bhi_), static_cast<void*>(blo_),
-                  static_cast<void*>(cnorm_), static_cast<void*>(mu_)})
-    if (p) cudaFree(p);
   for (void* p : host_) cudaFreeHost(p);
   host_.clear();
-  if (hostCentroids_) cudaFreeHost(hostCentroids_);
-  hostCentroids_ = nullptr;
-  if (hostStats_) cudaFreeHost(hostStats_);
-  hostStats_ = nullptr;
+  centroids_.release();
   totals_.release();
   ring_.release();
-  for (cudaEvent_t e : {statsReady_, updated_, centroidsDown_})
-    if (e) cudaEventDestroy(e);
-  statsReady_ = updated_ = centroidsDown_ = nullptr;
-  if (cstats_) cudaFree(cstats_);
-  cstats_ = nullptr;
   streams_.destroy();
   cudaGetLastError();
 }

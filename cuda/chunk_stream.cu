@@ -35,8 +35,9 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
   RowOps ops = retain ? residentOps(firstRow) : scratch_.ops;
   const bool valuesInSlot = shape_.rows16 && !retain;  // the 16-bit rows are read where they landed
   if (valuesInSlot) ops.x16 = slot.raw;
-  if (!muReady_) establishMu(slot.raw, rows);
-  prepareRows(slot.raw, shape_.input, rows, shape_.d, shape_.memory.op, shape_.cosine, firstRow, mu_, ops, rowFlags(), cs);
+  if (!centroids_.muReady()) centroids_.establishMu(slot.raw, rows, scratch_.ops, rowFlags(), streams_.compute);
+  prepareRows(slot.raw, shape_.input, rows, shape_.d, shape_.memory.op, shape_.cosine, firstRow, centroids_.mu(), ops,
+              rowFlags(), cs);
   check(cudaGetLastError(), "prepareRows");
   if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
   computeChunk(ops, firstRow, rows, &slot, cs);
@@ -68,7 +69,7 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
                                cudaStream_t s) {
   if (!s) s = streams_.compute;
   const bool part = slotp && s == streams_.chunk;
-  centroidsForCompute();
+  centroids_.readyForCompute(streams_.compute);
   const RowValues values = rowValues(ops);
   // farthest candidates of streamed chunks now (their rows leave the device); resident rows' in finishPass
   const int far = slotp && fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;
@@ -112,13 +113,13 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
     if (fit_) check(cudaMemsetAsync(ps, 0, sizeof(double) * std::size_t(shape_.k) * shape_.d, s), "memset");
     check(cudaMemsetAsync(pc, 0, sizeof(long long) * shape_.k, s), "memset");
     check(cudaMemsetAsync(pi, 0, sizeof(double) * shape_.k, s), "memset");
-    accumulate(values, rows, shape_.d, shape_.k, slot.labels, cf_, shape_.cosine, dist, wantDist ? slot.dist32 : nullptr, fit_, accS_,
+    accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist, wantDist ? slot.dist32 : nullptr, fit_, accS_,
                ps, pc, pi, s);
     check(cudaEventRecord(partReady_[b], s), "cudaEventRecord");
     if (resStep_ < resSteps_) pendingFolds_.push_back(b);  // after the resident rows, once they are queued
     else enqueueFold(b);
   } else {
-    accumulate(values, rows, shape_.d, shape_.k, slot.labels, cf_, shape_.cosine, dist, wantDist ? slot.dist32 : nullptr, fit_, scratch_.accumulate,
+    accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist, wantDist ? slot.dist32 : nullptr, fit_, scratch_.accumulate,
                totals_.sums, totals_.counts, totals_.inertia, streams_.compute);
   }
   stageMark(2, s);
@@ -156,7 +157,7 @@ void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64
   const RowValues values = rowValues(ops);
   const bool sq = !shape_.cosine;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
   exact_.addRows(values, firstRow, rows, shape_.d, resPrevLabels_, labels, resident, sq, s == streams_.chunk, s);
-  if (dist) sumsDistances(values, rows, shape_.d, cf_, labels, shape_.cosine, dist, s);
+  if (dist) sumsDistances(values, rows, shape_.d, centroids_.current(), labels, shape_.cosine, dist, s);
   check(cudaGetLastError(), "exact sums");
 }
 
@@ -176,12 +177,12 @@ void CudaBackend::assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t
   if (!count) count = totals_.flaggedCount;
   check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
   // exact mode: candCount (candidateRows fills it later on this stream) holds the screened rows until then
-  assignRows(shape_.kernel, ops, rows, shape_.d, cops_, shape_.k, shape_.memory.op, labels, f.flagged, count, f.thr,
+  assignRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, shape_.memory.op, labels, f.flagged, count, f.thr,
              screenThisPass_ ? f.candCount : nullptr, count + 1, s);
   check(cudaGetLastError(), "assignRows");
   if (shape_.memory.op == OpKind::F16x3) {
-    candidateRows(shape_.kernel, ops, rows, shape_.d, cops_, shape_.k, f.flagged, count, f.thr, f.candCount, f.cand, s);
-    recheckRows(rowValues(ops), shape_.d, cf_, shape_.k, f.flagged, count, rows, f.candCount, f.cand, labels, s);
+    candidateRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, f.flagged, count, f.thr, f.candCount, f.cand, s);
+    recheckRows(rowValues(ops), shape_.d, centroids_.current(), shape_.k, f.flagged, count, rows, f.candCount, f.cand, labels, s);
     totals_.addFlagged(s, count);
   }
 }

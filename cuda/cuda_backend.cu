@@ -35,7 +35,7 @@ BackendShape shapeOnDevice(const EngineConfig& cfg) {
 }  // namespace
 
 CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool)
-    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats) {
+    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_) {
   screenPolicy_ = ExactScreenPolicy(shape_.dp);
   residentAhead_ = std::max(1, cfg.cuda.residentAhead);
   try {
@@ -63,12 +63,9 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   resStep_ = resSteps_ = 0;
   pendingFolds_.clear();
   far_.clear();
-  // the engine's centroids are the `next` of our last updateOnDevice, still in cf_, with their operands queued there:
+  // the engine's centroids are the `next` of our last updateOnDevice, still current, with their operands queued there:
   // nothing to take or prepare
-  if (!(spec.centroidsFromUpdate && cfFromUpdate_)) {
-    uploadCentroids(spec.centroids);
-    centroidsReady_ = false;
-  }
+  if (!(spec.centroidsFromUpdate && centroids_.holdsLastUpdate())) centroids_.upload(spec.centroids, fit_, streams_.compute);
   sumsKept_ = false;
   totals_.zero(shape_, streams_.compute);
   // Exact sums (exact_sums.cuh): a fit pass moves the resident rows' statistics by their changed labels when the last
@@ -79,7 +76,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   const RelativeKeys keys = shape_.settings.relativeKeys;
   screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ && keys != RelativeKeys::Off &&
                             (keys == RelativeKeys::Always || screenPolicy_.relative());
-  if (muReady_ && !centroidsReady_) prepareCentroidOps();
+  if (centroids_.muReady() && !centroids_.operandsQueued()) centroids_.prepareOperands(streams_.compute);
 }
 
 PassTotals CudaBackend::finishPass() {
@@ -93,7 +90,7 @@ PassTotals CudaBackend::finishPass() {
     countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, streams_.compute);
     check(cudaGetLastError(), "countLabelChanges");
   }
-  if (exact_.summingThisPass()) exact_.finishTotals(streams_.chunk, streams_.compute, cf_, shape_.cosine, totals_.sums, totals_.counts, totals_.inertia);
+  if (exact_.summingThisPass()) exact_.finishTotals(streams_.chunk, streams_.compute, centroids_.current(), shape_.cosine, totals_.sums, totals_.counts, totals_.inertia);
   if (residentPending_) copyResidentOutputs();
   // The flags, counts and inertia come down behind the pass's last kernels, covered by one wait on the compute stream
   // (a wait each left the GPU idle for a round trip each). The chunk stream's work — streamed chunks' flags and bad
@@ -173,6 +170,19 @@ PassTotals CudaBackend::finishPass() {
   residentRan_ = false;
   if (residentHeld_ == 0 && retainedThisPass_ == shape_.memory.residentRows) residentHeld_ = shape_.memory.residentRows;
   return t;
+}
+
+DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
+  check(cudaSetDevice(shape_.device), "cudaSetDevice");
+  if (!sumsKept_)
+    throw EngineError(ErrorCode::InvalidArgument, "updateOnDevice needs a finished fit pass that kept its sums");
+  sumsKept_ = false;
+  return centroids_.update(totals_, static_cast<double>(rowsSeen_), dataVariance, streams_, ring_);
+}
+
+void CudaBackend::copyUpdatedCentroids(float* dst) {
+  check(cudaSetDevice(shape_.device), "cudaSetDevice");  // the caller's thread may be another than the pass's
+  centroids_.copyUpdated(dst, pool_);
 }
 
 void CudaBackend::abortPass() noexcept {

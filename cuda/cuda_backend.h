@@ -54,6 +54,7 @@
 #include "backend.h"
 #include "backend_shape.h"
 #include "backend_streams.h"
+#include "centroid_side.h"
 #include "chunk_scratch.h"
 #include "chunk_slots.h"
 #include "device_memory.h"
@@ -92,8 +93,8 @@ class CudaBackend final : public Backend {
   HostBlock allocateHostRows(std::size_t bytes, std::string& warning) override;       // backend_buffers.cu
   PassTotals finishPass() override;                     // cuda_backend.cu
   bool updatesOnDevice() const override { return true; }
-  DeviceUpdate updateOnDevice(bool dataVariance) override;  // pass_centroids.cu
-  void copyUpdatedCentroids(float* dst) override;           // pass_centroids.cu
+  DeviceUpdate updateOnDevice(bool dataVariance) override;  // cuda_backend.cu
+  void copyUpdatedCentroids(float* dst) override;           // cuda_backend.cu
   void abortPass() noexcept override;                   // cuda_backend.cu
 
  private:
@@ -101,11 +102,6 @@ class CudaBackend final : public Backend {
   void allocate();
   void release() noexcept;
 
-  // pass_centroids.cu
-  void uploadCentroids(const float* c);
-  void establishMu(void* raw, std::int64_t rows);
-  void prepareCentroidOps();
-  void centroidsForCompute();
 
   // chunk_stream.cu
   void retire(ChunkSlot& s);
@@ -146,32 +142,10 @@ class CudaBackend final : public Backend {
   DownloadRing ring_;           // sums and totals down; its piece size is the centroids' upload's
   DeviceTotals totals_;         // the pass's sums, counts, inertia and row flags
   ChunkScratch scratch_;        // the compute stream's chunk scratch
-  float* hostCentroids_ = nullptr;
-  CentroidStats* hostStats_ = nullptr;       // pinned: scale and maxNorm of the pass's centroids
-  CentroidStatsDevice* cstats_ = nullptr;
-  cudaEvent_t statsReady_ = nullptr;
-  bool statsPending_ = false;
+  CentroidSide centroids_;      // the pass's centroids, μ, operands, the fit update
   ChunkSlots slots_;  // the streamed chunks' device slots (planner.h MemoryPlan::slots)
 
-  float* cf_ = nullptr;
-  // updateOnDevice: the next centroids (swapped with cf_), fp64 data mean, per-cluster shift and scatter
-  float* cfNext_ = nullptr;
-  double* mu64_ = nullptr;
-  double* scatter_ = nullptr;
-  double* shift_ = nullptr;
-  bool cfFromUpdate_ = false;  // cf_ holds the last updateOnDevice's `next` (nothing uploaded since)
-  // updateOnDevice's `next` comes down into hostCentroids_ on streams_.d2h behind the update (updated_) without a wait;
-  // centroidsDown_ marks it there (copyUpdatedCentroids waits for it, and so does anything that reuses the buffer)
-  cudaEvent_t updated_ = nullptr, centroidsDown_ = nullptr;
   bool sumsKept_ = false;      // the last finishPass kept its sums for updateOnDevice
-  unsigned short* bhi_ = nullptr;
-  unsigned short* blo_ = nullptr;
-  float* cnorm_ = nullptr;
-  float* mu_ = nullptr;
-  std::vector<float> hostMu_;
-  bool muReady_ = false;
-  bool centroidsReady_ = false;  // cf_'s operands and statistics are queued (prepareCentroidOps) since cf_ last changed
-  CentroidOps cops_;
   RowFlags rowFlags() const { return totals_.rowFlagsOf(shape_); }
 
   ExactStatistics exact_;  // fit passes' exact integer statistics (exact_statistics.h)

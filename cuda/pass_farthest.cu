@@ -52,7 +52,7 @@ void CudaBackend::residentFarthest() {
   stageMark(0);
   // the pass did not keep them (chunk_stream.cu, resident_rows.cu; an exact-sums pass never does): the same bits
   // again, from this pass's labels and centroids
-  if (!shape_.keepsResidentDistances() || exact_.summingThisPass()) sumsDistances(rowValues(resident_), R, shape_.d, cf_, resLabels_, shape_.cosine, resDist64_, streams_.compute);
+  if (!shape_.keepsResidentDistances() || exact_.summingThisPass()) sumsDistances(rowValues(resident_), R, shape_.d, centroids_.current(), resLabels_, shape_.cosine, resDist64_, streams_.compute);
   stageMark(1);
   stageMark(2);
   for (std::int64_t ci = 0; ci < chunks; ++ci)

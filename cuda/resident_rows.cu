@@ -20,7 +20,7 @@ void CudaBackend::processResident() {
   // rows: their copies and kernels no longer wait for the resident compute (see processChunk).
   overlap_ = shape_.memory.overlapPartials > 0 && residentHeld_ < shape_.n;
   if (overlap_) {
-    centroidsForCompute();
+    centroids_.readyForCompute(streams_.compute);
     check(cudaEventRecord(passReady_, streams_.compute), "cudaEventRecord");  // centroid operands, zeroed totals and flags
     // The resident work is queued a few chunks ahead of the device, not all at once: ~20 launches a chunk would
     // fill the launch queue and block this thread (and the streamed chunks' copies) until most of it has run.
@@ -29,7 +29,7 @@ void CudaBackend::processResident() {
     resSteps_ = resChunks_ + (resWhole_ ? 1 : 0);  // whole: a piece a chunk, then the one accumulate
     resStep_ = 0;
     pendingFolds_.clear();
-    if (resWhole_) { centroidsForCompute(); stageMark(0); }
+    if (resWhole_) { centroids_.readyForCompute(streams_.compute); stageMark(0); }
     return pumpResident(false);
   }
   if (racc_.rows > 0 && racc_.rows == residentHeld_) return processResidentWhole();
@@ -63,7 +63,7 @@ RowOps CudaBackend::residentOps(std::int64_t firstRow) const {
 void CudaBackend::processResidentWhole() {
   const std::int64_t R = residentHeld_, C = shape_.memory.chunkRows;
   const bool wantDist = spec_.distances != nullptr;
-  centroidsForCompute();
+  centroids_.readyForCompute(streams_.compute);
   stageMark(0);
   // the planner's piece (all rows, or ~2M: planner.h); one chunk a piece while streamed chunks overlap: the resident
   // assignment (a persistent kernel) then yields the SMs to a landed chunk within ~one chunk's compute, so the two
@@ -89,7 +89,7 @@ void CudaBackend::accumulateResidentRows(bool wantDist) {
   if (exact_.summingThisPass()) {  // the statistics moved by the changed rows (or added afresh): exact_sums.cuh
     exactRows(resident_, 0, residentHeld_, resLabels_, true, nullptr, streams_.compute);
   } else {  // D ≤ 256: the rows' fp64 distances are not kept (residentFarthest computes them if a cluster comes out empty)
-    accumulateResident(rowValues(resident_), shape_.d, shape_.k, resLabels_, cf_, shape_.cosine,
+    accumulateResident(rowValues(resident_), shape_.d, shape_.k, resLabels_, centroids_.current(), shape_.cosine,
                        shape_.keepsResidentDistances() ? resDist64_ : nullptr, wantDist ? resDist_ : nullptr, fit_, racc_, totals_.sums,
                        totals_.counts, totals_.inertia, streams_.compute);
     check(cudaGetLastError(), "accumulateResident");
