@@ -67,16 +67,7 @@ void CudaBackend::release() noexcept {
   slots_.release();
   scratch_.release();
   freeRowOps(resident_);
-  for (void* p : {static_cast<void*>(resFarDist_), static_cast<void*>(resFarRow_)})
-    if (p) cudaFree(p);
-  for (void* p : {static_cast<void*>(hResFarDist_), static_cast<void*>(hResFarRow_)})
-    if (p) cudaFreeHost(p);
-  resFarDist_ = nullptr; resFarRow_ = nullptr; hResFarDist_ = nullptr; hResFarRow_ = nullptr; resFarCap_ = 0;
-  for (void* p : {static_cast<void*>(gatherRows_), static_cast<void*>(gatherVals_)})
-    if (p) cudaFree(p);
-  for (void* p : {static_cast<void*>(hGatherRows_), static_cast<void*>(hGatherVals_)})
-    if (p) cudaFreeHost(p);
-  gatherRows_ = nullptr; gatherVals_ = nullptr; hGatherRows_ = nullptr; hGatherVals_ = nullptr; gatherCap_ = 0;
+  farthest_.release();
   stages_.release();
   if (resLabels_) cudaFree(resLabels_);
   if (resPrevLabels_) cudaFree(resPrevLabels_);

@@ -59,7 +59,7 @@ void CudaBackend::drain(ChunkSlot& s) {
   check(cudaEventSynchronize(s.outDone), "D2H");
   std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
   if (s.dist && spec_.distances) std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
-  for (int i = 0; i < s.far; ++i) offerFar(s.hTopDist[i], s.hTopRow[i], s.hTopValues + std::size_t(i) * shape_.d);
+  for (int i = 0; i < s.far; ++i) farthest_.offer(s.hTopDist[i], s.hTopRow[i], s.hTopValues + std::size_t(i) * shape_.d);
   s.pending = false;
 }
 
@@ -97,7 +97,7 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   if (exact_.summingThisPass()) {
     // no partials: integer statistics take the streams' additions in any order (exact_sums.cuh); finishPass waits for
     // the chunk stream before the totals. The sums read no distances: a streamed chunk's only for its
-    // farthest candidates, resident rows' on demand (pass_farthest.cu residentFarthest).
+    // farthest candidates, resident rows' on demand (farthest_rows.h offerResident).
     exactRows(ops, firstRow, rows, slot.labels, !slotp, far > 0 ? scratch_.dist64 : nullptr, s);
   } else if (part) {
     // Into partial b (a ring: wait until streams_.compute folded the chunk that used it before), then folded on streams_.compute
@@ -150,6 +150,13 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   slot.rows = rows;
   slot.far = far;
   slot.dist = wantDist;
+}
+
+// A slot's farthest-row buffers for f candidates: every slot's grown (drained first, their staging is replaced).
+void CudaBackend::ensureFarBuffers(ChunkSlot& s, int f) {
+  if (slots_.holdsFar(s, f)) return;
+  for (ChunkSlot& t : slots_) drain(t);
+  slots_.growFar(f, shape_.d);
 }
 
 void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels,

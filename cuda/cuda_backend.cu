@@ -35,7 +35,7 @@ BackendShape shapeOnDevice(const EngineConfig& cfg) {
 }  // namespace
 
 CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool)
-    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_) {
+    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_), farthest_(shape_) {
   screenPolicy_ = ExactScreenPolicy(shape_.dp);
   residentAhead_ = std::max(1, cfg.cuda.residentAhead);
   try {
@@ -62,7 +62,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   partNext_ = 0;
   resStep_ = resSteps_ = 0;
   pendingFolds_.clear();
-  far_.clear();
+  farthest_.begin(spec.farthest, spec.labels);
   // the engine's centroids are the `next` of our last updateOnDevice, still current, with their operands queued there:
   // nothing to take or prepare
   if (!(spec.centroidsFromUpdate && centroids_.holdsLastUpdate())) centroids_.upload(spec.centroids, fit_, streams_.compute);
@@ -136,15 +136,13 @@ PassTotals CudaBackend::finishPass() {
   // chunks offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64
   // distances kept on the device, chunk by chunk as they were fed: the same candidates as computed eagerly.
   if (fit_ && spec_.farthest > 0 && anyEmpty) {
-    if (residentRan_) residentFarthest();
-    std::stable_sort(far_.begin(), far_.end(), [](const FarRow& a, const FarRow& b) {
-      return a.distance > b.distance || (a.distance == b.distance && a.row < b.row);
-    });
-    if (far_.size() > std::size_t(spec_.farthest)) far_.resize(spec_.farthest);
-    fillResidentValues();
-    t.farthest = std::move(far_);
+    if (residentRan_)
+      farthest_.offerResident(rowValues(resident_), resLabels_, resDist64_, residentHeld_,
+                              !shape_.keepsResidentDistances() || exact_.summingThisPass(), centroids_.current(),
+                              scratch_.farScratch, stages_, streams_.compute, streams_.d2h);
+    t.farthest = farthest_.take(rowValues(resident_), streams_.compute);
   }
-  far_.clear();
+  farthest_.clear();
   t.rowsSeen = rowsSeen_;
   if (countChanges) {
     t.changedRows = residentHeld_;
@@ -195,7 +193,7 @@ void CudaBackend::abortPass() noexcept {
   for (ChunkSlot& s : slots_) s.pending = false;
   residentPending_ = false;
   residentRan_ = false;
-  far_.clear();
+  farthest_.clear();
   stages_.reset();
   retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
   exact_.abortPass();  // the next fit pass adds afresh

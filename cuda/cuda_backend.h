@@ -62,6 +62,7 @@
 #include "download_ring.h"
 #include "exact_screen_policy.h"
 #include "exact_statistics.h"
+#include "farthest_rows.h"
 #include "kernels/accumulate.cuh"
 #include "kernels/assign.cuh"
 #include "kernels/exact_sums.cuh"
@@ -109,6 +110,7 @@ class CudaBackend final : public Backend {
   void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, ChunkSlot* slotp,
                     cudaStream_t s = nullptr);
   void enqueueFold(std::size_t b);
+  void ensureFarBuffers(ChunkSlot& s, int f);
   void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                    cudaStream_t s = nullptr, unsigned* count = nullptr);
 
@@ -123,13 +125,6 @@ class CudaBackend final : public Backend {
   void residentStep(std::int64_t i);
   void waitPumping(cudaEvent_t e, const char* what);
 
-  // pass_farthest.cu
-  static bool fartherThan(double da, long long ra, double db, long long rb);
-  void offerFar(double dist, long long row, const float* values);
-  void ensureFarBuffers(ChunkSlot& s, int f);
-  void residentFarthest();
-  void ensureResidentFar(int f);
-  void fillResidentValues();
 
   // cuda_backend.cu: boundary i of a chunk's stages on s (the compute stream when null), when stats are on
   void stageMark(int i, cudaStream_t s = nullptr) { stages_.mark(i, s ? s : streams_.compute); }
@@ -172,16 +167,6 @@ class CudaBackend final : public Backend {
   cudaEvent_t resComputed_ = nullptr;
   std::vector<cudaEvent_t> resChunkDone_;  // per resident chunk: its labels/distances are in the pinned staging
   bool residentPending_ = false;
-  double* resFarDist_ = nullptr;
-  long long* resFarRow_ = nullptr;
-  double* hResFarDist_ = nullptr;
-  long long* hResFarRow_ = nullptr;
-  int resFarCap_ = 0;
-  long long* gatherRows_ = nullptr;   // fillResidentValues: rows to gather, their values (device, pinned)
-  float* gatherVals_ = nullptr;
-  long long* hGatherRows_ = nullptr;
-  float* hGatherVals_ = nullptr;
-  int gatherCap_ = 0;
   // Overlap of a partly resident pass (planner.h overlapPartials): streamed chunks on streams_.chunk (high priority)
   // with their own scratch, sums into a ring of per-chunk partials folded on streams_.compute in chunk order. Without the
   // partials (they did not fit) streamed chunks run behind the resident rows on streams_.compute.
@@ -207,7 +192,7 @@ class CudaBackend final : public Backend {
   PassSpec spec_;
   bool fit_ = true;
   std::int64_t rowsSeen_ = 0;
-  std::vector<FarRow> far_;
+  FarthestRows farthest_;  // the pass's farthest rows, when a cluster came out empty
   ExactScreenPolicy screenPolicy_;  // exact mode: screen by one product first? (decided per pass from the last ones)
   bool screenThisPass_ = false;
   bool screenRefsWritten_ = false;      // a screened pass left the resident rows' best in resident_.screenRef

@@ -88,7 +88,7 @@ void CudaBackend::accumulateResidentRows(bool wantDist) {
   stageMark(1);
   if (exact_.summingThisPass()) {  // the statistics moved by the changed rows (or added afresh): exact_sums.cuh
     exactRows(resident_, 0, residentHeld_, resLabels_, true, nullptr, streams_.compute);
-  } else {  // D ≤ 256: the rows' fp64 distances are not kept (residentFarthest computes them if a cluster comes out empty)
+  } else {  // D ≤ 256: the rows' fp64 distances are not kept (FarthestRows::offerResident computes them if a cluster comes out empty)
     accumulateResident(rowValues(resident_), shape_.d, shape_.k, resLabels_, centroids_.current(), shape_.cosine,
                        shape_.keepsResidentDistances() ? resDist64_ : nullptr, wantDist ? resDist_ : nullptr, fit_, racc_, totals_.sums,
                        totals_.counts, totals_.inertia, streams_.compute);
