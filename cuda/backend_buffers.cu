@@ -38,56 +38,16 @@ void CudaBackend::allocate() {
     for (auto* v : {&partReady_, &partFolded_})
       for (cudaEvent_t& e : *v) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   }
-  // resident rows
-  if (shape_.memory.residentRows > 0) {
-    const std::size_t r = std::size_t(shape_.memory.residentRows);
-    resident_ = allocRowOps(shape_, r, "resident rows", false);
-    resLabels_ = devAlloc<int>(r, "resident rows");
-    resPrevLabels_ = devAlloc<int>(r, "resident rows");
-    changedCount_ = devAlloc<unsigned long long>(1, "flags");
-    resDist_ = devAlloc<float>(r, "resident rows");
-    hResLabels_ = hostAlloc<int>(r, "resident label staging");
-    hResDist_ = hostAlloc<float>(r, "resident distance staging");
-    resDist64_ = devAlloc<double>(r, "resident rows");
-    if (shape_.memory.residentAccBytes > 0) {  // planned within the budget: one accumulate over all resident rows
-      allocResidentAccumulate(racc_, shape_.memory.residentRows, shape_.memory.chunkRows, shape_.d, shape_.k);  // throws std::bad_alloc
-      const std::size_t piece = std::size_t(shape_.memory.residentPiece);
-      if (shape_.memory.op == OpKind::F16x3) {  // exact mode: flagged-row scratch for a piece of resident rows
-        allocFlagScratch(resFlag_, piece, "resident rows");
-      }
-    }
-  }
-  check(cudaEventCreateWithFlags(&resComputed_, cudaEventDisableTiming), "cudaEventCreate");
-  resChunkDone_.resize(std::size_t((shape_.memory.residentRows + shape_.memory.chunkRows - 1) / shape_.memory.chunkRows), nullptr);
-  for (cudaEvent_t& e : resChunkDone_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  resident_.allocate();
   slots_.allocate(shape_.memory.slots, chunk, shape_.rowBytes);
 }
 
 void CudaBackend::release() noexcept {
   slots_.release();
   scratch_.release();
-  freeRowOps(resident_);
   farthest_.release();
   stages_.release();
-  if (resLabels_) cudaFree(resLabels_);
-  if (resPrevLabels_) cudaFree(resPrevLabels_);
-  if (changedCount_) cudaFree(changedCount_);
-  resPrevLabels_ = nullptr;
-  changedCount_ = nullptr;
-  prevLabelsValid_ = false;
-  if (resDist_) cudaFree(resDist_);
-  if (resDist64_) cudaFree(resDist64_);
-  resDist64_ = nullptr;
-  freeResidentAccumulate(racc_);
-  freeFlagScratch(resFlag_);
-  if (hResLabels_) cudaFreeHost(hResLabels_);
-  if (hResDist_) cudaFreeHost(hResDist_);
-  resLabels_ = nullptr; resDist_ = nullptr; hResLabels_ = nullptr; hResDist_ = nullptr;
-  if (resComputed_) cudaEventDestroy(resComputed_);
-  resComputed_ = nullptr;
-  for (cudaEvent_t e : resChunkDone_)
-    if (e) cudaEventDestroy(e);
-  resChunkDone_.clear();
+  resident_.release();
   freeAccumulateScratch(accS_);
   exact_.release();
   freeFlagScratch(flagsS_);

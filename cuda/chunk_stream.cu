@@ -30,9 +30,8 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
   check(cudaStreamWaitEvent(cs, slot.copied, 0), "cudaStreamWaitEvent");
 
   // Rows of [0, residentRows) not yet held are retained: prepared straight into the resident arrays.
-  const bool retain = residentHeld_ == 0 && firstRow < shape_.memory.residentRows && firstRow == retainedThisPass_ &&
-                      firstRow + rows <= shape_.memory.residentRows;
-  RowOps ops = retain ? residentOps(firstRow) : scratch_.ops;
+  const bool retain = resident_.retains(firstRow, rows);
+  RowOps ops = retain ? resident_.from(firstRow, screenRelativeThisPass_) : scratch_.ops;
   const bool valuesInSlot = shape_.rows16 && !retain;  // the 16-bit rows are read where they landed
   if (valuesInSlot) ops.x16 = slot.raw;
   if (!centroids_.muReady()) centroids_.establishMu(slot.raw, rows, scratch_.ops, rowFlags(), streams_.compute);
@@ -42,7 +41,7 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
   if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
   computeChunk(ops, firstRow, rows, &slot, cs);
   if (valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
-  if (retain) retainedThisPass_ += rows;
+  if (retain) resident_.retained(rows);
   // The engine may refill the host memory once its copy is done.
   waitPumping(slot.copied, "H2D");
 }
@@ -76,12 +75,7 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   ChunkSlot dummy;
   ChunkSlot& slot = slotp ? *slotp : dummy;
   if (!slotp) {
-    slot.labels = resLabels_ + firstRow;
-    slot.dist32 = resDist_ + firstRow;
-    slot.hLabels = hResLabels_ + firstRow;
-    slot.hDist = hResDist_ + firstRow;
-    slot.computed = resComputed_;
-    slot.outDone = resChunkDone_[std::size_t(firstRow / shape_.memory.chunkRows)];  // finishPass copies the chunk after it
+    resident_.chunkOutputs(firstRow, slot);
   }
   if (far > 0) ensureFarBuffers(slot, far);
   stageMark(0, s);
@@ -93,7 +87,7 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   // the rows' fp64 distances: a streamed chunk's for its farthest rows now; resident rows' are computed again by
   // finishPass in the rare pass that needs them (accumulate.cuh sumsDistances) when accumulate need not write them
   double* dist = slotp ? (far > 0 || !distancesFromSums(shape_.d) ? scratch_.dist64 : nullptr)
-                       : (shape_.keepsResidentDistances() ? resDist64_ + firstRow : nullptr);
+                       : (shape_.keepsResidentDistances() ? resident_.distances64() + firstRow : nullptr);
   if (exact_.summingThisPass()) {
     // no partials: integer statistics take the streams' additions in any order (exact_sums.cuh); finishPass waits for
     // the chunk stream before the totals. The sums read no distances: a streamed chunk's only for its
@@ -163,7 +157,7 @@ void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64
                             bool resident, double* dist, cudaStream_t s) {
   const RowValues values = rowValues(ops);
   const bool sq = !shape_.cosine;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
-  exact_.addRows(values, firstRow, rows, shape_.d, resPrevLabels_, labels, resident, sq, s == streams_.chunk, s);
+  exact_.addRows(values, firstRow, rows, shape_.d, resident_.previousLabels(), labels, resident, sq, s == streams_.chunk, s);
   if (dist) sumsDistances(values, rows, shape_.d, centroids_.current(), labels, shape_.cosine, dist, s);
   check(cudaGetLastError(), "exact sums");
 }
@@ -176,7 +170,7 @@ void CudaBackend::enqueueFold(std::size_t b) {
 }
 
 // Labels of `rows` rows (exact mode: margin test, candidates, fp64 recheck, with flagged-row scratch for at
-// least `rows` rows: a chunk's, or resFlag_ for a piece of resident rows).
+// least `rows` rows: a chunk's, or ResidentRows::pieceFlags for a piece of resident rows).
 // On stream s with its own flagged-row counter (streams_.compute: totals_.flaggedCount; streams_.chunk: flaggedCountS_).
 void CudaBackend::assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                               cudaStream_t s, unsigned* count) {

@@ -35,7 +35,7 @@ BackendShape shapeOnDevice(const EngineConfig& cfg) {
 }  // namespace
 
 CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool)
-    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_), farthest_(shape_) {
+    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_), resident_(shape_), farthest_(shape_) {
   screenPolicy_ = ExactScreenPolicy(shape_.dp);
   residentAhead_ = std::max(1, cfg.cuda.residentAhead);
   try {
@@ -57,7 +57,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   spec_ = spec;
   fit_ = spec.mode == PassMode::Fit;
   rowsSeen_ = 0;
-  retainedThisPass_ = 0;
+  resident_.beginPass();
   overlap_ = false;
   partNext_ = 0;
   resStep_ = resSteps_ = 0;
@@ -69,9 +69,9 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   sumsKept_ = false;
   totals_.zero(shape_, streams_.compute);
   // Exact sums (exact_sums.cuh): a fit pass moves the resident rows' statistics by their changed labels when the last
-  // pass left them for resPrevLabels_, else adds them afresh; distances asked for (an assign pass's job) take
+  // pass left them for the resident rows' previous labels, else adds them afresh; distances asked for (an assign pass's job) take
   // accumulate(), which computes them anyway.
-  exact_.beginPass(shape_.memory.exactSums && fit_ && !spec.distances, prevLabelsValid_ && residentHeld_ > 0, streams_.compute);
+  exact_.beginPass(shape_.memory.exactSums && fit_ && !spec.distances, resident_.previousLabelsHeld() && resident_.held() > 0, streams_.compute);
   screenThisPass_ = shape_.memory.op == OpKind::F16x3 && shape_.settings.exactScreen && screenPolicy_.screen();
   const RelativeKeys keys = shape_.settings.relativeKeys;
   screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ && keys != RelativeKeys::Off &&
@@ -84,14 +84,10 @@ PassTotals CudaBackend::finishPass() {
   if (overlap_) pumpResident(true);  // the rest of the resident rows, then the streamed chunks' folds
   // Resident rows whose label changed since the previous pass that computed them (their labels are still on the
   // device): counted here instead of by the engine over the host arrays.
-  const bool countChanges = residentRan_ && prevLabelsValid_;
-  if (countChanges) {
-    check(cudaMemsetAsync(changedCount_, 0, sizeof(unsigned long long), streams_.compute), "memset");
-    countLabelChanges(resLabels_, resPrevLabels_, residentHeld_, changedCount_, streams_.compute);
-    check(cudaGetLastError(), "countLabelChanges");
-  }
+  const bool countChanges = resident_.countsChanges();
+  if (countChanges) resident_.queueChangeCount(streams_.compute);
   if (exact_.summingThisPass()) exact_.finishTotals(streams_.chunk, streams_.compute, centroids_.current(), shape_.cosine, totals_.sums, totals_.counts, totals_.inertia);
-  if (residentPending_) copyResidentOutputs();
+  if (resident_.outputsPending()) resident_.copyOutputs(spec_.labels, spec_.distances, pool_);
   // The flags, counts and inertia come down behind the pass's last kernels, covered by one wait on the compute stream
   // (a wait each left the GPU idle for a round trip each). The chunk stream's work — streamed chunks' flags and bad
   // rows — is done once the host has seen it finish; everything else, the streamed chunks' folds included, is on the
@@ -101,13 +97,13 @@ PassTotals CudaBackend::finishPass() {
   check(cudaMemcpyAsync(totals_.hostFlags + 3, totals_.flaggedTotal, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, streams_.compute),
         "D2H");
   if (countChanges)
-    check(cudaMemcpyAsync(totals_.hostFlags + 5, changedCount_, sizeof(unsigned long long), cudaMemcpyDeviceToHost, streams_.compute),
+    check(cudaMemcpyAsync(totals_.hostFlags + 5, resident_.changedCount(), sizeof(unsigned long long), cudaMemcpyDeviceToHost, streams_.compute),
           "D2H");
   const bool totalsQueued = ring_.queue({totals_.counts, totals_.inertia}, shape_.k, streams_.compute);
   check(cudaStreamSynchronize(streams_.compute), "compute");
   check(cudaStreamSynchronize(streams_.d2h), "D2H");
   for (ChunkSlot& s : slots_) drain(s);
-  residentPending_ = false;
+  resident_.outputsTaken();
   const unsigned long long bad[3] = {totals_.hostFlags[0], totals_.hostFlags[1], totals_.hostFlags[2]};
   if (bad[0] != ~0ULL)
     throw EngineError(ErrorCode::NonFiniteInput, "non-finite value in row " + std::to_string(bad[0]),
@@ -131,42 +127,39 @@ PassTotals CudaBackend::finishPass() {
   const unsigned long long flagged = totals_.hostFlags[3];
   if (shape_.memory.op == OpKind::F16x3)
     screenPolicy_.record(rowsSeen_, static_cast<std::int64_t>(totals_.hostFlags[4]), screenRelativeThisPass_);
-  screenRefsWritten_ = screenRefsWritten_ || (screenThisPass_ && resident_.screenRef);
+  screenRefsWritten_ = screenRefsWritten_ || (screenThisPass_ && resident_.all().screenRef);
   // backend.h: the farthest rows only when a cluster came out empty (the engine reads them only then). Streamed
   // chunks offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64
   // distances kept on the device, chunk by chunk as they were fed: the same candidates as computed eagerly.
   if (fit_ && spec_.farthest > 0 && anyEmpty) {
-    if (residentRan_)
-      farthest_.offerResident(rowValues(resident_), resLabels_, resDist64_, residentHeld_,
+    if (resident_.ranThisPass())
+      farthest_.offerResident(rowValues(resident_.all()), resident_.labels(), resident_.distances64(), resident_.held(),
                               !shape_.keepsResidentDistances() || exact_.summingThisPass(), centroids_.current(),
                               scratch_.farScratch, stages_, streams_.compute, streams_.d2h);
-    t.farthest = farthest_.take(rowValues(resident_), streams_.compute);
+    t.farthest = farthest_.take(rowValues(resident_.all()), streams_.compute);
   }
   farthest_.clear();
   t.rowsSeen = rowsSeen_;
   if (countChanges) {
-    t.changedRows = residentHeld_;
+    t.changedRows = resident_.held();
     t.changed = static_cast<std::int64_t>(totals_.hostFlags[5]);
   }
-  exact_.recordChangedShare(countChanges && residentHeld_ > 0 ? double(t.changed) / double(residentHeld_) : 0);
+  exact_.recordChangedShare(countChanges && resident_.held() > 0 ? double(t.changed) / double(resident_.held()) : 0);
   if (stages_.enabled()) {
     const std::array<float, 3> ms = stages_.stageMilliseconds();
     std::fprintf(stderr,
                  "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) screen=%s%s passed on=%.2f%% "
                  "device ms: assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
-                 static_cast<long long>(rowsSeen_), static_cast<long long>(residentHeld_), stages_.chunks(), flagged,
+                 static_cast<long long>(rowsSeen_), static_cast<long long>(resident_.held()), stages_.chunks(), flagged,
                  rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0, screenThisPass_ ? "on" : "off",
                  screenRelativeThisPass_ ? " (relative)" : "",
                  rowsSeen_ ? 100.0 * double(totals_.hostFlags[4]) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);
   }
   stages_.reset();
-  // This pass's resident labels become the previous ones. A pass that fed the resident rows as streamed chunks
-  // (or retained them) gave the engine labels the device does not hold: nothing to compare with next time.
-  if (residentRan_) std::swap(resLabels_, resPrevLabels_);
-  prevLabelsValid_ = residentRan_;
-  exact_.finishPass(residentRan_);  // its resident statistics now hold the resident rows under resPrevLabels_
-  residentRan_ = false;
-  if (residentHeld_ == 0 && retainedThisPass_ == shape_.memory.residentRows) residentHeld_ = shape_.memory.residentRows;
+  // This pass's resident labels become the previous ones; the resident statistics then hold the rows under them.
+  const bool residentRan = resident_.ranThisPass();
+  resident_.finishPass();
+  exact_.finishPass(residentRan);
   return t;
 }
 
@@ -191,11 +184,9 @@ void CudaBackend::abortPass() noexcept {
   resStep_ = resSteps_ = 0;
   pendingFolds_.clear();
   for (ChunkSlot& s : slots_) s.pending = false;
-  residentPending_ = false;
-  residentRan_ = false;
+  resident_.abortPass();  // resident rows are only held once a whole pass retained them all
   farthest_.clear();
   stages_.reset();
-  retainedThisPass_ = 0;  // resident rows are only held once a whole pass retained them all
   exact_.abortPass();  // the next fit pass adds afresh
 }
 

@@ -69,6 +69,7 @@
 #include "kernels/operands.cuh"
 #include "kernels/types.h"
 #include "planner.h"
+#include "resident_rows.h"
 #include "stage_timer.h"
 
 namespace kmfleet {
@@ -86,10 +87,10 @@ class CudaBackend final : public Backend {
 
   const Plan& plan() const override { return shape_.plan; }
   void* hostBuffer(int index) override { return host_.at(static_cast<std::size_t>(index)); }
-  std::int64_t residentHeld() const override { return residentHeld_; }
+  std::int64_t residentHeld() const override { return resident_.held(); }
 
   void beginPass(const PassSpec& spec) override;        // cuda_backend.cu
-  void processResident() override;                      // resident_rows.cu
+  void processResident() override;                      // resident_pass.cu
   void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) override;  // chunk_stream.cu
   HostBlock allocateHostRows(std::size_t bytes, std::string& warning) override;       // backend_buffers.cu
   PassTotals finishPass() override;                     // cuda_backend.cu
@@ -103,7 +104,6 @@ class CudaBackend final : public Backend {
   void allocate();
   void release() noexcept;
 
-
   // chunk_stream.cu
   void retire(ChunkSlot& s);
   void drain(ChunkSlot& s);
@@ -114,12 +114,9 @@ class CudaBackend final : public Backend {
   void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                    cudaStream_t s = nullptr, unsigned* count = nullptr);
 
-  // resident_rows.cu
-  RowOps residentOps(std::int64_t firstRow) const;
+  // resident_pass.cu
   void processResidentWhole();
   void accumulateResidentRows(bool wantDist);
-  void downloadResident(std::int64_t c0, std::int64_t c1, bool dist);
-  void copyResidentOutputs();
   bool eventDone(cudaEvent_t e);
   void pumpResident(bool all);
   void residentStep(std::int64_t i);
@@ -150,23 +147,7 @@ class CudaBackend final : public Backend {
   void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, bool resident,
                  double* dist, cudaStream_t s);
 
-  RowOps resident_;
-  int* resLabels_ = nullptr;
-  // The resident rows' labels of the previous pass that computed them (swapped with resLabels_ after each such
-  // pass), valid when that pass was the engine's last completed one: finishPass counts the changed rows.
-  int* resPrevLabels_ = nullptr;
-  bool prevLabelsValid_ = false;
-  unsigned long long* changedCount_ = nullptr;
-  float* resDist_ = nullptr;
-  double* resDist64_ = nullptr;  // this pass's fp64 distance of each resident row (farthest rows, finishPass)
-  ResidentAccumulateScratch racc_;  // rows > 0: processResidentWhole
-  FlagScratch resFlag_;             // exact mode, processResidentWhole: flagged rows of a piece
-  bool residentRan_ = false;        // processResident ran in this pass
-  int* hResLabels_ = nullptr;
-  float* hResDist_ = nullptr;
-  cudaEvent_t resComputed_ = nullptr;
-  std::vector<cudaEvent_t> resChunkDone_;  // per resident chunk: its labels/distances are in the pinned staging
-  bool residentPending_ = false;
+  ResidentRows resident_;  // the rows kept on the device across passes
   // Overlap of a partly resident pass (planner.h overlapPartials): streamed chunks on streams_.chunk (high priority)
   // with their own scratch, sums into a ring of per-chunk partials folded on streams_.compute in chunk order. Without the
   // partials (they did not fit) streamed chunks run behind the resident rows on streams_.compute.
@@ -186,8 +167,6 @@ class CudaBackend final : public Backend {
   std::vector<std::size_t> pendingFolds_;     // partials waiting for the last resident step to be queued
   // resident steps queued beyond the last one seen done (CudaSettings.residentAhead), each ~one chunk's compute
   std::int64_t residentAhead_ = 2;
-  std::int64_t residentHeld_ = 0;
-  std::int64_t retainedThisPass_ = 0;
 
   PassSpec spec_;
   bool fit_ = true;
