@@ -15,7 +15,6 @@ namespace cuda_backend {
 void CudaBackend::allocate() {
   const std::size_t chunk = std::size_t(shape_.memory.chunkRows);
   streams_.create();
-  check(cudaEventCreateWithFlags(&passReady_, cudaEventDisableTiming), "cudaEventCreate");
   for (int b = 0; b < shape_.memory.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * shape_.rowBytes, "host buffers"));
   centroids_.allocate();
   ring_.allocate();
@@ -23,21 +22,8 @@ void CudaBackend::allocate() {
   // streamed rows' scratch (one: only the compute stream uses it)
   scratch_.allocate(shape_);
   exact_.allocate(shape_.memory.exactSums, shape_.k, shape_.d, shape_.memory.chunkRows, shape_.memory.residentRows, shape_.memory.overlapPartials > 0);
-  if (shape_.memory.overlapPartials > 0) {  // planned beside the budget (planner.cpp): the chunk stream's own scratch + partials
-    allocAccumulateScratch(accS_, shape_.memory.chunkRows, shape_.d, shape_.k);
-    allocFlagScratch(flagsS_, chunk, "overlap scratch");
-    flaggedCountS_ = devAlloc<unsigned>(2, "overlap scratch");
-    const std::size_t P = std::size_t(shape_.memory.overlapPartials);
-    partSums_ = devAlloc<double>(P * shape_.k * shape_.d, "overlap partials");
-    partCounts_ = devAlloc<long long>(P * shape_.k, "overlap partials");
-    partInertia_ = devAlloc<double>(P * shape_.k, "overlap partials");
-    resStepDone_.resize(std::size_t((shape_.memory.residentRows + shape_.memory.chunkRows - 1) / shape_.memory.chunkRows) + 1, nullptr);
-    for (cudaEvent_t& e : resStepDone_) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    partReady_.resize(P, nullptr);
-    partFolded_.resize(P, nullptr);
-    for (auto* v : {&partReady_, &partFolded_})
-      for (cudaEvent_t& e : *v) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  }
+  overlap_.allocate();
+  steps_.allocate();
   resident_.allocate();
   slots_.allocate(shape_.memory.slots, chunk, shape_.rowBytes);
 }
@@ -48,20 +34,9 @@ void CudaBackend::release() noexcept {
   farthest_.release();
   stages_.release();
   resident_.release();
-  freeAccumulateScratch(accS_);
   exact_.release();
-  freeFlagScratch(flagsS_);
-  for (void* p : {static_cast<void*>(flaggedCountS_), static_cast<void*>(partSums_), static_cast<void*>(partCounts_),
-                  static_cast<void*>(partInertia_)})
-    if (p) cudaFree(p);
-  flaggedCountS_ = nullptr; partSums_ = nullptr; partCounts_ = nullptr; partInertia_ = nullptr;
-  for (auto* v : {&partReady_, &partFolded_, &resStepDone_}) {
-    for (cudaEvent_t e : *v)
-      if (e) cudaEventDestroy(e);
-    v->clear();
-  }
-  if (passReady_) cudaEventDestroy(passReady_);
-  passReady_ = nullptr;
+  overlap_.release();
+  steps_.release();
   for (void* p : host_) cudaFreeHost(p);
   host_.clear();
   centroids_.release();

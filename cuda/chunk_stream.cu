@@ -25,8 +25,8 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
   // The slot's previous outputs go to the engine's arrays once the copy is queued: the copy engine is not kept
   // waiting for the host (a chunk's labels are ~0.5 MB to memcpy; streamed passes are bound by the copies).
   retire(slot);
-  const cudaStream_t cs = overlap_ ? streams_.chunk : streams_.compute;
-  if (overlap_) check(cudaStreamWaitEvent(cs, passReady_, 0), "cudaStreamWaitEvent");
+  const cudaStream_t cs = overlap_.active() ? streams_.chunk : streams_.compute;
+  if (overlap_.active()) check(cudaStreamWaitEvent(cs, overlap_.passReady(), 0), "cudaStreamWaitEvent");
   check(cudaStreamWaitEvent(cs, slot.copied, 0), "cudaStreamWaitEvent");
 
   // Rows of [0, residentRows) not yet held are retained: prepared straight into the resident arrays.
@@ -48,7 +48,7 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
 
 // Before a slot's outputs are overwritten: wait for their D2H (keeping resident work queued) and copy them out.
 void CudaBackend::retire(ChunkSlot& s) {
-  if (s.pending && overlap_) waitPumping(s.outDone, "D2H");
+  if (s.pending && overlap_.active()) waitPumping(s.outDone, "D2H");
   drain(s);
 }
 
@@ -80,7 +80,7 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   if (far > 0) ensureFarBuffers(slot, far);
   stageMark(0, s);
   // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
-  if (part) assignPiece(ops, rows, slot.labels, flagsS_, s, flaggedCountS_);
+  if (part) assignPiece(ops, rows, slot.labels, overlap_.flags(), s, overlap_.flaggedCount());
   else assignPiece(ops, rows, slot.labels, scratch_.flags);
   const bool wantDist = spec_.distances != nullptr;
   stageMark(1, s);
@@ -94,24 +94,19 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
     // farthest candidates, resident rows' on demand (farthest_rows.h offerResident).
     exactRows(ops, firstRow, rows, slot.labels, !slotp, far > 0 ? scratch_.dist64 : nullptr, s);
   } else if (part) {
-    // Into partial b (a ring: wait until streams_.compute folded the chunk that used it before), then folded on streams_.compute
-    // after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same
+    // Into partial b (a ring: wait until the compute stream folded the chunk that used it before), then folded on the
+    // compute stream after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same
     // additions in the same order as from accumulate() into them directly.
-    const std::size_t b = std::size_t(partNext_++ % shape_.memory.overlapPartials);
+    const std::size_t b = overlap_.claim();
     // the ring came round before the resident rows were all queued: queue them (and the folds) now
-    if (partNext_ > shape_.memory.overlapPartials && resStep_ < resSteps_) pumpResident(true);
-    double* ps = partSums_ + b * shape_.k * shape_.d;
-    long long* pc = partCounts_ + b * shape_.k;
-    double* pi = partInertia_ + b * shape_.k;
-    check(cudaStreamWaitEvent(s, partFolded_[b], 0), "cudaStreamWaitEvent");
-    if (fit_) check(cudaMemsetAsync(ps, 0, sizeof(double) * std::size_t(shape_.k) * shape_.d, s), "memset");
-    check(cudaMemsetAsync(pc, 0, sizeof(long long) * shape_.k, s), "memset");
-    check(cudaMemsetAsync(pi, 0, sizeof(double) * shape_.k, s), "memset");
-    accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist, wantDist ? slot.dist32 : nullptr, fit_, accS_,
-               ps, pc, pi, s);
-    check(cudaEventRecord(partReady_[b], s), "cudaEventRecord");
-    if (resStep_ < resSteps_) pendingFolds_.push_back(b);  // after the resident rows, once they are queued
-    else enqueueFold(b);
+    if (overlap_.ringCameRound() && steps_.pending()) pumpResident(true);
+    overlap_.zero(b, fit_, s);
+    accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist,
+               wantDist ? slot.dist32 : nullptr, fit_, overlap_.scratch(), overlap_.sums(b), overlap_.counts(b),
+               overlap_.inertia(b), s);
+    overlap_.markReady(b, s);
+    if (steps_.pending()) overlap_.defer(b);  // after the resident rows, once they are queued
+    else overlap_.fold(b, totals_, fit_, streams_.compute);
   } else {
     accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist, wantDist ? slot.dist32 : nullptr, fit_, scratch_.accumulate,
                totals_.sums, totals_.counts, totals_.inertia, streams_.compute);
@@ -162,16 +157,9 @@ void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64
   check(cudaGetLastError(), "exact sums");
 }
 
-void CudaBackend::enqueueFold(std::size_t b) {
-  check(cudaStreamWaitEvent(streams_.compute, partReady_[b], 0), "cudaStreamWaitEvent");
-  foldPartial(shape_.d, shape_.k, fit_, partSums_ + b * shape_.k * shape_.d, partCounts_ + b * shape_.k, partInertia_ + b * shape_.k, totals_.sums, totals_.counts,
-              totals_.inertia, streams_.compute);
-  check(cudaEventRecord(partFolded_[b], streams_.compute), "cudaEventRecord");
-}
-
 // Labels of `rows` rows (exact mode: margin test, candidates, fp64 recheck, with flagged-row scratch for at
 // least `rows` rows: a chunk's, or ResidentRows::pieceFlags for a piece of resident rows).
-// On stream s with its own flagged-row counter (streams_.compute: totals_.flaggedCount; streams_.chunk: flaggedCountS_).
+// On stream s with its own flagged-row counter (streams_.compute: totals_.flaggedCount; streams_.chunk: the overlap's).
 void CudaBackend::assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                               cudaStream_t s, unsigned* count) {
   if (!s) s = streams_.compute;

@@ -35,9 +35,8 @@ BackendShape shapeOnDevice(const EngineConfig& cfg) {
 }  // namespace
 
 CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool)
-    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_), resident_(shape_), farthest_(shape_) {
+    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_), resident_(shape_), steps_(shape_), overlap_(shape_), farthest_(shape_) {
   screenPolicy_ = ExactScreenPolicy(shape_.dp);
-  residentAhead_ = std::max(1, cfg.cuda.residentAhead);
   try {
     allocate();
   } catch (...) {
@@ -58,10 +57,8 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   fit_ = spec.mode == PassMode::Fit;
   rowsSeen_ = 0;
   resident_.beginPass();
-  overlap_ = false;
-  partNext_ = 0;
-  resStep_ = resSteps_ = 0;
-  pendingFolds_.clear();
+  overlap_.beginPass();
+  steps_.clear();
   farthest_.begin(spec.farthest, spec.labels);
   // the engine's centroids are the `next` of our last updateOnDevice, still current, with their operands queued there:
   // nothing to take or prepare
@@ -81,7 +78,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
 
 PassTotals CudaBackend::finishPass() {
   check(cudaSetDevice(shape_.device), "cudaSetDevice");
-  if (overlap_) pumpResident(true);  // the rest of the resident rows, then the streamed chunks' folds
+  if (overlap_.active()) pumpResident(true);  // the rest of the resident rows, then the streamed chunks' folds
   // Resident rows whose label changed since the previous pass that computed them (their labels are still on the
   // device): counted here instead of by the engine over the host arrays.
   const bool countChanges = resident_.countsChanges();
@@ -179,10 +176,9 @@ void CudaBackend::copyUpdatedCentroids(float* dst) {
 void CudaBackend::abortPass() noexcept {
   cudaSetDevice(shape_.device);
   streams_.synchronizeQuietly();
-  overlap_ = false;
+  overlap_.abortPass();
   sumsKept_ = false;
-  resStep_ = resSteps_ = 0;
-  pendingFolds_.clear();
+  steps_.clear();
   for (ChunkSlot& s : slots_) s.pending = false;
   resident_.abortPass();  // resident rows are only held once a whole pass retained them all
   farthest_.clear();

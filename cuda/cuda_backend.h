@@ -68,8 +68,10 @@
 #include "kernels/exact_sums.cuh"
 #include "kernels/operands.cuh"
 #include "kernels/types.h"
+#include "overlap_partials.h"
 #include "planner.h"
 #include "resident_rows.h"
+#include "resident_steps.h"
 #include "stage_timer.h"
 
 namespace kmfleet {
@@ -109,7 +111,6 @@ class CudaBackend final : public Backend {
   void drain(ChunkSlot& s);
   void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, ChunkSlot* slotp,
                     cudaStream_t s = nullptr);
-  void enqueueFold(std::size_t b);
   void ensureFarBuffers(ChunkSlot& s, int f);
   void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                    cudaStream_t s = nullptr, unsigned* count = nullptr);
@@ -117,7 +118,6 @@ class CudaBackend final : public Backend {
   // resident_pass.cu
   void processResidentWhole();
   void accumulateResidentRows(bool wantDist);
-  bool eventDone(cudaEvent_t e);
   void pumpResident(bool all);
   void residentStep(std::int64_t i);
   void waitPumping(cudaEvent_t e, const char* what);
@@ -148,25 +148,8 @@ class CudaBackend final : public Backend {
                  double* dist, cudaStream_t s);
 
   ResidentRows resident_;  // the rows kept on the device across passes
-  // Overlap of a partly resident pass (planner.h overlapPartials): streamed chunks on streams_.chunk (high priority)
-  // with their own scratch, sums into a ring of per-chunk partials folded on streams_.compute in chunk order. Without the
-  // partials (they did not fit) streamed chunks run behind the resident rows on streams_.compute.
-  bool overlap_ = false;
-  cudaEvent_t passReady_ = nullptr;
-  AccumulateScratch accS_;
-  FlagScratch flagsS_;
-  unsigned* flaggedCountS_ = nullptr;
-  double* partSums_ = nullptr;
-  long long* partCounts_ = nullptr;
-  double* partInertia_ = nullptr;
-  std::vector<cudaEvent_t> partReady_, partFolded_;
-  std::int64_t partNext_ = 0;
-  bool resWhole_ = false;                      // resident steps: pieces + accumulateResident (else chunk by chunk)
-  std::int64_t resChunks_ = 0, resSteps_ = 0, resStep_ = 0;
-  std::vector<cudaEvent_t> resStepDone_;      // per resident step, on streams_.compute
-  std::vector<std::size_t> pendingFolds_;     // partials waiting for the last resident step to be queued
-  // resident steps queued beyond the last one seen done (CudaSettings.residentAhead), each ~one chunk's compute
-  std::int64_t residentAhead_ = 2;
+  ResidentSteps steps_;      // an overlapped pass's resident work, queued a few steps ahead
+  OverlapPartials overlap_;  // an overlapped pass's streamed chunks: the chunk stream's scratch, partials, folds
 
   PassSpec spec_;
   bool fit_ = true;

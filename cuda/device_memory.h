@@ -20,6 +20,17 @@ inline void check(cudaError_t e, const char* what) {
   throw EngineError(ErrorCode::Device, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
 }
 
+// Whether e's work is done (a query, no wait); a failed one throws as check() does.
+inline bool eventDone(cudaEvent_t e) {
+  const cudaError_t r = cudaEventQuery(e);
+  if (r == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  check(r, "compute");
+  return true;
+}
+
 template <typename T>
 T* devAlloc(std::size_t count, const char* what) {
   void* p = nullptr;

@@ -18,18 +18,15 @@ void CudaBackend::processResident() {
   resident_.markRan();  // finishPass finds the farthest resident rows from their kept distances, if asked
   // Streamed chunks of this pass go on streams_.chunk into per-chunk partials, folded on streams_.compute after the resident
   // rows: their copies and kernels no longer wait for the resident compute (see processChunk).
-  overlap_ = shape_.memory.overlapPartials > 0 && resident_.held() < shape_.n;
-  if (overlap_) {
+  if (shape_.memory.overlapPartials > 0 && resident_.held() < shape_.n) {
     centroids_.readyForCompute(streams_.compute);
-    check(cudaEventRecord(passReady_, streams_.compute), "cudaEventRecord");  // centroid operands, zeroed totals and flags
-    // The resident work is queued a few chunks ahead of the device, not all at once: ~20 launches a chunk would
-    // fill the launch queue and block this thread (and the streamed chunks' copies) until most of it has run.
-    resWhole_ = resident_.inOneGo();
-    resChunks_ = (resident_.held() + shape_.memory.chunkRows - 1) / shape_.memory.chunkRows;
-    resSteps_ = resChunks_ + (resWhole_ ? 1 : 0);  // whole: a piece a chunk, then the one accumulate
-    resStep_ = 0;
-    pendingFolds_.clear();
-    if (resWhole_) { centroids_.readyForCompute(streams_.compute); stageMark(0); }
+    overlap_.start(streams_.compute);  // after the centroid operands, zeroed totals and flags
+    // The resident work is queued a few chunks ahead of the device (resident_steps.h).
+    steps_.plan(resident_.inOneGo(), resident_.held());
+    if (steps_.oneGo()) {
+      centroids_.readyForCompute(streams_.compute);
+      stageMark(0);
+    }
     return pumpResident(false);
   }
   if (resident_.inOneGo()) return processResidentWhole();
@@ -53,7 +50,7 @@ void CudaBackend::processResidentWhole() {
   // the planner's piece (all rows, or ~2M: planner.h); one chunk a piece while streamed chunks overlap: the resident
   // assignment (a persistent kernel) then yields the SMs to a landed chunk within ~one chunk's compute, so the two
   // slots keep cycling
-  const std::int64_t piece = overlap_ ? std::min(R, C) : std::min(R, shape_.memory.residentPiece);
+  const std::int64_t piece = overlap_.active() ? std::min(R, C) : std::min(R, shape_.memory.residentPiece);
   for (std::int64_t first = 0; first < R; first += piece) {
     if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
     const std::int64_t rows = std::min(piece, R - first);
@@ -85,38 +82,27 @@ void CudaBackend::accumulateResidentRows(bool wantDist) {
 }
 
 // ---- overlap: resident work queued a few chunks ahead (processResident, processChunk, finishPass) ----
-bool CudaBackend::eventDone(cudaEvent_t e) {
-  const cudaError_t r = cudaEventQuery(e);
-  if (r == cudaErrorNotReady) { cudaGetLastError(); return false; }
-  check(r, "compute");
-  return true;
-}
-
-// Queue resident steps while fewer than residentAhead_ are outstanding (all: every one left). Once the last is
+// Queue resident steps while fewer than CudaSettings.residentAhead are outstanding (all: every one left). Once the last is
 // queued, the streamed chunks' folds waiting for it are queued after it, in chunk order.
 void CudaBackend::pumpResident(bool all) {
-  while (resStep_ < resSteps_) {
-    if (!all && resStep_ >= residentAhead_ && !eventDone(resStepDone_[std::size_t(resStep_ - residentAhead_)])) break;
+  while (steps_.pending()) {
+    if (!all && !steps_.roomAhead()) break;
     if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
-    residentStep(resStep_);
-    check(cudaEventRecord(resStepDone_[std::size_t(resStep_)], streams_.compute), "cudaEventRecord");
-    ++resStep_;
+    residentStep(steps_.next());
+    steps_.queued(streams_.compute);
   }
-  if (resStep_ == resSteps_) {
-    for (std::size_t b : pendingFolds_) enqueueFold(b);
-    pendingFolds_.clear();
-  }
+  if (steps_.allQueued()) overlap_.foldDeferred(totals_, fit_, streams_.compute);
 }
 
 void CudaBackend::residentStep(std::int64_t i) {
   const std::int64_t R = resident_.held(), C = shape_.memory.chunkRows, first = i * C;
-  if (!resWhole_) {
+  if (!steps_.oneGo()) {
     computeChunk(resident_.from(first, screenRelativeThisPass_), first, std::min(C, R - first), nullptr);
     resident_.markOutputsPending();
     return;
   }
   const bool wantDist = spec_.distances != nullptr;
-  if (i < resChunks_) {  // processResidentWhole's pieces, one chunk each
+  if (i < steps_.chunks()) {  // processResidentWhole's pieces, one chunk each
     const std::int64_t rows = std::min(C, R - first);
     assignPiece(resident_.from(first, screenRelativeThisPass_), rows, resident_.labels() + first, shape_.memory.op == OpKind::F16x3 ? resident_.pieceFlags() : scratch_.flags);
     if (!wantDist) resident_.download(i, i + 1, false, streams_.compute, streams_.d2h);
@@ -129,12 +115,12 @@ void CudaBackend::residentStep(std::int64_t i) {
 
 // Host waits of a partly resident pass keep the resident work queued meanwhile.
 void CudaBackend::waitPumping(cudaEvent_t e, const char* what) {
-  if (!overlap_) return check(cudaEventSynchronize(e), what);
+  if (!overlap_.active()) return check(cudaEventSynchronize(e), what);
   while (!eventDone(e)) {
-    const std::int64_t before = resStep_;
+    const std::int64_t before = steps_.next();
     pumpResident(false);
     // yield, not sleep: a sleep lasts ≥ ~60 µs (timer slack), and every copy noticed late delays the next one
-    if (resStep_ == before) std::this_thread::yield();
+    if (steps_.next() == before) std::this_thread::yield();
   }
 }
 
