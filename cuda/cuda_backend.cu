@@ -63,7 +63,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   // the engine's centroids are the `next` of our last updateOnDevice, still current, with their operands queued there:
   // nothing to take or prepare
   if (!(spec.centroidsFromUpdate && centroids_.holdsLastUpdate())) centroids_.upload(spec.centroids, fit_, streams_.compute);
-  sumsKept_ = false;
+  sumsKeptForUpdate_ = false;
   totals_.zero(shape_, streams_.compute);
   // Exact sums (exact_sums.cuh): a fit pass moves the resident rows' statistics by their changed labels when the last
   // pass left them for the resident rows' previous labels, else adds them afresh; distances asked for (an assign pass's job) take
@@ -118,9 +118,9 @@ PassTotals CudaBackend::finishPass() {
   ring_.take(totalsQueued, 1, totals_.inertia, shape_.k, t.inertia, streams_.compute);
   const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
   // the sums stay here for updateOnDevice unless the host must re-seed an empty cluster
-  sumsKept_ = fit_ && spec_.keepSums && !anyEmpty;
-  t.sumsKept = sumsKept_;
-  if (fit_ && !sumsKept_) ring_.download(totals_.sums, std::size_t(shape_.k) * shape_.d, t.sums, streams_.compute);
+  sumsKeptForUpdate_ = fit_ && spec_.keepSums && !anyEmpty;
+  t.sumsKept = sumsKeptForUpdate_;
+  if (fit_ && !sumsKeptForUpdate_) ring_.download(totals_.sums, std::size_t(shape_.k) * shape_.d, t.sums, streams_.compute);
   const unsigned long long flagged = totals_.hostFlags[3];
   if (shape_.memory.op == OpKind::F16x3)
     screenPolicy_.record(rowsSeen_, static_cast<std::int64_t>(totals_.hostFlags[4]), screenRelativeThisPass_);
@@ -162,9 +162,9 @@ PassTotals CudaBackend::finishPass() {
 
 DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
   check(cudaSetDevice(shape_.device), "cudaSetDevice");
-  if (!sumsKept_)
+  if (!sumsKeptForUpdate_)
     throw EngineError(ErrorCode::InvalidArgument, "updateOnDevice needs a finished fit pass that kept its sums");
-  sumsKept_ = false;
+  sumsKeptForUpdate_ = false;
   return centroids_.update(totals_, static_cast<double>(rowsSeen_), dataVariance, streams_, ring_);
 }
 
@@ -177,7 +177,7 @@ void CudaBackend::abortPass() noexcept {
   cudaSetDevice(shape_.device);
   streams_.synchronizeQuietly();
   overlap_.abortPass();
-  sumsKept_ = false;
+  sumsKeptForUpdate_ = false;
   steps_.clear();
   for (ChunkSlot& s : slots_) s.pending = false;
   resident_.abortPass();  // resident rows are only held once a whole pass retained them all

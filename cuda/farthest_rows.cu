@@ -58,7 +58,7 @@ void FarthestRows::offerResident(RowValues values, const std::int32_t* labels, d
   const std::int64_t R = rows, C = shape_.memory.chunkRows, chunks = (R + C - 1) / C;
   ensureResidentCandidates(farCandidates(f, C), d2h);  // candidates per chunk
   stages.mark(0, compute);
-  // the pass did not keep them (chunk_stream.cu, resident_rows.cu; an exact-sums pass never does): the same bits
+  // the pass did not keep them (chunk_stream.cu, resident_pass.cu; an exact-sums pass never does): the same bits
   // again, from this pass's labels and centroids
   if (computeDistances) sumsDistances(values, R, shape_.d, centroids, labels, shape_.cosine, dist64, compute);
   stages.mark(1, compute);
