@@ -55,7 +55,7 @@ namespace cuda_backend {
 // Page-locked, so that a held chunk goes to the device by DMA at the link's speed. A host that refuses to lock more
 // (RLIMIT_MEMLOCK, a container's limit) gets pageable memory, whose copies the driver stages: slower, still correct.
 HostBlock CudaBackend::allocateHostRows(std::size_t bytes, std::string& warning) {
-  check(cudaSetDevice(shape_.device), "cudaSetDevice");
+  DeviceScope on(shape_.device);
   void* p = nullptr;
   if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) == cudaSuccess)
     return HostBlock(p, [](void* q) { cudaFreeHost(q); });

@@ -15,7 +15,7 @@ namespace kmfleet {
 namespace cuda_backend {
 
 void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) {
-  check(cudaSetDevice(shape_.device), "cudaSetDevice");
+  DeviceScope on(shape_.device);
   if (!data || rows <= 0 || rows > shape_.memory.chunkRows)
     throw EngineError(ErrorCode::InvalidArgument, "processChunk: no rows or a bad row count");
   ChunkSlot& slot = slots_.next();

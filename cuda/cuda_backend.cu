@@ -18,24 +18,9 @@
 namespace kmfleet {
 namespace cuda_backend {
 
-namespace {
-
-// cfg's device made current (it must exist), and the backend's shape there.
-BackendShape shapeOnDevice(const EngineConfig& cfg) {
-  int count = 0;
-  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-  if (cfg.device < 0 || cfg.device >= count)
-    throw EngineError(ErrorCode::InvalidArgument,
-                      "CUDA device " + std::to_string(cfg.device) + " does not exist (" + std::to_string(count) +
-                          " device(s))");
-  check(cudaSetDevice(cfg.device), "cudaSetDevice");
-  return BackendShape::onCurrentDevice(cfg);
-}
-
-}  // namespace
-
+// On cfg.device, made current by the caller (makeCudaBackend).
 CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool)
-    : shape_(shapeOnDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_), resident_(shape_), steps_(shape_), overlap_(shape_), farthest_(shape_) {
+    : shape_(BackendShape::onCurrentDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_), resident_(shape_), steps_(shape_), overlap_(shape_), farthest_(shape_) {
   screenPolicy_ = ExactScreenPolicy(shape_.dp);
   try {
     allocate();
@@ -46,13 +31,13 @@ CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool)
 }
 
 CudaBackend::~CudaBackend() {
-  cudaSetDevice(shape_.device);
+  DeviceScope on(shape_.device, std::nothrow);
   cudaDeviceSynchronize();
   release();
 }
 
 void CudaBackend::beginPass(const PassSpec& spec) {
-  check(cudaSetDevice(shape_.device), "cudaSetDevice");
+  DeviceScope on(shape_.device);
   spec_ = spec;
   fit_ = spec.mode == PassMode::Fit;
   rowsSeen_ = 0;
@@ -77,7 +62,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
 }
 
 PassTotals CudaBackend::finishPass() {
-  check(cudaSetDevice(shape_.device), "cudaSetDevice");
+  DeviceScope on(shape_.device);
   if (overlap_.active()) pumpResident(true);  // the rest of the resident rows, then the streamed chunks' folds
   // Resident rows whose label changed since the previous pass that computed them (their labels are still on the
   // device): counted here instead of by the engine over the host arrays.
@@ -161,7 +146,7 @@ PassTotals CudaBackend::finishPass() {
 }
 
 DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
-  check(cudaSetDevice(shape_.device), "cudaSetDevice");
+  DeviceScope on(shape_.device);
   if (!sumsKeptForUpdate_)
     throw EngineError(ErrorCode::InvalidArgument, "updateOnDevice needs a finished fit pass that kept its sums");
   sumsKeptForUpdate_ = false;
@@ -169,12 +154,12 @@ DeviceUpdate CudaBackend::updateOnDevice(bool dataVariance) {
 }
 
 void CudaBackend::copyUpdatedCentroids(float* dst) {
-  check(cudaSetDevice(shape_.device), "cudaSetDevice");  // the caller's thread may be another than the pass's
+  DeviceScope on(shape_.device);  // the caller's thread may be another than the pass's
   centroids_.copyUpdated(dst, pool_);
 }
 
 void CudaBackend::abortPass() noexcept {
-  cudaSetDevice(shape_.device);
+  DeviceScope on(shape_.device, std::nothrow);
   streams_.synchronizeQuietly();
   overlap_.abortPass();
   sumsKeptForUpdate_ = false;
@@ -190,6 +175,8 @@ void CudaBackend::abortPass() noexcept {
 
 std::unique_ptr<Backend> makeCudaBackend(const EngineConfig& config, ThreadPool* pool) {
   try {
+    cuda_backend::requireDevice(config.device);
+    cuda_backend::DeviceScope on(config.device);
     return std::make_unique<cuda_backend::CudaBackend>(config, pool);
   } catch (const EngineError&) {
     throw;

@@ -1,5 +1,5 @@
-// Memory planner (see planner.h). Every device allocation of the backend is counted here; backend_buffers.cu
-// allocates exactly these pieces.
+// Memory planner (see planner.h). Every device allocation of the backend is counted here; the owners' allocate()
+// (backend_buffers.cu) allocate exactly these pieces.
 #include "planner.h"
 
 #include <algorithm>

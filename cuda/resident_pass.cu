@@ -14,7 +14,7 @@ namespace kmfleet {
 namespace cuda_backend {
 
 void CudaBackend::processResident() {
-  check(cudaSetDevice(shape_.device), "cudaSetDevice");
+  DeviceScope on(shape_.device);
   resident_.markRan();  // finishPass finds the farthest resident rows from their kept distances, if asked
   // Streamed chunks of this pass go on streams_.chunk into per-chunk partials, folded on streams_.compute after the resident
   // rows: their copies and kernels no longer wait for the resident compute (see processChunk).

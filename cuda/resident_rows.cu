@@ -121,7 +121,8 @@ void ResidentRows::copyOutputs(std::int32_t* labels, float* distances, ThreadPoo
   if (threads <= 1) return copyChunks(0, 1);
   pool->run([&](int tid, int) {
     if (tid >= threads) return;
-    if (tid > 0) check(cudaSetDevice(shape_.device), "cudaSetDevice");  // the pool's own threads
+    if (tid == 0) return copyChunks(tid, threads);  // the calling thread, on the device already
+    DeviceScope on(shape_.device);                  // the pool's own threads
     copyChunks(tid, threads);
   });
 }
