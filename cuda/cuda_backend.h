@@ -38,7 +38,8 @@
 // helpers, the CUDA error mapping and DeviceScope. The kernels are in kernels/.
 //
 // This header (internal to cuda/) declares the orchestration; its member functions live one concept a file:
-//   cuda_backend.cu     construction, begin/finish/abort of a pass, the device update, makeCudaBackend (cuda_bridge.h)
+//   cuda_backend.cu     construction, begin/abort of a pass, the device update, makeCudaBackend (cuda_bridge.h)
+//   pass_finish.cu      finishPass as named steps: the device's totals first, then the host's waits and outputs
 //   backend_buffers.cu  the owners' allocation and release, the engine's host buffers and host-tier blocks
 //   chunk_stream.cu     a chunk: through a slot (processChunk, retire, drain), its kernels and outputs (computeChunk,
 //                       also resident chunks one by one), assignPiece, exactRows
@@ -94,7 +95,7 @@ class CudaBackend final : public Backend {
   void processResident() override;                      // resident_pass.cu
   void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) override;  // chunk_stream.cu
   HostBlock allocateHostRows(std::size_t bytes, std::string& warning) override;       // backend_buffers.cu
-  PassTotals finishPass() override;                     // cuda_backend.cu
+  PassTotals finishPass() override;                     // pass_finish.cu
   bool updatesOnDevice() const override { return true; }
   DeviceUpdate updateOnDevice(bool dataVariance) override;  // cuda_backend.cu
   void copyUpdatedCentroids(float* dst) override;           // cuda_backend.cu
@@ -125,6 +126,19 @@ class CudaBackend final : public Backend {
   void pumpResident(bool all);
   void residentStep(std::int64_t i);
   void waitPumping(cudaEvent_t e, const char* what);
+
+  // pass_finish.cu: finishPass's steps, in the order it runs them
+  void queueResidentRest();
+  bool queueChangedLabelCount();
+  void totalExactStatistics();
+  void exactTotalsToFp64();
+  void takeResidentOutputs();
+  bool waitForFlagsAndTotals(bool countChanges);
+  void throwOnBadRows() const;
+  PassTotals takeTotals(bool totalsQueued);
+  void recordScreen();
+  std::vector<FarRow> farthestRows();
+  void closePass(PassTotals& t, bool countChanges);
 
   // Boundary i of a chunk's stages on s (the compute stream when null), when stats are on.
   void stageMark(int i, cudaStream_t s = nullptr) { stages_.mark(i, s ? s : streams_.compute); }

@@ -54,11 +54,14 @@ void ExactStatistics::addRows(RowValues values, std::int64_t firstRow, std::int6
     exactAddRows(values, rows, d, labels, sq, scratch, resident ? resident_ : pass_, s);
 }
 
-void ExactStatistics::finishTotals(cudaStream_t chunkStream, cudaStream_t compute, const float* cf, bool cosine,
-                                   double* sums, long long* counts, double* inertia) {
+void ExactStatistics::totalOnDevice(cudaStream_t chunkStream, cudaStream_t compute) {
   check(cudaEventRecord(chunksDone_, chunkStream), "cudaEventRecord");
   check(cudaStreamWaitEvent(compute, chunksDone_, 0), "cudaStreamWaitEvent");
   addExactStats(pass_, resident_, compute);
+}
+
+void ExactStatistics::toFp64(cudaStream_t compute, const float* cf, bool cosine, double* sums, long long* counts,
+                             double* inertia) {
   exactFinish(pass_, cf, cosine, sums, counts, inertia, compute);
   check(cudaGetLastError(), "exact sums");
 }

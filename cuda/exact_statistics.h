@@ -20,7 +20,7 @@ namespace cuda_backend {
 class ExactStatistics {
  public:
   // The statistics and the compute stream's scratch when `enabled` (the plan's exactSums), the chunk stream's scratch
-  // too when streamed chunks overlap resident rows; always the event finishTotals records. Throws std::bad_alloc.
+  // too when streamed chunks overlap resident rows; always the event totalOnDevice records. Throws std::bad_alloc.
   void allocate(bool enabled, int k, int d, std::int64_t chunkRows, std::int64_t residentRows, bool chunkStream);
   void release() noexcept;
 
@@ -32,11 +32,11 @@ class ExactStatistics {
   // chunk stream (its own scratch). sq: Σ‖x‖² too (cosine's inertia needs none).
   void addRows(cuda::RowValues values, std::int64_t firstRow, std::int64_t rows, int d, const std::int32_t* prevLabels,
                const std::int32_t* labels, bool resident, bool sq, bool chunkStream, cudaStream_t s);
-  // The pass's totals on `compute` after everything the pass queued (the chunk stream's work included): the resident
-  // rows' added into the streamed chunks', then the fp64 sums, counts and inertia (exactFinish: the same bits for
-  // any chunking and residency).
-  void finishTotals(cudaStream_t chunkStream, cudaStream_t compute, const float* cf, bool cosine, double* sums,
-                    long long* counts, double* inertia);
+  // The pass's statistics totalled on `compute` after everything the pass queued (the chunk stream's work included):
+  // the resident rows' added into the streamed chunks'.
+  void totalOnDevice(cudaStream_t chunkStream, cudaStream_t compute);
+  // Then the fp64 sums, counts and inertia from that total (exactFinish: the same bits for any chunking and residency).
+  void toFp64(cudaStream_t compute, const float* cf, bool cosine, double* sums, long long* counts, double* inertia);
   // The share of resident rows whose label changed in the pass that just counted them (0 when none did).
   void recordChangedShare(double share) { lastChangedShare_ = share; }
   // The pass ended: the resident statistics hold the resident rows under their labels of this pass when it summed
@@ -56,10 +56,10 @@ class ExactStatistics {
   // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Exact statistics"). Either way the same bits.
   double lastChangedShare_ = 0;
   cuda::ExactStats resident_;             // the resident rows
-  cuda::ExactStats pass_;                 // this pass's streamed chunks, then (finishTotals) the pass's total
+  cuda::ExactStats pass_;                 // this pass's streamed chunks, then (totalOnDevice) the pass's total
   cuda::ExactScratch computeScratch_;     // the compute stream's: resident rows (all at once) and its streamed chunks
   cuda::ExactScratch chunkStreamScratch_; // the chunk stream's streamed chunks (overlap)
-  cudaEvent_t chunksDone_ = nullptr;      // the chunk stream's work of the pass, before finishTotals
+  cudaEvent_t chunksDone_ = nullptr;      // the chunk stream's work of the pass, before totalOnDevice
 };
 
 }  // namespace cuda_backend
