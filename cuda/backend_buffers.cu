@@ -15,13 +15,15 @@ namespace cuda_backend {
 void CudaBackend::allocate() {
   const std::size_t chunk = std::size_t(shape_.memory.chunkRows);
   streams_.create();
-  for (int b = 0; b < shape_.memory.buffers; ++b) host_.push_back(hostAlloc<char>(chunk * shape_.rowBytes, "host buffers"));
+  for (int b = 0; b < shape_.memory.buffers; ++b)
+    host_.push_back(hostAlloc<char>(chunk * shape_.rowBytes, "host buffers"));
   centroids_.allocate();
   ring_.allocate();
   totals_.allocate(shape_);
   // streamed rows' scratch (one: only the compute stream uses it)
   scratch_.allocate(shape_);
-  exact_.allocate(shape_.memory.exactSums, shape_.k, shape_.d, shape_.memory.chunkRows, shape_.memory.residentRows, shape_.memory.overlapPartials > 0);
+  const MemoryPlan& mp = shape_.memory;
+  exact_.allocate(mp.exactSums, shape_.k, shape_.d, mp.chunkRows, mp.residentRows, mp.overlapPartials > 0);
   overlap_.allocate();
   steps_.allocate();
   resident_.allocate();

@@ -57,8 +57,10 @@ void CudaBackend::drain(ChunkSlot& s) {
   if (!s.pending) return;
   check(cudaEventSynchronize(s.outDone), "D2H");
   std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
-  if (s.dist && spec_.distances) std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
-  for (int i = 0; i < s.far; ++i) farthest_.offer(s.hTopDist[i], s.hTopRow[i], s.hTopValues + std::size_t(i) * shape_.d);
+  if (s.dist && spec_.distances)
+    std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
+  for (int i = 0; i < s.far; ++i)
+    farthest_.offer(s.hTopDist[i], s.hTopRow[i], s.hTopValues + std::size_t(i) * shape_.d);
   s.pending = false;
 }
 
@@ -95,8 +97,8 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
     exactRows(ops, firstRow, rows, slot.labels, !slotp, far > 0 ? scratch_.dist64 : nullptr, s);
   } else if (part) {
     // Into partial b (a ring: wait until the compute stream folded the chunk that used it before), then folded on the
-    // compute stream after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same
-    // additions in the same order as from accumulate() into them directly.
+    // compute stream after everything queued there — the resident rows, the earlier chunks' folds: the totals get the
+    // same additions in the same order as from accumulate() into them directly.
     const std::size_t b = overlap_.claim();
     // the ring came round before the resident rows were all queued: queue them (and the folds) now
     if (overlap_.ringCameRound() && steps_.pending()) pumpResident(true);
@@ -108,13 +110,14 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
     if (steps_.pending()) overlap_.defer(b);  // after the resident rows, once they are queued
     else overlap_.fold(b, totals_, fit_, streams_.compute);
   } else {
-    accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist, wantDist ? slot.dist32 : nullptr, fit_, scratch_.accumulate,
-               totals_.sums, totals_.counts, totals_.inertia, streams_.compute);
+    accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist,
+               wantDist ? slot.dist32 : nullptr, fit_, scratch_.accumulate, totals_.sums, totals_.counts,
+               totals_.inertia, streams_.compute);
   }
   stageMark(2, s);
   if (far > 0)
-    farRows(scratch_.dist64, values, rows, shape_.d, firstRow, spec_.farthest, scratch_.farScratch, slot.topDist, slot.topRow, slot.topValues,
-            s);
+    farRows(scratch_.dist64, values, rows, shape_.d, firstRow, spec_.farthest, scratch_.farScratch, slot.topDist,
+            slot.topRow, slot.topValues, s);
   check(cudaGetLastError(), "chunk kernels");
   stageMark(3, s);
   check(cudaEventRecord(slot.computed, s), "cudaEventRecord");
@@ -123,8 +126,10 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   if (wantDist)
     check(cudaMemcpyAsync(slot.hDist, slot.dist32, sizeof(float) * rows, cudaMemcpyDeviceToHost, streams_.d2h), "D2H");
   if (far > 0) {
-    check(cudaMemcpyAsync(slot.hTopDist, slot.topDist, sizeof(double) * far, cudaMemcpyDeviceToHost, streams_.d2h), "D2H");
-    check(cudaMemcpyAsync(slot.hTopRow, slot.topRow, sizeof(long long) * far, cudaMemcpyDeviceToHost, streams_.d2h), "D2H");
+    check(cudaMemcpyAsync(slot.hTopDist, slot.topDist, sizeof(double) * far, cudaMemcpyDeviceToHost, streams_.d2h),
+          "D2H");
+    check(cudaMemcpyAsync(slot.hTopRow, slot.topRow, sizeof(long long) * far, cudaMemcpyDeviceToHost, streams_.d2h),
+          "D2H");
     check(cudaMemcpyAsync(slot.hTopValues, slot.topValues, sizeof(float) * std::size_t(far) * shape_.d,
                           cudaMemcpyDeviceToHost, streams_.d2h),
           "D2H");
@@ -152,7 +157,8 @@ void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64
                             bool resident, double* dist, cudaStream_t s) {
   const RowValues values = rowValues(ops);
   const bool sq = !shape_.cosine;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
-  exact_.addRows(values, firstRow, rows, shape_.d, resident_.previousLabels(), labels, resident, sq, s == streams_.chunk, s);
+  exact_.addRows(values, firstRow, rows, shape_.d, resident_.previousLabels(), labels, resident, sq,
+                 s == streams_.chunk, s);
   if (dist) sumsDistances(values, rows, shape_.d, centroids_.current(), labels, shape_.cosine, dist, s);
   check(cudaGetLastError(), "exact sums");
 }
@@ -166,12 +172,15 @@ void CudaBackend::assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t
   if (!count) count = totals_.flaggedCount;
   check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
   // exact mode: candCount (candidateRows fills it later on this stream) holds the screened rows until then
-  assignRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, shape_.memory.op, labels, f.flagged, count, f.thr,
+  assignRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, shape_.memory.op, labels, f.flagged, count,
+             f.thr,
              screenThisPass_ ? f.candCount : nullptr, count + 1, s);
   check(cudaGetLastError(), "assignRows");
   if (shape_.memory.op == OpKind::F16x3) {
-    candidateRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, f.flagged, count, f.thr, f.candCount, f.cand, s);
-    recheckRows(rowValues(ops), shape_.d, centroids_.current(), shape_.k, f.flagged, count, rows, f.candCount, f.cand, labels, s);
+    candidateRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, f.flagged, count, f.thr, f.candCount,
+                  f.cand, s);
+    recheckRows(rowValues(ops), shape_.d, centroids_.current(), shape_.k, f.flagged, count, rows, f.candCount, f.cand,
+                labels, s);
     totals_.addFlagged(s, count);
   }
 }

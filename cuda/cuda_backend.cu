@@ -13,14 +13,20 @@
 
 #include "cuda_backend.h"
 #include "cuda_bridge.h"
-#include "kernels/label_changes.cuh"
 
 namespace kmfleet {
 namespace cuda_backend {
 
 // On cfg.device, made current by the caller (makeCudaBackend).
 CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool)
-    : shape_(BackendShape::onCurrentDevice(cfg)), pool_(pool), stages_(cfg.stats), centroids_(shape_), resident_(shape_), steps_(shape_), overlap_(shape_), farthest_(shape_) {
+    : shape_(BackendShape::onCurrentDevice(cfg)),
+      pool_(pool),
+      stages_(cfg.stats),
+      centroids_(shape_),
+      resident_(shape_),
+      steps_(shape_),
+      overlap_(shape_),
+      farthest_(shape_) {
   screenPolicy_ = ExactScreenPolicy(shape_.dp);
   try {
     allocate();
@@ -47,13 +53,15 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   farthest_.begin(spec.farthest, spec.labels);
   // the engine's centroids are the `next` of our last updateOnDevice, still current, with their operands queued there:
   // nothing to take or prepare
-  if (!(spec.centroidsFromUpdate && centroids_.holdsLastUpdate())) centroids_.upload(spec.centroids, fit_, streams_.compute);
+  if (!(spec.centroidsFromUpdate && centroids_.holdsLastUpdate()))
+    centroids_.upload(spec.centroids, fit_, streams_.compute);
   sumsKeptForUpdate_ = false;
   totals_.zero(shape_, streams_.compute);
   // Exact sums (exact_sums.cuh): a fit pass moves the resident rows' statistics by their changed labels when the last
-  // pass left them for the resident rows' previous labels, else adds them afresh; distances asked for (an assign pass's job) take
-  // accumulate(), which computes them anyway.
-  exact_.beginPass(shape_.memory.exactSums && fit_ && !spec.distances, resident_.previousLabelsHeld() && resident_.held() > 0, streams_.compute);
+  // pass left them for the resident rows' previous labels, else adds them afresh; distances asked for (an assign
+  // pass's job) take accumulate(), which computes them anyway.
+  exact_.beginPass(shape_.memory.exactSums && fit_ && !spec.distances,
+                   resident_.previousLabelsHeld() && resident_.held() > 0, streams_.compute);
   screenThisPass_ = shape_.memory.op == OpKind::F16x3 && shape_.settings.exactScreen && screenPolicy_.screen();
   const RelativeKeys keys = shape_.settings.relativeKeys;
   screenRelativeThisPass_ = screenThisPass_ && screenRefsWritten_ && keys != RelativeKeys::Off &&

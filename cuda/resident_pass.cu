@@ -70,15 +70,18 @@ void CudaBackend::accumulateResidentRows(bool wantDist) {
   stageMark(1);
   if (exact_.summingThisPass()) {  // the statistics moved by the changed rows (or added afresh): exact_sums.cuh
     exactRows(resident_.all(), 0, resident_.held(), resident_.labels(), true, nullptr, streams_.compute);
-  } else {  // D ≤ 256: the rows' fp64 distances are not kept (FarthestRows::offerResident computes them if a cluster comes out empty)
-    accumulateResident(rowValues(resident_.all()), shape_.d, shape_.k, resident_.labels(), centroids_.current(), shape_.cosine,
-                       shape_.keepsResidentDistances() ? resident_.distances64() : nullptr, wantDist ? resident_.distances32() : nullptr, fit_, resident_.oneGoScratch(), totals_.sums,
+  } else {  // D ≤ 256: the rows' fp64 distances are not kept (FarthestRows::offerResident computes them if needed)
+    accumulateResident(rowValues(resident_.all()), shape_.d, shape_.k, resident_.labels(), centroids_.current(),
+                       shape_.cosine, shape_.keepsResidentDistances() ? resident_.distances64() : nullptr,
+                       wantDist ? resident_.distances32() : nullptr, fit_, resident_.oneGoScratch(), totals_.sums,
                        totals_.counts, totals_.inertia, streams_.compute);
     check(cudaGetLastError(), "accumulateResident");
   }
   stageMark(2);
   stageMark(3);
-  if (wantDist) resident_.download(0, (resident_.held() + shape_.memory.chunkRows - 1) / shape_.memory.chunkRows, true, streams_.compute, streams_.d2h);
+  if (wantDist)
+    resident_.download(0, (resident_.held() + shape_.memory.chunkRows - 1) / shape_.memory.chunkRows, true,
+                       streams_.compute, streams_.d2h);
 }
 
 // ---- overlap: resident work queued a few chunks ahead (processResident, processChunk, finishPass) ----
@@ -104,7 +107,8 @@ void CudaBackend::residentStep(std::int64_t i) {
   const bool wantDist = spec_.distances != nullptr;
   if (i < steps_.chunks()) {  // processResidentWhole's pieces, one chunk each
     const std::int64_t rows = std::min(C, R - first);
-    assignPiece(resident_.from(first, screenRelativeThisPass_), rows, resident_.labels() + first, shape_.memory.op == OpKind::F16x3 ? resident_.pieceFlags() : scratch_.flags);
+    assignPiece(resident_.from(first, screenRelativeThisPass_), rows, resident_.labels() + first,
+                shape_.memory.op == OpKind::F16x3 ? resident_.pieceFlags() : scratch_.flags);
     if (!wantDist) resident_.download(i, i + 1, false, streams_.compute, streams_.d2h);
     return;
   }
