@@ -15,40 +15,40 @@ namespace kmfleet {
 namespace cuda_backend {
 
 void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) {
-  check(cudaSetDevice(cfg_.device), "cudaSetDevice");
-  if (!data || rows <= 0 || rows > mp_.chunkRows)
+  DeviceScope on(shape_.device);
+  if (!data || rows <= 0 || rows > shape_.memory.chunkRows)
     throw EngineError(ErrorCode::InvalidArgument, "processChunk: no rows or a bad row count");
   ChunkSlot& slot = slots_.next();
-  check(cudaStreamWaitEvent(copy_, slot.rawFree, 0), "cudaStreamWaitEvent");
-  check(cudaMemcpyAsync(slot.raw, data, rows * rowBytes_, cudaMemcpyHostToDevice, copy_), "H2D");
-  check(cudaEventRecord(slot.copied, copy_), "cudaEventRecord");
+  check(cudaStreamWaitEvent(streams_.copy, slot.rawFree, 0), "cudaStreamWaitEvent");
+  check(cudaMemcpyAsync(slot.raw, data, rows * shape_.rowBytes, cudaMemcpyHostToDevice, streams_.copy), "H2D");
+  check(cudaEventRecord(slot.copied, streams_.copy), "cudaEventRecord");
   // The slot's previous outputs go to the engine's arrays once the copy is queued: the copy engine is not kept
   // waiting for the host (a chunk's labels are ~0.5 MB to memcpy; streamed passes are bound by the copies).
   retire(slot);
-  const cudaStream_t cs = overlap_ ? chunkStream_ : compute_;
-  if (overlap_) check(cudaStreamWaitEvent(cs, passReady_, 0), "cudaStreamWaitEvent");
+  const cudaStream_t cs = overlap_.active() ? streams_.chunk : streams_.compute;
+  if (overlap_.active()) check(cudaStreamWaitEvent(cs, overlap_.passReady(), 0), "cudaStreamWaitEvent");
   check(cudaStreamWaitEvent(cs, slot.copied, 0), "cudaStreamWaitEvent");
 
   // Rows of [0, residentRows) not yet held are retained: prepared straight into the resident arrays.
-  const bool retain = residentHeld_ == 0 && firstRow < mp_.residentRows && firstRow == retainedThisPass_ &&
-                      firstRow + rows <= mp_.residentRows;
-  RowOps ops = retain ? residentOps(firstRow) : streamOps_;
-  const bool valuesInSlot = rows16_ && !retain;  // the 16-bit rows are read where they landed
+  const bool retain = resident_.retains(firstRow, rows);
+  RowOps ops = retain ? resident_.from(firstRow, screenRelativeThisPass_) : scratch_.ops;
+  const bool valuesInSlot = shape_.rows16 && !retain;  // the 16-bit rows are read where they landed
   if (valuesInSlot) ops.x16 = slot.raw;
-  if (!muReady_) establishMu(slot.raw, rows);
-  prepareRows(slot.raw, inType(cfg_.dtype), rows, d_, mp_.op, cosine_, firstRow, mu_, ops, rowFlags(), cs);
+  if (!centroids_.muReady()) centroids_.establishMu(slot.raw, rows, scratch_.ops, rowFlags(), streams_.compute);
+  prepareRows(slot.raw, shape_.input, rows, shape_.d, shape_.memory.op, shape_.cosine, firstRow, centroids_.mu(), ops,
+              rowFlags(), cs);
   check(cudaGetLastError(), "prepareRows");
   if (!valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
   computeChunk(ops, firstRow, rows, &slot, cs);
   if (valuesInSlot) check(cudaEventRecord(slot.rawFree, cs), "cudaEventRecord");
-  if (retain) retainedThisPass_ += rows;
+  if (retain) resident_.retained(rows);
   // The engine may refill the host memory once its copy is done.
   waitPumping(slot.copied, "H2D");
 }
 
 // Before a slot's outputs are overwritten: wait for their D2H (keeping resident work queued) and copy them out.
 void CudaBackend::retire(ChunkSlot& s) {
-  if (s.pending && overlap_) waitPumping(s.outDone, "D2H");
+  if (s.pending && overlap_.active()) waitPumping(s.outDone, "D2H");
   drain(s);
 }
 
@@ -57,90 +57,86 @@ void CudaBackend::drain(ChunkSlot& s) {
   if (!s.pending) return;
   check(cudaEventSynchronize(s.outDone), "D2H");
   std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
-  if (s.dist && spec_.distances) std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
-  for (int i = 0; i < s.far; ++i) offerFar(s.hTopDist[i], s.hTopRow[i], s.hTopValues + std::size_t(i) * d_);
+  if (s.dist && spec_.distances)
+    std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
+  for (int i = 0; i < s.far; ++i)
+    farthest_.offer(s.hTopDist[i], s.hTopRow[i], s.hTopValues + std::size_t(i) * shape_.d);
   s.pending = false;
 }
 
 // slot == nullptr: a resident chunk whose outputs go to the resident arrays.
-// s: the stream of a streamed chunk (chunkStream_ when it overlaps the resident rows: its sums go to a partial).
+// s: the stream of a streamed chunk (streams_.chunk when it overlaps the resident rows: its sums go to a partial).
 void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, ChunkSlot* slotp,
                                cudaStream_t s) {
-  if (!s) s = compute_;
-  const bool part = slotp && s == chunkStream_;
-  centroidsForCompute();
+  if (!s) s = streams_.compute;
+  const bool part = slotp && s == streams_.chunk;
+  centroids_.readyForCompute(streams_.compute);
   const RowValues values = rowValues(ops);
   // farthest candidates of streamed chunks now (their rows leave the device); resident rows' in finishPass
   const int far = slotp && fit_ && spec_.farthest > 0 ? farCandidates(spec_.farthest, rows) : 0;
   ChunkSlot dummy;
   ChunkSlot& slot = slotp ? *slotp : dummy;
   if (!slotp) {
-    slot.labels = resLabels_ + firstRow;
-    slot.dist32 = resDist_ + firstRow;
-    slot.hLabels = hResLabels_ + firstRow;
-    slot.hDist = hResDist_ + firstRow;
-    slot.computed = resComputed_;
-    slot.outDone = resChunkDone_[std::size_t(firstRow / mp_.chunkRows)];  // finishPass copies the chunk after it
+    resident_.chunkOutputs(firstRow, slot);
   }
   if (far > 0) ensureFarBuffers(slot, far);
   stageMark(0, s);
   // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
-  if (part) assignPiece(ops, rows, slot.labels, flagsS_, s, flaggedCountS_);
-  else assignPiece(ops, rows, slot.labels, chunkFlags());
+  if (part) assignPiece(ops, rows, slot.labels, overlap_.flags(), s, overlap_.flaggedCount());
+  else assignPiece(ops, rows, slot.labels, scratch_.flags);
   const bool wantDist = spec_.distances != nullptr;
   stageMark(1, s);
   // the rows' fp64 distances: a streamed chunk's for its farthest rows now; resident rows' are computed again by
   // finishPass in the rare pass that needs them (accumulate.cuh sumsDistances) when accumulate need not write them
-  double* dist = slotp ? (far > 0 || !distancesFromSums(d_) ? dist_ : nullptr)
-                       : (keepsResidentDistances() ? resDist64_ + firstRow : nullptr);
+  double* dist = slotp ? (far > 0 || !distancesFromSums(shape_.d) ? scratch_.dist64 : nullptr)
+                       : (shape_.keepsResidentDistances() ? resident_.distances64() + firstRow : nullptr);
   if (exact_.summingThisPass()) {
     // no partials: integer statistics take the streams' additions in any order (exact_sums.cuh); finishPass waits for
     // the chunk stream before the totals. The sums read no distances: a streamed chunk's only for its
-    // farthest candidates or the pass's distances, resident rows' on demand (pass_farthest.cu residentFarthest).
-    double* rowDist = slotp ? (far > 0 || wantDist ? dist_ : nullptr) : (wantDist ? resDist64_ + firstRow : nullptr);
+    // farthest candidates or the pass's distances, resident rows' on demand (farthest_rows.h offerResident).
+    double* rowDist = slotp ? (far > 0 || wantDist ? scratch_.dist64 : nullptr)
+                            : (wantDist ? resident_.distances64() + firstRow : nullptr);
     exactRows(ops, firstRow, rows, slot.labels, !slotp, rowDist, wantDist ? slot.dist32 : nullptr, s);
   } else if (part) {
-    // Into partial b (a ring: wait until compute_ folded the chunk that used it before), then folded on compute_
-    // after everything queued there — the resident rows, the earlier chunks' folds: the totals get the same
-    // additions in the same order as from accumulate() into them directly.
-    const std::size_t b = std::size_t(partNext_++ % mp_.overlapPartials);
+    // Into partial b (a ring: wait until the compute stream folded the chunk that used it before), then folded on the
+    // compute stream after everything queued there — the resident rows, the earlier chunks' folds: the totals get the
+    // same additions in the same order as from accumulate() into them directly.
+    const std::size_t b = overlap_.claim();
     // the ring came round before the resident rows were all queued: queue them (and the folds) now
-    if (partNext_ > mp_.overlapPartials && resStep_ < resSteps_) pumpResident(true);
-    double* ps = partSums_ + b * k_ * d_;
-    long long* pc = partCounts_ + b * k_;
-    double* pi = partInertia_ + b * k_;
-    check(cudaStreamWaitEvent(s, partFolded_[b], 0), "cudaStreamWaitEvent");
-    if (fit_) check(cudaMemsetAsync(ps, 0, sizeof(double) * std::size_t(k_) * d_, s), "memset");
-    check(cudaMemsetAsync(pc, 0, sizeof(long long) * k_, s), "memset");
-    check(cudaMemsetAsync(pi, 0, sizeof(double) * k_, s), "memset");
-    accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist, wantDist ? slot.dist32 : nullptr, fit_, accS_,
-               ps, pc, pi, s);
-    check(cudaEventRecord(partReady_[b], s), "cudaEventRecord");
-    if (resStep_ < resSteps_) pendingFolds_.push_back(b);  // after the resident rows, once they are queued
-    else enqueueFold(b);
+    if (overlap_.ringCameRound() && steps_.pending()) pumpResident(true);
+    overlap_.zero(b, fit_, s);
+    accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist,
+               wantDist ? slot.dist32 : nullptr, fit_, overlap_.scratch(), overlap_.sums(b), overlap_.counts(b),
+               overlap_.inertia(b), s);
+    overlap_.markReady(b, s);
+    if (steps_.pending()) overlap_.defer(b);  // after the resident rows, once they are queued
+    else overlap_.fold(b, totals_, fit_, streams_.compute);
   } else {
-    accumulate(values, rows, d_, k_, slot.labels, cf_, cosine_, dist, wantDist ? slot.dist32 : nullptr, fit_, acc_,
-               sums_, counts_, inertia_, compute_);
+    accumulate(values, rows, shape_.d, shape_.k, slot.labels, centroids_.current(), shape_.cosine, dist,
+               wantDist ? slot.dist32 : nullptr, fit_, scratch_.accumulate, totals_.sums, totals_.counts,
+               totals_.inertia, streams_.compute);
   }
   stageMark(2, s);
   if (far > 0)
-    farRows(dist_, values, rows, d_, firstRow, spec_.farthest, farScratch_, slot.topDist, slot.topRow, slot.topValues,
-            s);
+    farRows(scratch_.dist64, values, rows, shape_.d, firstRow, spec_.farthest, scratch_.farScratch, slot.topDist,
+            slot.topRow, slot.topValues, s);
   check(cudaGetLastError(), "chunk kernels");
   stageMark(3, s);
   check(cudaEventRecord(slot.computed, s), "cudaEventRecord");
-  check(cudaStreamWaitEvent(d2h_, slot.computed, 0), "cudaStreamWaitEvent");
-  check(cudaMemcpyAsync(slot.hLabels, slot.labels, sizeof(int) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
+  check(cudaStreamWaitEvent(streams_.d2h, slot.computed, 0), "cudaStreamWaitEvent");
+  check(cudaMemcpyAsync(slot.hLabels, slot.labels, sizeof(int) * rows, cudaMemcpyDeviceToHost, streams_.d2h), "D2H");
   if (wantDist)
-    check(cudaMemcpyAsync(slot.hDist, slot.dist32, sizeof(float) * rows, cudaMemcpyDeviceToHost, d2h_), "D2H");
+    check(cudaMemcpyAsync(slot.hDist, slot.dist32, sizeof(float) * rows, cudaMemcpyDeviceToHost, streams_.d2h), "D2H");
   if (far > 0) {
-    check(cudaMemcpyAsync(slot.hTopDist, slot.topDist, sizeof(double) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
-    check(cudaMemcpyAsync(slot.hTopRow, slot.topRow, sizeof(long long) * far, cudaMemcpyDeviceToHost, d2h_), "D2H");
-    check(cudaMemcpyAsync(slot.hTopValues, slot.topValues, sizeof(float) * std::size_t(far) * d_,
-                          cudaMemcpyDeviceToHost, d2h_),
+    check(cudaMemcpyAsync(slot.hTopDist, slot.topDist, sizeof(double) * far, cudaMemcpyDeviceToHost, streams_.d2h),
+          "D2H");
+    check(cudaMemcpyAsync(slot.hTopRow, slot.topRow, sizeof(long long) * far, cudaMemcpyDeviceToHost, streams_.d2h),
+          "D2H");
+    check(cudaMemcpyAsync(slot.hTopValues, slot.topValues, sizeof(float) * std::size_t(far) * shape_.d,
+                          cudaMemcpyDeviceToHost, streams_.d2h),
           "D2H");
   }
-  check(cudaEventRecord(slot.outDone, d2h_), "cudaEventRecord");
+  check(cudaEventRecord(slot.outDone, streams_.d2h), "cudaEventRecord");
   rowsSeen_ += rows;
   if (!slotp) return;  // finishPass copies the resident outputs after the final sync
   // The next compute into this slot's labels must wait for this D2H: drain() on the host waits for it
@@ -152,53 +148,43 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   slot.dist = wantDist;
 }
 
+// A slot's farthest-row buffers for f candidates: every slot's grown (drained first, their staging is replaced).
+void CudaBackend::ensureFarBuffers(ChunkSlot& s, int f) {
+  if (slots_.holdsFar(s, f)) return;
+  for (ChunkSlot& t : slots_) drain(t);
+  slots_.growFar(f, shape_.d);
+}
+
 void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels,
                             bool resident, double* dist, float* dist32, cudaStream_t s) {
   const RowValues values = rowValues(ops);
-  const bool sq = !cosine_;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
-  exact_.addRows(values, firstRow, rows, d_, resPrevLabels_, labels, resident, sq, s == chunkStream_, s);
-  if (dist) sumsDistances(values, rows, d_, cf_, labels, cosine_, dist, dist32, s);
+  const bool sq = !shape_.cosine;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
+  exact_.addRows(values, firstRow, rows, shape_.d, resident_.previousLabels(), labels, resident, sq,
+                 s == streams_.chunk, s);
+  if (dist) sumsDistances(values, rows, shape_.d, centroids_.current(), labels, shape_.cosine, dist, dist32, s);
   check(cudaGetLastError(), "exact sums");
 }
 
-void CudaBackend::enqueueFold(std::size_t b) {
-  check(cudaStreamWaitEvent(compute_, partReady_[b], 0), "cudaStreamWaitEvent");
-  foldPartial(d_, k_, fit_, partSums_ + b * k_ * d_, partCounts_ + b * k_, partInertia_ + b * k_, sums_, counts_,
-              inertia_, compute_);
-  check(cudaEventRecord(partFolded_[b], compute_), "cudaEventRecord");
-}
-
 // Labels of `rows` rows (exact mode: margin test, candidates, fp64 recheck, with flagged-row scratch for at
-// least `rows` rows: a chunk's, or resFlag_ for a piece of resident rows).
-// On stream s with its own flagged-row counter (compute_: flaggedCount_; chunkStream_: flaggedCountS_).
+// least `rows` rows: a chunk's, or ResidentRows::pieceFlags for a piece of resident rows).
+// On stream s with its own flagged-row counter (streams_.compute: totals_.flaggedCount; streams_.chunk: the overlap's).
 void CudaBackend::assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
                               cudaStream_t s, unsigned* count) {
-  if (!s) s = compute_;
-  if (!count) count = flaggedCount_;
+  if (!s) s = streams_.compute;
+  if (!count) count = totals_.flaggedCount;
   check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
   // exact mode: candCount (candidateRows fills it later on this stream) holds the screened rows until then
-  assignRows(kernel_, ops, rows, d_, cops_, k_, mp_.op, labels, f.flagged, count, f.thr,
+  assignRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, shape_.memory.op, labels, f.flagged, count,
+             f.thr,
              screenThisPass_ ? f.candCount : nullptr, count + 1, s);
   check(cudaGetLastError(), "assignRows");
-  if (mp_.op == OpKind::F16x3) {
-    candidateRows(kernel_, ops, rows, d_, cops_, k_, f.flagged, count, f.thr, f.candCount, f.cand, s);
-    recheckRows(rowValues(ops), d_, cf_, k_, f.flagged, count, rows, f.candCount, f.cand, labels, s);
-    addFlagged(s, count);
+  if (shape_.memory.op == OpKind::F16x3) {
+    candidateRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, f.flagged, count, f.thr, f.candCount,
+                  f.cand, s);
+    recheckRows(rowValues(ops), shape_.d, centroids_.current(), shape_.k, f.flagged, count, rows, f.candCount, f.cand,
+                labels, s);
+    totals_.addFlagged(s, count);
   }
-}
-
-namespace {
-
-// atomic: the compute stream and the chunk stream may add at the same time
-__global__ void addFlaggedKernel(unsigned long long* total, const unsigned* count) {
-  atomicAdd(total, static_cast<unsigned long long>(count[0]));      // flagged for the recheck
-  atomicAdd(total + 1, static_cast<unsigned long long>(count[1]));  // passed on by the screen
-}
-
-}  // namespace
-
-void CudaBackend::addFlagged(cudaStream_t s, const unsigned* count) {
-  addFlaggedKernel<<<1, 1, 0, s>>>(flaggedTotal_, count);
 }
 
 }  // namespace cuda_backend

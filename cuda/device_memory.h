@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <new>
 #include <string>
 
 #include "backend.h"
@@ -18,6 +19,53 @@ inline void check(cudaError_t e, const char* what) {
   if (e == cudaErrorMemoryAllocation)
     throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA out of memory in ") + what);
   throw EngineError(ErrorCode::Device, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+// Makes `device` current for the scope and gives the thread back the device it had after: a backend's calls, and the
+// pool-thread tasks they start, may come on a thread that works with another device of the process.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    check(cudaSetDevice(device), "cudaSetDevice");
+    restore_ = previous_ != device;
+  }
+  // For what must not throw (destruction, abortPass): errors are dropped.
+  DeviceScope(int device, std::nothrow_t) noexcept {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = device;
+    cudaSetDevice(device);
+    cudaGetLastError();
+    restore_ = previous_ != device;
+  }
+  ~DeviceScope() {
+    if (restore_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+// Throws InvalidArgument unless `device` is an ordinal of this process's CUDA devices.
+inline void requireDevice(int device) {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count)
+    throw EngineError(ErrorCode::InvalidArgument, "CUDA device " + std::to_string(device) + " does not exist (" +
+                                                      std::to_string(count) + " device(s))");
+}
+
+// Whether e's work is done (a query, no wait); a failed one throws as check() does.
+inline bool eventDone(cudaEvent_t e) {
+  const cudaError_t r = cudaEventQuery(e);
+  if (r == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  check(r, "compute");
+  return true;
 }
 
 template <typename T>

@@ -60,41 +60,46 @@ void ExactStatistics::addRows(RowValues values, std::int64_t firstRow, std::int6
     exactAddRows(values, rows, d, labels, sq, scratch, resident ? resident_ : pass_, s);
 }
 
-void ExactStatistics::finishTotals(cudaStream_t chunkStream, cudaStream_t compute, const float* cf, bool cosine,
-                                   double* sums, long long* counts, double* inertia, const std::vector<Peer>& peers) {
+void ExactStatistics::totalOnDevice(cudaStream_t chunkStream, cudaStream_t compute) {
   check(cudaEventRecord(chunksDone_, chunkStream), "cudaEventRecord");
   check(cudaStreamWaitEvent(compute, chunksDone_, 0), "cudaStreamWaitEvent");
   addExactStats(pass_, resident_, compute);
+}
+
+void ExactStatistics::addPeers(const std::vector<Peer>& peers, cudaStream_t compute) {
   merged_ = !peers.empty();
-  if (merged_) {
-    if (!mergeBegin_) {
-      check(cudaEventCreate(&mergeBegin_), "cudaEventCreate");
-      check(cudaEventCreate(&mergeEnd_), "cudaEventCreate");
+  if (!merged_) return;
+  if (!peer_.sum) {
+    try {
+      allocExactStats(peer_, pass_.k, pass_.d);
+    } catch (const std::bad_alloc&) {
+      throw EngineError(ErrorCode::OutOfMemory, "CUDA: no device memory for another device's statistics (" +
+                                                    std::to_string(exactStatsBytes(pass_.k, pass_.d) >> 20) + " MiB)");
     }
-    check(cudaEventRecord(mergeBegin_, compute), "cudaEventRecord");
-    int device = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    if (!peer_.sum) try {
-        allocExactStats(peer_, pass_.k, pass_.d);
-      } catch (const std::bad_alloc&) {
-        throw EngineError(ErrorCode::OutOfMemory, "CUDA: no device memory for another device's statistics (" +
-                                                      std::to_string(exactStatsBytes(pass_.k, pass_.d) >> 20) + " MiB)");
-      }
-    for (const Peer& p : peers) {
-      check(cudaMemcpyPeerAsync(peer_.sum, device, p.stats.sum, p.device, exactStatsBytes(pass_.k, pass_.d), compute),
-            "statistics from another device");
-      addExactStats(pass_, peer_, compute);
-    }
-    check(cudaEventRecord(mergeEnd_, compute), "cudaEventRecord");
+    check(cudaEventCreate(&mergeBegin_), "cudaEventCreate");
+    check(cudaEventCreate(&mergeEnd_), "cudaEventCreate");
   }
-  exactFinish(pass_, cf, cosine, sums, counts, inertia, compute);
-  check(cudaGetLastError(), "exact sums");
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaEventRecord(mergeBegin_, compute), "cudaEventRecord");
+  for (const Peer& p : peers) {
+    check(cudaMemcpyPeerAsync(peer_.sum, device, p.stats.sum, p.device, exactStatsBytes(pass_.k, pass_.d), compute),
+          "statistics from another device");
+    addExactStats(pass_, peer_, compute);
+  }
+  check(cudaEventRecord(mergeEnd_, compute), "cudaEventRecord");
 }
 
 float ExactStatistics::mergeMs() const {
   float ms = 0;
   if (merged_) check(cudaEventElapsedTime(&ms, mergeBegin_, mergeEnd_), "cudaEventElapsedTime");
   return ms;
+}
+
+void ExactStatistics::toFp64(cudaStream_t compute, const float* cf, bool cosine, double* sums, long long* counts,
+                             double* inertia) {
+  exactFinish(pass_, cf, cosine, sums, counts, inertia, compute);
+  check(cudaGetLastError(), "exact sums");
 }
 
 }  // namespace cuda_backend

@@ -21,7 +21,7 @@ namespace cuda_backend {
 class ExactStatistics {
  public:
   // The statistics and the compute stream's scratch when `enabled` (the plan's exactSums), the chunk stream's scratch
-  // too when streamed chunks overlap resident rows; always the event finishTotals records. Throws std::bad_alloc.
+  // too when streamed chunks overlap resident rows; always the event totalOnDevice records. Throws std::bad_alloc.
   void allocate(bool enabled, int k, int d, std::int64_t chunkRows, std::int64_t residentRows, bool chunkStream);
   void release() noexcept;
 
@@ -33,20 +33,24 @@ class ExactStatistics {
   // chunk stream (its own scratch). sq: Σ‖x‖² too (cosine's inertia needs none).
   void addRows(cuda::RowValues values, std::int64_t firstRow, std::int64_t rows, int d, const std::int32_t* prevLabels,
                const std::int32_t* labels, bool resident, bool sq, bool chunkStream, cudaStream_t s);
-  // Another device's statistics of the same pass (a lane of multi_device_backend.h), complete on that device.
+  // The pass's statistics totalled on `compute` after everything the pass queued (the chunk stream's work included):
+  // the resident rows' added into the streamed chunks'.
+  void totalOnDevice(cudaStream_t chunkStream, cudaStream_t compute);
+  // Another device's statistics of the same pass (a lane of multi_device_backend.h), total on that device.
   struct Peer {
     cuda::ExactStats stats;
     int device = 0;
   };
-  // The pass's totals on `compute` after everything the pass queued (the chunk stream's work included): the resident
-  // rows' added into the streamed chunks', then the peers' (copied over from their devices), then the fp64 sums,
-  // counts and inertia (exactFinish: the same bits for any chunking, residency and split between devices).
-  void finishTotals(cudaStream_t chunkStream, cudaStream_t compute, const float* cf, bool cosine, double* sums,
-                    long long* counts, double* inertia, const std::vector<Peer>& peers = {});
-  // The pass's statistics after finishTotals, until the next pass begins: a peer of another device's lane.
+  // The peers' statistics added into this pass's total on `compute` (copied over from their devices): integers, so the
+  // total is the same bits as one device's.
+  void addPeers(const std::vector<Peer>& peers, cudaStream_t compute);
+  // The pass's statistics after totalOnDevice, until the next pass begins: a peer of another device's lane.
   const cuda::ExactStats& passStatistics() const { return pass_; }
-  // Device time of the last finishTotals' peers (copies and additions), once its stream was waited for; 0 without.
+  // Device time of the last addPeers (copies and additions), once its stream was waited for; 0 without peers.
   float mergeMs() const;
+  // Then the fp64 sums, counts and inertia from that total (exactFinish: the same bits for any chunking, residency and
+  // split between devices).
+  void toFp64(cudaStream_t compute, const float* cf, bool cosine, double* sums, long long* counts, double* inertia);
   // The share of resident rows whose label changed in the pass that just counted them (0 when none did).
   void recordChangedShare(double share) { lastChangedShare_ = share; }
   // The pass ended: the resident statistics hold the resident rows under their labels of this pass when it summed
@@ -66,13 +70,13 @@ class ExactStatistics {
   // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Exact statistics"). Either way the same bits.
   double lastChangedShare_ = 0;
   cuda::ExactStats resident_;             // the resident rows
-  cuda::ExactStats pass_;                 // this pass's streamed chunks, then (finishTotals) the pass's total
-  cuda::ExactStats peer_;                 // a peer's statistics copied here (finishTotals), allocated on first use
-  cudaEvent_t mergeBegin_ = nullptr, mergeEnd_ = nullptr;  // around the peers' copies and additions
+  cuda::ExactStats pass_;                 // this pass's streamed chunks, then (totalOnDevice) the pass's total
+  cuda::ExactStats peer_;                 // a peer's statistics copied here (addPeers), allocated on first use
+  cudaEvent_t mergeBegin_ = nullptr, mergeEnd_ = nullptr;  // around addPeers' copies and additions
   bool merged_ = false;
   cuda::ExactScratch computeScratch_;     // the compute stream's: resident rows (all at once) and its streamed chunks
   cuda::ExactScratch chunkStreamScratch_; // the chunk stream's streamed chunks (overlap)
-  cudaEvent_t chunksDone_ = nullptr;      // the chunk stream's work of the pass, before finishTotals
+  cudaEvent_t chunksDone_ = nullptr;      // the chunk stream's work of the pass, before totalOnDevice
 };
 
 }  // namespace cuda_backend

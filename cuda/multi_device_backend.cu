@@ -15,6 +15,7 @@
 #include "kernels/exact_sums.cuh"
 #include "numa_placement.h"
 #include "planner.h"
+#include "thread_pool.h"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -23,11 +24,15 @@ namespace {
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
+// Threads of each lane but the first for the copies of its resident labels into the engine's arrays (the first lane
+// has the engine's pool).
+constexpr int kLaneCopyThreads = 8;
+
 // The chunk rows every lane streams with: the caller's, else the planner's for one share on the first device. The
 // shares are whole multiples of it, so that a feed of the engine's grid never straddles two lanes.
 std::int64_t laneChunkRows(const EngineConfig& cfg, std::int64_t shareRows) {
   if (cfg.chunkRows > 0) return cfg.chunkRows;
-  check(cudaSetDevice(cfg.devices.front()), "cudaSetDevice");
+  DeviceScope on(cfg.devices.front());
   std::size_t freeB = 0, totalB = 0;
   check(cudaMemGetInfo(&freeB, &totalB), "cudaMemGetInfo");
   EngineConfig probe = cfg;
@@ -70,10 +75,14 @@ MultiDeviceBackend::MultiDeviceBackend(const EngineConfig& cfg, ThreadPool* pool
     lane.first = first;
     lane.rows = lc.rows;
     lane.numaNode = deviceNumaNode(lc.device);
+    // the other lanes finish beside the first: their resident outputs' copies on threads of their own
+    if (i > 0) lane.pool = std::make_unique<ThreadPool>(kLaneCopyThreads);
     {
+      DeviceScope on(lc.device);
       PreferNumaNode near(lane.numaNode);  // its pinned buffers and staging beside its device
-      lane.backend = std::make_unique<CudaBackend>(lc, pool, first);
+      lane.backend = std::make_unique<CudaBackend>(lc, i > 0 ? lane.pool.get() : pool, first);
     }
+    if (i > 0) lane.backend->deferFarthestRows();
     const std::int64_t onDevice = lane.backend->plan().residentRows, after = lane.rows - onDevice;
     const std::int64_t tierRows =
         after <= hostBudget / rowBytes ? after : std::min(after, hostBudget / (chunk * rowBytes) * chunk);
@@ -218,28 +227,43 @@ void MultiDeviceBackend::processChunk(const void* data, std::int64_t firstRow, s
 PassTotals MultiDeviceBackend::finishPass() {
   joinAll();
   passOpen_ = false;
-  // The other lanes first: their statistics then add into the first lane's before its totals are made. A lane's bad
-  // row fails the pass with the lowest such row of the job, as on one device.
-  std::vector<PassTotals> totals(lanes_.size());
-  std::vector<CudaBackend*> others;
-  std::exception_ptr failure;
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::size_t i = lanes_.size() - 1; i >= 1; --i) {
-    try {
-      totals[i] = lanes_[i].backend->finishPass();
-      lanes_[i].finishMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    } catch (const EngineError&) {
-      failure = std::current_exception();
+  const auto since = [&t0] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  // The other lanes finish on their threads, each waiting for its device and copying its labels, while the first lane
+  // copies its own; their statistics then add into the first lane's before its totals are made.
+  std::vector<PassTotals> totals(lanes_.size());
+  for (std::size_t i = 1; i < lanes_.size(); ++i) {
+    Lane& lane = lanes_[i];
+    lane.worker = std::thread([&lane, &totals, i, &since] {
+      try {
+        totals[i] = lane.backend->finishPass();
+      } catch (...) {
+        lane.error = std::current_exception();
+      }
+      lane.finishMs = since();
+    });
+  }
+  bool othersFailed = false;
+  const CudaBackend::LaneStatistics others = [&] {
+    std::vector<ExactStatistics::Peer> peers;
+    for (std::size_t i = 1; i < lanes_.size(); ++i) {
+      lanes_[i].worker.join();
+      if (lanes_[i].error) othersFailed = true;
+      else peers.push_back({lanes_[i].backend->passStatistics(), lanes_[i].backend->device()});
     }
-    others.insert(others.begin(), lanes_[i].backend.get());
+    return peers;
+  };
+  PassTotals t;
+  try {
+    t = lanes_.front().backend->finishPass(others);
+  } catch (...) {
+    for (std::size_t i = 1; i < lanes_.size(); ++i)
+      if (lanes_[i].worker.joinable()) lanes_[i].worker.join();
+    throw;  // its bad row, if any, is the lowest of the job
   }
-  if (failure) {
-    lanes_.front().backend->finishPass();  // its own bad row, if any, is the lowest
-    std::rethrow_exception(failure);
-  }
-  PassTotals t = lanes_.front().backend->finishPass(others);
+  lanes_.front().finishMs = since();
+  if (othersFailed) joinAll();  // the first failed lane's error: the lowest rows
   if (cfg_.stats) {  // EngineConfig.stats: what the split between devices costs a pass
-    lanes_.front().finishMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "[kmfleet devices] lanes=%zu merge=%.3f ms (device) broadcast=%.3f ms (host, this pass's begin)",
                  lanes_.size(), static_cast<double>(lanes_.front().backend->mergeMs()), broadcastMs_);
     for (const Lane& lane : lanes_) std::fprintf(stderr, " | held %.3f finished at %.3f", lane.heldMs, lane.finishMs);
@@ -255,10 +279,11 @@ PassTotals MultiDeviceBackend::finishPass() {
   }
   t.changedRows = compared;
   t.changed = compared > 0 ? changed : 0;
-  // Farthest rows: a cluster empty overall is empty in every lane, so each lane found its own; the top ones of all.
+  // Farthest rows: a cluster empty in the job is empty in every lane; the other lanes search theirs now (they deferred
+  // it), and the top ones of all are the job's, in the same total order.
   if (spec_.farthest > 0 && std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end()) {
     for (std::size_t i = 1; i < lanes_.size(); ++i)
-      for (FarRow& f : totals[i].farthest) t.farthest.push_back(std::move(f));
+      for (FarRow& f : lanes_[i].backend->farthestOfLastPass()) t.farthest.push_back(std::move(f));
     std::stable_sort(t.farthest.begin(), t.farthest.end(), [](const FarRow& a, const FarRow& b) {
       return a.distance > b.distance || (a.distance == b.distance && a.row < b.row);
     });

@@ -18,10 +18,9 @@
 
 #include "backend.h"
 #include "host_tier.h"
+#include "thread_pool.h"
 
 namespace kmfleet {
-
-class ThreadPool;
 
 namespace cuda_backend {
 
@@ -52,6 +51,7 @@ class MultiDeviceBackend final : public Backend {
     std::int64_t first = 0, rows = 0;  // the share: global rows [first, first + rows)
     HostTier tier;                      // the share's rows after the device's, by local row
     int numaNode = -1;                  // its device's NUMA node (numa_placement.h), -1: one node or unknown
+    std::unique_ptr<ThreadPool> pool;   // lanes but the first: their own, for their finish beside the first lane's
     // this pass: the local rows its held rows cover (processed by the lane's thread, so not fed again), the thread
     std::int64_t heldEnd = 0;
     std::thread worker;

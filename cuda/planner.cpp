@@ -1,5 +1,5 @@
-// Memory planner (see planner.h). Every device allocation of the backend is counted here; backend_buffers.cu
-// allocates exactly these pieces.
+// Memory planner (see planner.h). Every device allocation of the backend is counted here; the owners' allocate()
+// (backend_buffers.cu) allocate exactly these pieces.
 #include "planner.h"
 
 #include <algorithm>
@@ -181,7 +181,7 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   if (!allFit(left)) {
     const std::size_t per = overlapPartialBytes(d, k);
     overlapScratch = accumulateScratchBytes(p.chunkRows, int(d), int(k)) +
-                     std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256 +  // flagged rows (cuda_backend.h flagsS_)
+                     std::size_t(p.chunkRows) * (4 + 4 + 4 + 4 * kCandidates) + 256 +  // flagged rows (overlap_partials.h flags)
                      exactScratch(p.chunkRows);                                          // the chunk stream's (ExactStatistics)
     std::int64_t parts = std::min<std::int64_t>((n + p.chunkRows - 1) / p.chunkRows, kMaxOverlapPartials);
     parts = std::min<std::int64_t>(parts, std::int64_t(usable / 8 / per));

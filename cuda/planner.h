@@ -29,12 +29,12 @@ struct MemoryPlan {
   std::size_t residentRowBytes = 0;       // device bytes per resident row
   std::size_t residentBudget = 0;         // bytes allowed for resident rows
   std::size_t residentAccBytes = 0;        // > 0: resident rows accumulated in one go, this much scratch (of the budget)
-  // Resident rows assigned per launch when they go in one go (resident_rows.cu processResidentWhole): all of them when
+  // Resident rows assigned per launch when they go in one go (resident_pass.cu processResidentWhole): all of them when
   // the exact mode's flagged-row scratch for all fits in the budget too, else ~2M (residentPieceRows)
   std::int64_t residentPiece = 0;
   // Partly resident passes: streamed chunks computed on their own stream while the resident rows are, each into
   // one of `overlapPartials` per-chunk partial buffers (a ring) folded into the totals in chunk order after the
-  // resident rows (resident_rows.cu, the overlap queue). 0 (no room for them): streamed chunks run behind the
+  // resident rows (overlap_partials.h, resident_steps.h). 0 (no room for them): streamed chunks run behind the
   // resident rows on the compute stream.
   std::int64_t overlapPartials = 0;
   std::size_t overlapBytes = 0;            // the partials + the chunk stream's own scratch (beside the budget)

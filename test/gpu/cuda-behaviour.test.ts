@@ -379,7 +379,7 @@ describe('overlapped streamed chunks', () => {
   const x = blobData(n, d, 40, 53);
   const init = pickRows(x, d, distinctRows(n, k, 19));
 
-  // cuda: the schedule of a partly resident pass and the number of chunk slots (planner.cpp, resident_rows.cu)
+  // cuda: the schedule of a partly resident pass and the number of chunk slots (planner.cpp, resident_pass.cu)
   async function run(memoryBudget: number, cuda: CudaOptions = {}) {
     const e = await open({ rows: n, dims: d, k, chunkRows: chunk, memoryBudget, cuda });
     e.setCentroids(init);

@@ -322,7 +322,7 @@ struct Problem {
     accumulate(v, n, d, k, labels, cf, cosine, keepDist || !distancesFromSums(d) ? dist : nullptr, nullptr, true, acc,
                sums, counts, inertia, 0);
   }
-  // The backend's fit pass with exact statistics (cuda_backend.cu beginPass / chunk_stream.cu / finishExactTotals):
+  // The backend's fit pass with exact statistics (cuda_backend.cu beginPass / chunk_stream.cu / pass_finish.cu):
   // sums, counts and the inertia from the statistics; this pass's labels become the previous ones.
   void updateExact() {
     const bool move = statsHoldPrev && lastChangedShare <= 0.3;
