@@ -12,13 +12,20 @@
 namespace kmfleet {
 namespace cuda_backend {
 
-// Error mapping: a CUDA error → EngineError (OutOfMemory for an allocation failure, Device otherwise).
+// " on CUDA device N" for the current device: a job on several GPUs (or a worker of several jobs) names the one that
+// failed, so that an operator can find it (Xid, ECC) while the job resumes elsewhere from its checkpoint.
+inline std::string onCurrentDevice() {
+  int device = -1;
+  return cudaGetDevice(&device) == cudaSuccess ? " on CUDA device " + std::to_string(device) : std::string();
+}
+
+// Error mapping: a CUDA error → EngineError (OutOfMemory for an allocation failure, Device otherwise), naming the device.
 inline void check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
   cudaGetLastError();
   if (e == cudaErrorMemoryAllocation)
-    throw EngineError(ErrorCode::OutOfMemory, std::string("CUDA out of memory in ") + what);
-  throw EngineError(ErrorCode::Device, std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+    throw EngineError(ErrorCode::OutOfMemory, "CUDA out of memory" + onCurrentDevice() + " in " + what);
+  throw EngineError(ErrorCode::Device, "CUDA error" + onCurrentDevice() + " in " + what + ": " + cudaGetErrorString(e));
 }
 
 // Makes `device` current for the scope and gives the thread back the device it had after: a backend's calls, and the
