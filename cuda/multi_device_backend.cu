@@ -94,6 +94,11 @@ MultiDeviceBackend::MultiDeviceBackend(const EngineConfig& cfg, ThreadPool* pool
   plan_.device = std::to_string(lanes_.size()) + " × " + first.device;
   plan_.residentRows = cfg.rows;
   plan_.hostRows = 0;
+  plan_.deviceRows = 0;
+  for (const Lane& lane : lanes_) {
+    plan_.deviceRows += lane.backend->plan().residentRows;
+    plan_.backendHostRows += lane.tier.plannedRows();
+  }
 }
 
 MultiDeviceBackend::~MultiDeviceBackend() {
@@ -146,6 +151,7 @@ void MultiDeviceBackend::beginPass(const PassSpec& spec) {
       s.keepSums = true;  // its statistics go to the first lane; its own sums never come down
     }
     lane.heldEnd = 0;
+    lane.rowsFromHost = lane.fedRowsSkipped = 0;
     lane.error = nullptr;
     lane.backend->beginPass(s);
   }
@@ -178,6 +184,7 @@ void MultiDeviceBackend::runHeld(Lane& lane) {
     std::int64_t count = 0;
     const void* block = lane.tier.chunkAt(r, count);
     b.processChunk(block, r, count);
+    lane.rowsFromHost += count;
     r += count;
   }
 }
@@ -205,7 +212,10 @@ void MultiDeviceBackend::processChunk(const void* data, std::int64_t firstRow, s
                                                       ") straddle two devices' shares: feed whole chunks of " +
                                                       str(plan_.chunkRows) + " rows");
   join(lane);
-  if (local + rows <= lane.heldEnd) return;  // its held run did these rows
+  if (local + rows <= lane.heldEnd) {  // its held run did these rows
+    lane.fedRowsSkipped += rows;
+    return;
+  }
   if (local < lane.heldEnd)
     throw EngineError(ErrorCode::InvalidArgument, "rows [" + str(firstRow) + ", " + str(firstRow + rows) +
                                                       ") are partly held by their device's lane");
@@ -270,6 +280,11 @@ PassTotals MultiDeviceBackend::finishPass() {
     std::fprintf(stderr, "\n");
   }
   for (std::size_t i = 1; i < lanes_.size(); ++i) t.rowsSeen += totals[i].rowsSeen;
+  for (const Lane& lane : lanes_) {
+    t.rowsFromHost += lane.rowsFromHost;
+    t.fedRowsSkipped += lane.fedRowsSkipped;
+    t.hostRowsHeld += lane.tier.heldRows();
+  }
   // The rows the lanes compared with their previous labels on the device, as far as they cover rows from row 0.
   std::int64_t compared = t.changedRows, changed = t.changed;
   for (std::size_t i = 1; i < lanes_.size() && compared == lanes_[i].first; ++i) {

@@ -54,6 +54,7 @@ class MultiDeviceBackend final : public Backend {
     std::unique_ptr<ThreadPool> pool;   // lanes but the first: their own, for their finish beside the first lane's
     // this pass: the local rows its held rows cover (processed by the lane's thread, so not fed again), the thread
     std::int64_t heldEnd = 0;
+    std::int64_t rowsFromHost = 0, fedRowsSkipped = 0;  // this pass: backend.h PassTotals
     std::thread worker;
     double heldMs = 0, finishMs = 0;  // EngineConfig.stats: its thread's time on the held rows, its finish (host)
     std::exception_ptr error;

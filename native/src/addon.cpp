@@ -98,8 +98,9 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     o.Set("precision", precisionName(p.precision));
     o.Set("chunkRows", static_cast<double>(p.chunkRows));
     o.Set("buffers", p.buffers);
-    o.Set("residentRows", static_cast<double>(p.residentRows));
-    o.Set("hostRows", static_cast<double>(p.hostRows));
+    // on the device(s), and in host memory (the engine's host tier and the backend's own)
+    o.Set("residentRows", static_cast<double>(p.deviceRows >= 0 ? p.deviceRows : p.residentRows));
+    o.Set("hostRows", static_cast<double>(p.hostRows + p.backendHostRows));
     o.Set("rowBytes", static_cast<double>(p.rowBytes));
     return o;
   }

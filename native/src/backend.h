@@ -84,6 +84,11 @@ struct Plan {
   // rows [residentRows, residentRows + hostRows) are kept by the engine in host memory (host_tier.h); set by the
   // Engine, 0 in a backend's own plan
   std::int64_t hostRows = 0;
+  // A backend that keeps rows of [0, residentRows) elsewhere than on its device (a job on several devices: its lanes'
+  // host tiers and the rows neither holds, cuda/multi_device_backend.h): the rows on its device(s) (-1: residentRows)
+  // and those in its own host memory. What JS reports as resident and host rows comes from them.
+  std::int64_t deviceRows = -1;
+  std::int64_t backendHostRows = 0;
   std::size_t rowBytes = 0;               // dims * dtypeBytes(dtype)
 };
 
@@ -178,6 +183,10 @@ struct PassTotals {
   // Fit passes with PassSpec.keepSums and every cluster non-empty: `sums` is left empty and the backend kept them
   // for updateOnDevice. A pass that left a cluster empty always brings its sums (the host re-seeds).
   bool sumsKept = false;
+  // A backend that keeps rows elsewhere than on its device (Plan.deviceRows): the rows of this pass it took from its own
+  // host memory, those it holds there after the pass, and the rows the caller fed that it had already processed from
+  // what it holds (PassResult's rowsFrom counts them where they came from).
+  std::int64_t rowsFromHost = 0, hostRowsHeld = 0, fedRowsSkipped = 0;
 };
 
 // Optional (Backend::updatesOnDevice): the update of a fit pass whose sums the backend kept, computed where they are

@@ -487,11 +487,12 @@ PassResult Engine::runFinish(std::uint64_t gen) {
                  "labels diff %.3f, data variance %.3f, update %.3f; monotonic: begin %.3f, finish task %.3f, end %.3f\n",
                  stat_[0], stat_[1], tf0 - passStartMs_, tf1 - tf0, tf2 - tf1, tf3 - tf2, tf4 - tf3, stat_[2], tf0, tf4);
   r.begunByEngine = passChained_;
-  r.residentRowsUsed = residentUsed_;
-  r.hostRowsUsed = hostUsed_;
-  r.fedRows = fed_;
+  // where the backend kept the rows it processed itself (backend.h PassTotals.rowsFromHost)
+  r.residentRowsUsed = residentUsed_ + totals.fedRowsSkipped - totals.rowsFromHost;
+  r.hostRowsUsed = hostUsed_ + totals.rowsFromHost;
+  r.fedRows = fed_ - totals.fedRowsSkipped;
   r.heldRows = heldRows();
-  r.hostRowsHeld = std::max<std::int64_t>(0, r.heldRows - plan_.residentRows);
+  r.hostRowsHeld = std::max<std::int64_t>(0, r.heldRows - plan_.residentRows) + totals.hostRowsHeld;
   r.hostTierWarning = tier_.warning();
   chainNext(gen, r, seen == N);  // after the stats: the next pass's begin overwrites them
   return r;

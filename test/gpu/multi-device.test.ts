@@ -99,7 +99,14 @@ describe.skipIf(devices.length < 2)(`one job across ${devices.length} devices`, 
     // no rows on the devices: every share streamed from its host tier
     const streamed = await job({ rows: n, dims: d, k, devices: two, memoryBudget: 0 }, data, init, 4);
     expectSameBits(streamed, one, 'host tiers');
-    expect(streamed.passes.at(-2)!.rowsFrom.fed).toBe(0);
+    // every row in the lanes' host tiers, and said so: in the plan and in where each later pass's rows came from
+    expect(streamed.plan.residentRows).toBe(0);
+    expect(streamed.plan.hostRows).toBe(n);
+    expect(streamed.passes.at(-2)!.rowsFrom).toEqual({ resident: 0, host: n, fed: 0 });
+    const from = capped.passes.at(-2)!.rowsFrom;
+    expect(from.resident).toBe(capped.plan.residentRows);
+    expect(from.resident + from.host + from.fed).toBe(n);
+    expect(from.fed).toBe(n - capped.plan.residentRows - capped.plan.hostRows);
   });
 
   it('all the devices at once, cosine', async () => {
