@@ -556,7 +556,7 @@ static int checkOne(long long n, int d, int k, OpKind op, InType in, int blobs, 
   {
     double* again = nullptr;
     CK(cudaMalloc(&again, n * 8));
-    sumsDistances(P.vals, n, d, P.cf, P.labels, cosine, again, 0);
+    sumsDistances(P.vals, n, d, P.cf, P.labels, cosine, again, nullptr, 0);
     CK(cudaDeviceSynchronize());
     distOk = sameBytes(toHost<double>(P.dist, n).data(), toHost<double>(again, n).data(), n * 8);
     CK(cudaFree(again));
