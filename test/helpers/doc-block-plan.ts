@@ -53,7 +53,7 @@ export const LISTED: Readonly<Record<string, Readonly<Record<string, Listed>>>> 
     'docker compose -f infra/compose/compose.yaml up -d --build': { reason: NEEDS_DOCKER },
     'kmfleet generate --rows 1000000 --dims 32 --centers 64 --out data.npy           # or any': { reason: `uploads to and runs in the compose stack's MinIO and worker containers: ${NEEDS_DOCKER}` },
     "import Fastify from 'fastify';": { server: 'http://127.0.0.1:3000/ops/kmfleet/', also: ['http://127.0.0.1:3000/ops/kmfleet/api/queue'] },
-    'docker build -t registry.example.com/kmfleet': { reason: `${NEEDS_DOCKER}; and ${NEEDS_CLUSTER}` },
+    'docker build -t registry.example.com/kmfleet': { reason: `an image build and push, then kubectl apply: ${NEEDS_DOCKER}; ${NEEDS_CLUSTER}` },
     'kubectl create namespace kmfleet && kubectl label': { reason: NEEDS_CLUSTER },
     '# patch of ScaledObject kmfleet-worker': { reason: `a kustomize patch applied in a cluster: ${NEEDS_CLUSTER}` },
     'OTEL_EXPORTER_OTLP_ENDPOINT=': { reason: 'settings for the processes to trace, not a command; tracing-settings.test.ts checks what they accept and tracing.test.ts traces a job' },
