@@ -26,7 +26,7 @@ const DOCS: Record<string, string> = {
   dataset: 'the data: N rows × D dims',
   'dataset.uri': 's3://bucket/key of the dataset',
   'dataset.format':
-    'npy (float32 or float16 .npy, C order) | npz (np.savez archive; its member stored, not compressed) | parquet (one column of list<float>, list<halffloat> or list<double> with convert: one embedding a row) | arrow (Arrow IPC file (.arrow, Feather v2) or stream (.arrows), uncompressed: one column of FixedSizeList or List of float32, float16 or float64 with convert) | fvecs | bvecs (the ANN benchmarks\' records; bvecs read as float32) | f32 | f16 (raw little-endian rows, no header)',
+    'npy (float32 or float16 .npy, C order) | npz (np.savez archive; its member stored, not compressed) | parquet (one column of list<float>, list<halffloat> or list<double> with convert: one embedding a row) | arrow (Arrow IPC file (.arrow, Feather v2) or stream (.arrows), uncompressed, LZ4 or ZSTD: one column of FixedSizeList or List of float32, float16 or float64 with convert) | fvecs | bvecs (the ANN benchmarks\' records; bvecs read as float32) | f32 | f16 (raw little-endian rows, no header)',
   'dataset.dims': 'D; required for raw formats; for the others, if given, must match the file',
   'dataset.member': 'npz: the array to read, with or without .npy (default: the only array, or arr_0)',
   'dataset.column': 'parquet, arrow: the column of embeddings (default: the file\'s only column; with several, required)',

@@ -1,11 +1,12 @@
 /**
  * The rows of an Arrow IPC embedding column (formats/arrow-ipc.ts), read by record batch: a read fetches each record
- * batch it touches (one positional read or ranged GET of the batch's message) and decodes it (@uwdata/flechette)
- * into delivered rows, float32 or float16 (decoded-batches.ts keeps the last ones). A FixedSizeList of float32 or
+ * batch it touches (one positional read or ranged GET of the batch's message) and decodes it (@uwdata/flechette, with
+ * formats/arrow-codecs.ts for LZ4_FRAME- or ZSTD-compressed buffers) into delivered rows, float32 or float16 (decoded-batches.ts keeps the last ones). A FixedSizeList of float32 or
  * float16 is delivered without a copy of its values; a List is checked row by row, so a row of another length fails
  * naming the row instead of delivering shifted values; a null row or value fails naming it too.
  */
 import type { Batch } from '@uwdata/flechette';
+import { useArrowCodecs } from '../formats/arrow-codecs.js';
 import { arrowColumnLayout, type ArrowColumnLayout } from '../formats/arrow-ipc.js';
 import { DatasetFormatError } from '../formats/errors.js';
 import { convertF64ToF32 } from '../formats/f64-to-f32.js';
@@ -75,7 +76,7 @@ export class ArrowRows implements DecodedColumn {
 
   /** Record batch b's embedding column, decoded (views over the batch's bytes). */
   private async decodeBatch(b: number): Promise<AnyBatch> {
-    const { batches, batchStarts, schema, dictionaries, columnIndex, what } = this.layout;
+    const { batches, batchStarts, schema, dictionaries, columnIndex, what, codecs } = this.layout;
     const { offset, length } = batches[b];
     // a failed read (S3, the file) is passed on as it is; only what is wrong with the bytes is a format error
     let bytes = await this.readAt(offset, length);
@@ -84,6 +85,7 @@ export class ArrowRows implements DecodedColumn {
     // typed views of the values need the body 8-byte aligned, as it is in the file
     if (bytes.byteOffset % 8 !== 0) bytes = new Uint8Array(bytes);
     const { tableFromIPC } = await import('@uwdata/flechette');
+    if (codecs.length > 0) await useArrowCodecs(codecs);
     let column: { data: readonly AnyBatch[] } | null;
     try {
       const messages = [schema, ...dictionaries.filter((d) => d.offset < offset).map((d) => d.bytes), bytes.subarray(0, length)];

@@ -2,7 +2,8 @@
  * Where the messages of an Arrow IPC file or stream lie, and how many rows each record batch holds, read from their
  * small metadata alone so that the bodies (the rows) are read only when a batch is decoded. @uwdata/flechette decodes
  * messages but reads only whole files, so the framing and the few FlatBuffers fields needed here (Message.fbs:
- * header type, bodyLength, RecordBatch.length and .compression; File.fbs: the footer's blocks) are read by hand.
+ * header type, bodyLength, RecordBatch.length and .compression, DictionaryBatch.data; File.fbs: the footer's blocks)
+ * are read by hand.
  * Any offset that points outside the bytes read is a DatasetFormatError, never a RangeError.
  */
 import { DatasetFormatError } from './errors.js';
@@ -11,8 +12,17 @@ import { DatasetFormatError } from './errors.js';
 export const MESSAGE_SCHEMA = 1;
 export const MESSAGE_DICTIONARY_BATCH = 2;
 export const MESSAGE_RECORD_BATCH = 3;
-/** Message.fbs's CompressionType */
-const CODECS = ['LZ4_FRAME', 'ZSTD'];
+/** Message.fbs's CompressionType, by id */
+export const ARROW_CODECS = ['LZ4_FRAME', 'ZSTD'] as const;
+export type ArrowCodec = (typeof ARROW_CODECS)[number];
+/** Message.fbs's BodyCompressionMethod: each buffer compressed on its own (the only method defined) */
+export const COMPRESSION_METHOD_BUFFER = 0;
+
+/** A batch's BodyCompression: `codec` is a name, or `codec N` for an id Arrow does not define. */
+export interface BodyCompression {
+  codec: ArrowCodec | `codec ${number}`;
+  method: number;
+}
 
 /** The head of one encapsulated message: its prefix and FlatBuffers metadata, not its body. */
 export interface MessageHead {
@@ -22,8 +32,8 @@ export interface MessageHead {
   type: number;
   /** record batches: rows */
   rows?: number;
-  /** record batches: the codec its buffers are compressed with, if any */
-  compression?: string;
+  /** record and dictionary batches: how its buffers are compressed, if they are */
+  compression?: BodyCompression;
 }
 
 /** A message's place in the file: [offset, offset + length). */
@@ -118,17 +128,25 @@ export function parseMessageHead(bytes: Uint8Array, what: string): MessageHead |
   const type = typeAt === undefined ? 0 : fb.u8(typeAt);
   const bodyAt = fb.field(message, 3);
   const head: MessageHead = { headLength, bodyLength: bodyAt === undefined ? 0 : fb.i64(bodyAt), type };
-  if (type === MESSAGE_RECORD_BATCH) {
+  if (type === MESSAGE_RECORD_BATCH || type === MESSAGE_DICTIONARY_BATCH) {
     const headerAt = fb.field(message, 2);
-    if (headerAt === undefined) throw new DatasetFormatError(`${what} is a record batch without its header`);
-    const batch = fb.target(headerAt);
+    if (headerAt === undefined) throw new DatasetFormatError(`${what} is a ${type === MESSAGE_RECORD_BATCH ? 'record' : 'dictionary'} batch without its header`);
+    let batch = fb.target(headerAt);
+    // a DictionaryBatch holds its values as a RecordBatch (field 1, after the dictionary's id)
+    if (type === MESSAGE_DICTIONARY_BATCH) {
+      const dataAt = fb.field(batch, 1);
+      if (dataAt === undefined) return head;
+      batch = fb.target(dataAt);
+    }
     const lengthAt = fb.field(batch, 0);
-    head.rows = lengthAt === undefined ? 0 : fb.i64(lengthAt);
+    if (type === MESSAGE_RECORD_BATCH) head.rows = lengthAt === undefined ? 0 : fb.i64(lengthAt);
     const compressionAt = fb.field(batch, 3);
     if (compressionAt !== undefined) {
-      const codecAt = fb.field(fb.target(compressionAt), 0);
+      const compression = fb.target(compressionAt);
+      const codecAt = fb.field(compression, 0);
+      const methodAt = fb.field(compression, 1);
       const codec = codecAt === undefined ? 0 : fb.u8(codecAt);
-      head.compression = CODECS[codec] ?? `codec ${codec}`;
+      head.compression = { codec: ARROW_CODECS[codec] ?? `codec ${codec}`, method: methodAt === undefined ? COMPRESSION_METHOD_BUFFER : fb.u8(methodAt) };
     }
   }
   return head;

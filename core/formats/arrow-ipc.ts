@@ -3,13 +3,16 @@
  * first bytes: one column whose every row is an embedding, a FixedSizeList or List (LargeList) of float32, float16
  * or (with convert 'f64-to-f32') float64 values, as pyarrow, polars and DuckDB write a vector column. This module
  * indexes the file without reading its rows: the schema (decoded by @uwdata/flechette), then each record batch's
- * place and row count from its metadata (the file's footer points at them; a stream is walked message by message).
- * Rows are decoded by record batch in dataset/arrow-rows.ts.
+ * place, row count and compression (LZ4_FRAME or ZSTD, arrow-codecs.ts) from its metadata (the file's footer points
+ * at them; a stream is walked message by message). Rows are decoded by record batch in dataset/arrow-rows.ts.
  *
  * flechette is imported lazily, so processes that never open an Arrow file never load it.
  */
 import type { Field, Schema } from '@uwdata/flechette';
-import { MESSAGE_DICTIONARY_BATCH, MESSAGE_RECORD_BATCH, MESSAGE_SCHEMA, parseFooterBlocks, parseMessageHead, type MessageBlock, type MessageHead } from './arrow-ipc-framing.js';
+import {
+  ARROW_CODECS, COMPRESSION_METHOD_BUFFER, MESSAGE_DICTIONARY_BATCH, MESSAGE_RECORD_BATCH, MESSAGE_SCHEMA, parseFooterBlocks, parseMessageHead,
+  type ArrowCodec, type BodyCompression, type MessageBlock, type MessageHead,
+} from './arrow-ipc-framing.js';
 import { DatasetFormatError } from './errors.js';
 import type { DatasetConversion, DatasetDType } from './npy-header.js';
 import type { ReadAt } from './npz.js';
@@ -60,12 +63,14 @@ export interface ArrowColumnLayout {
   schema: Uint8Array;
   /** dictionary batches (of other columns: the embedding column is never dictionary-encoded), decoded with the batches after them */
   dictionaries: { offset: number; bytes: Uint8Array }[];
+  /** the codecs that record or dictionary batches are compressed with (none: the file is uncompressed) */
+  codecs: ArrowCodec[];
 }
 
 /**
  * Indexes the Arrow IPC file or stream of `size` bytes and checks the embedding column: `column` names it, else the
- * file's only column. Throws DatasetFormatError naming the problem (not Arrow IPC, truncated, compressed, no such
- * column, not a list of floats, no rows).
+ * file's only column. Throws DatasetFormatError naming the problem (not Arrow IPC, truncated, an unknown compression,
+ * no such column, not a list of floats, no rows).
  */
 export async function arrowColumnLayout(
   readAt: ReadAt,
@@ -96,15 +101,14 @@ export async function arrowColumnLayout(
     throw new DatasetFormatError(`Arrow column "${column}" has ${stride} dims, not the ${opts.dims} given`);
   }
 
+  const codecs = new Set<ArrowCodec>();
   const batches: MessageBlock[] = [];
   const batchStarts = [0];
+  messages.dictionaryCompressions.forEach((compression, d) => {
+    if (compression) codecs.add(knownCodec(compression, `${what} dictionary batch ${d}`));
+  });
   messages.batches.forEach(({ block, head }, b) => {
-    if (head.compression !== undefined) {
-      throw new DatasetFormatError(
-        `${what} record batch ${b} is compressed (${head.compression}), which kmfleet does not decode: write it uncompressed ` +
-          `(pyarrow: feather.write_feather(df, path, compression="uncompressed"), or pa.ipc.IpcWriteOptions(compression=None))`,
-      );
-    }
+    if (head.compression) codecs.add(knownCodec(head.compression, `${what} record batch ${b}`));
     if (head.rows === 0) return;
     batches.push(block);
     batchStarts.push(batchStarts[batchStarts.length - 1] + (head.rows ?? 0));
@@ -114,14 +118,27 @@ export async function arrowColumnLayout(
   return {
     what, column, columnIndex, list, ...(stride !== undefined ? { stride } : {}), stored,
     dtype: stored === 'f16' ? 'f16' : 'f32', ...(stored === 'f64' ? { convert: opts.convert } : {}),
-    rows, batches, batchStarts, schema: messages.schema, dictionaries: messages.dictionaries,
+    rows, batches, batchStarts, schema: messages.schema, dictionaries: messages.dictionaries, codecs: [...codecs],
   };
+}
+
+/** The codec of a compressed batch, or a DatasetFormatError naming the batch where Arrow defines no such compression. */
+function knownCodec(compression: BodyCompression, label: string): ArrowCodec {
+  if (!(ARROW_CODECS as readonly string[]).includes(compression.codec)) {
+    throw new DatasetFormatError(`${label} is compressed with an unknown ${compression.codec} (Arrow defines LZ4_FRAME and ZSTD; a newer writer, or a damaged file?)`);
+  }
+  if (compression.method !== COMPRESSION_METHOD_BUFFER) {
+    throw new DatasetFormatError(`${label} is compressed by an unknown method ${compression.method} (Arrow defines BUFFER, one buffer at a time)`);
+  }
+  return compression.codec as ArrowCodec;
 }
 
 interface IndexedMessages {
   schema: Uint8Array;
   batches: { block: MessageBlock; head: MessageHead }[];
   dictionaries: { offset: number; bytes: Uint8Array }[];
+  /** each dictionary batch's compression, if any */
+  dictionaryCompressions: (BodyCompression | undefined)[];
 }
 
 /** A Feather v1 file (before Arrow IPC) has magic of its own: say so rather than "not Arrow". */
@@ -172,12 +189,14 @@ async function fileMessages(readAt: ReadAt, size: number): Promise<IndexedMessag
   await Promise.all(Array.from({ length: Math.min(HEAD_READS_IN_FLIGHT, blocks.recordBatches.length) }, lane));
 
   const dictionaries: IndexedMessages['dictionaries'] = [];
+  const dictionaryCompressions: IndexedMessages['dictionaryCompressions'] = [];
   for (const d of blocks.dictionaries) {
     const m = await readMessage(readAt, d.offset, size, `${what} dictionary batch`);
     if (m.head === null || m.head.type !== MESSAGE_DICTIONARY_BATCH) throw new DatasetFormatError(`${what}: the footer points at no dictionary batch (a damaged file?)`);
     dictionaries.push({ offset: d.offset, bytes: await readExactly(readAt, d.offset, m.head.headLength + m.head.bodyLength, size, what) });
+    dictionaryCompressions.push(m.head.compression);
   }
-  return { schema: schema.bytes, batches, dictionaries };
+  return { schema: schema.bytes, batches, dictionaries, dictionaryCompressions };
 }
 
 /** The stream format has no index: each message's head is read in turn, and its body skipped. */
@@ -190,6 +209,7 @@ async function streamMessages(readAt: ReadAt, size: number, start: Uint8Array): 
   if (schema.head === null || schema.head.type !== MESSAGE_SCHEMA) throw notArrow();
   const batches: IndexedMessages['batches'] = [];
   const dictionaries: IndexedMessages['dictionaries'] = [];
+  const dictionaryCompressions: IndexedMessages['dictionaryCompressions'] = [];
   let offset = schema.bytes.length;
   // no end-of-stream marker is allowed: the stream then ends with the bytes
   while (offset < size) {
@@ -200,10 +220,13 @@ async function streamMessages(readAt: ReadAt, size: number, start: Uint8Array): 
       throw new DatasetFormatError(`${what} ended early: the message at byte ${offset} needs ${length} bytes, the file has ${size - offset} left (truncated?)`);
     }
     if (m.head.type === MESSAGE_RECORD_BATCH) batches.push({ block: { offset, length }, head: m.head });
-    else if (m.head.type === MESSAGE_DICTIONARY_BATCH) dictionaries.push({ offset, bytes: await readExactly(readAt, offset, length, size, what) });
+    else if (m.head.type === MESSAGE_DICTIONARY_BATCH) {
+      dictionaries.push({ offset, bytes: await readExactly(readAt, offset, length, size, what) });
+      dictionaryCompressions.push(m.head.compression);
+    }
     offset += length;
   }
-  return { schema: schema.bytes, batches, dictionaries };
+  return { schema: schema.bytes, batches, dictionaries, dictionaryCompressions };
 }
 
 /** A message's head (null at an end-of-stream marker) and its bytes: head and body for a schema, the head alone otherwise. */

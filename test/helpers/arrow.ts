@@ -1,4 +1,5 @@
 /** Arrow IPC files and streams of embedding columns, written with @uwdata/flechette's own writer. */
+import { compress as lz4Compress } from 'lz4js';
 import {
   CompressionType, dictionary, fixedSizeList, float16, float32, float64, int32, largeList, list, setCompressionCodec, tableFromArrays, tableToIPC, utf8,
   type DataType,
@@ -30,15 +31,35 @@ function typeOf(c: ArrowColumn): DataType {
   return c.list === 'LargeList' ? largeList(element) : list(element);
 }
 
-/** `columns` as an Arrow IPC file or stream, `batchRows` rows a record batch; `compressed` marks the batches compressed (ZSTD). */
-export function encodeArrow(columns: ArrowColumn[], opts: { format: 'file' | 'stream'; batchRows: number; compressed?: boolean }): Buffer {
+/**
+ * How a file's buffers are compressed: the codec id its batches record, and the compressor. flechette stores a buffer
+ * as it is (length prefix -1) where the compressor does not make it shorter.
+ */
+export interface ArrowCompression {
+  id: number;
+  encode: (bytes: Uint8Array) => Uint8Array;
+}
+
+/** LZ4 frames, written by lz4js (the frame format that pyarrow writes and reads) */
+export const LZ4_FRAME: ArrowCompression = { id: CompressionType.LZ4_FRAME, encode: (b) => lz4Compress(b) };
+
+/** `columns` as an Arrow IPC file or stream, `batchRows` rows a record batch, compressed with `compression` if given. */
+export function encodeArrow(columns: ArrowColumn[], opts: { format: 'file' | 'stream'; batchRows: number; compression?: ArrowCompression }): Buffer {
   const table = tableFromArrays(
     columns.map((c) => [c.name, c.data] as [string, unknown[]]),
     { types: Object.fromEntries(columns.map((c) => [c.name, typeOf(c)])), maxBatchRows: opts.batchRows },
   );
-  // a stand-in codec that "compresses" by dropping a byte: the file says ZSTD, which is all a reader that refuses needs
-  if (opts.compressed) setCompressionCodec(CompressionType.ZSTD, { encode: (b: Uint8Array) => b.subarray(1), decode: (b: Uint8Array) => b });
-  const bytes = tableToIPC(table, { format: opts.format, ...(opts.compressed ? { codec: CompressionType.ZSTD } : {}) });
+  const { compression } = opts;
+  if (compression) {
+    // flechette's codec registry is one per process; the reader under test sets its own decoders before it decodes
+    setCompressionCodec(compression.id as typeof CompressionType.LZ4_FRAME, {
+      encode: compression.encode,
+      decode: () => {
+        throw new Error('the test helper only writes');
+      },
+    });
+  }
+  const bytes = tableToIPC(table, { format: opts.format, ...(compression ? { codec: compression.id as typeof CompressionType.LZ4_FRAME } : {}) });
   if (!bytes) throw new Error('flechette wrote nothing');
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }

@@ -1,17 +1,18 @@
 /**
  * Arrow IPC embedding columns (file and stream formats) through LocalFileSource: the rows delivered are bitwise the
  * rows of the same data as float32 (or float16) arrays, for ranges within and across record batches; bad files fail
- * with a DatasetFormatError naming the problem (at open, or for a row of another length or a null, at the read of its
- * record batch). Files are written by @uwdata/flechette's writer (test/helpers/arrow.ts), and a few small ones by
- * pyarrow (test/fixtures/pyarrow/make.py), the writer most users have.
+ * with a DatasetFormatError naming the problem (at open, or for a row of another length, a null or a damaged compressed
+ * buffer, at the read of its record batch). Files are written by @uwdata/flechette's writer (test/helpers/arrow.ts;
+ * LZ4 frames by lz4js), and small ones by pyarrow (test/fixtures/pyarrow/make.py), the writer most users have: its
+ * LZ4 and ZSTD buffers are read with the same rows as its uncompressed files.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { LocalFileSource } from '../../core/dataset/local-file-source.js';
 import { DatasetFormatError, encodeF16, f16BitsToF32 } from '../../core/formats/index.js';
-import { encodeArrow, rowsOf, type ArrowColumn } from '../helpers/arrow.js';
+import { encodeArrow, LZ4_FRAME, rowsOf, type ArrowColumn, type ArrowCompression } from '../helpers/arrow.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kmfleet-arrow-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -24,10 +25,10 @@ const ranges = [[0, ROWS], [0, 1], [ROWS - 1, 1], [13, 200], [39, 2], [40, 40], 
 const FORMATS = [['file', 'arrow'], ['stream', 'arrows']] as const;
 
 let n = 0;
-function file(columns: ArrowColumn[], opts: { format?: 'file' | 'stream'; batchRows?: number; compressed?: boolean; ext?: string } = {}): string {
+function file(columns: ArrowColumn[], opts: { format?: 'file' | 'stream'; batchRows?: number; compression?: ArrowCompression; ext?: string } = {}): string {
   const format = opts.format ?? 'file';
   const path = join(dir, `t${n++}.${opts.ext ?? (format === 'file' ? 'arrow' : 'arrows')}`);
-  writeFileSync(path, encodeArrow(columns, { format, batchRows: opts.batchRows ?? BATCH, compressed: opts.compressed }));
+  writeFileSync(path, encodeArrow(columns, { format, batchRows: opts.batchRows ?? BATCH, compression: opts.compression }));
   return path;
 }
 
@@ -73,6 +74,30 @@ describe('Arrow IPC embedding columns', () => {
     expect([src.format, src.rows]).toEqual(['arrow', ROWS]);
     expect((await readRows(src, 0, ROWS)).equals(f32Bytes(values, 0, ROWS))).toBe(true);
     await src.close();
+  });
+
+  it('LZ4_FRAME-compressed batches (lz4js\'s frames), both formats, every list type, a compressed dictionary beside: the same rows', async () => {
+    // values from a few floats compress; flechette stores a buffer that does not shrink as it is (length -1)
+    const few = Float32Array.from({ length: ROWS * DIMS }, (_, i) => Math.round(Math.sin(i) * 4) / 4);
+    for (const [format] of FORMATS) {
+      for (const list of ['FixedSizeList', 'List', 'LargeList'] as const) {
+        const path = file([emb(list, rowsOf(few, DIMS))], { format, compression: LZ4_FRAME });
+        const plain = file([emb(list, rowsOf(few, DIMS))], { format });
+        expect(statSync(path).size, `${format} ${list}: compressed`).toBeLessThan(statSync(plain).size * 0.8);
+        const src = await LocalFileSource.open(path);
+        for (const [first, count] of [...ranges, ...[...ranges].reverse()]) {
+          expect((await readRows(src, first, count)).equals(f32Bytes(few, first, count)), `${format} ${list} ${first}+${count}`).toBe(true);
+        }
+        await src.close();
+      }
+      const path = file([
+        { name: 'tag', data: Array.from({ length: ROWS }, (_, i) => `tag number ${i % 5}`), scalar: 'dictionary' },
+        { ...emb('FixedSizeList'), name: 'vec' },
+      ], { format, compression: LZ4_FRAME });
+      const src = await LocalFileSource.open(path, { column: 'vec' });
+      expect((await readRows(src, 0, ROWS)).equals(f32Bytes(values, 0, ROWS)), format).toBe(true);
+      await src.close();
+    }
   });
 
   it('picks --column among several (a dictionary-encoded column beside it too); without it, names the columns', async () => {
@@ -155,13 +180,13 @@ describe('Arrow IPC embedding columns', () => {
     await expectFormatError(LocalFileSource.open(file([emb('List', firstNull)])), /column "emb" row 0 is null/);
   });
 
-  it('non-float and nested columns, compressed batches, no rows: named at open', async () => {
+  it('non-float and nested columns, an unknown compression, no rows: named at open', async () => {
     const ints = file([{ name: 'ids', data: [[1, 2]], list: 'List', element: 'i32' }]);
     await expectFormatError(LocalFileSource.open(ints), /column "ids" is a List of Int32, not of float32, float16 or float64/);
     const strings = file([{ name: 'tags', data: Array.from({ length: 3 }, () => 'a'), scalar: 'utf8' }]);
     await expectFormatError(LocalFileSource.open(strings), /column "tags" is Utf8, not a list of floats/);
-    const compressed = file([emb('FixedSizeList')], { compressed: true });
-    await expectFormatError(LocalFileSource.open(compressed), /record batch 0 is compressed \(ZSTD\), which kmfleet does not decode: write it uncompressed.*compression="uncompressed"/);
+    const unknown = file([emb('FixedSizeList')], { compression: { id: 5, encode: (b) => b.subarray(1) } });
+    await expectFormatError(LocalFileSource.open(unknown), /Arrow IPC file record batch 0 is compressed with an unknown codec 5 \(Arrow defines LZ4_FRAME and ZSTD/);
     const empty = file([emb('FixedSizeList', [])]);
     await expectFormatError(LocalFileSource.open(empty), /column "emb" has no rows/);
   });
@@ -207,8 +232,69 @@ describe('Arrow IPC embedding columns', () => {
       }
     });
 
-    it('write_feather\'s default LZ4 compression is refused, saying how to write the file', async () => {
-      await expectFormatError(LocalFileSource.open(join(PYARROW, 'lz4.feather'), { column: 'emb' }), /record batch 0 is compressed \(LZ4_FRAME\).*compression="uncompressed"/);
+    it('LZ4_FRAME and ZSTD (write_feather\'s default is LZ4), file and stream, a compressed dictionary beside: the same rows', async () => {
+      const cases: [string, string | undefined][] = [['lz4.feather', 'emb'], ['zstd.feather', 'emb'], ['list-lz4.arrows', undefined], ['list-zstd.arrows', undefined]];
+      for (const [name, column] of cases) {
+        const src = await LocalFileSource.open(join(PYARROW, name), { column });
+        expect([src.rows, src.dims], name).toEqual([10, 4]);
+        expect((await readRows(src, 0, 10)).equals(bytes(x)), name).toBe(true);
+        // one batch at a time too, last first
+        for (const first of [8, 4, 0]) expect((await readRows(src, first, 2)).equals(bytes(x.subarray(first * 4, (first + 2) * 4))), `${name} ${first}`).toBe(true);
+        await src.close();
+      }
+      // the integration test's clusters, computed here as make.py does
+      const clusters = Float32Array.from({ length: 3000 * 6 }, (_, k) => {
+        const [i, j] = [Math.floor(k / 6), k % 6];
+        return ((i * 7) % 5) * 8 + (((i * 131 + j * 71) % 64) / 32 - 1) * (1 + (j % 2));
+      });
+      for (const [name, column] of [['clusters-lz4.feather', 'emb'], ['clusters-zstd.arrows', undefined]] as const) {
+        const src = await LocalFileSource.open(join(PYARROW, name), { column });
+        expect([src.rows, src.dims], name).toEqual([3000, 6]);
+        expect((await readRows(src, 0, 3000)).equals(bytes(clusters)), name).toBe(true);
+        await src.close();
+      }
+    });
+
+    /** `name`'s bytes, with `change` applied at the `nth` compressed buffer (its codec's magic; the int64 length before it) */
+    function damaged(name: string, magic: number, nth: number, change: (b: Buffer, at: number) => void): string {
+      const b = readFileSync(join(PYARROW, name));
+      let at = -1;
+      for (let i = 0; i <= nth; i++) at = b.indexOf(Buffer.from(new Uint32Array([magic]).buffer), at + 1);
+      change(b, at);
+      const path = join(dir, `damaged-${n++}-${name}`);
+      writeFileSync(path, b);
+      return path;
+    }
+    const LZ4_MAGIC = 0x184d2204;
+    const ZSTD_MAGIC = 0xfd2fb528;
+
+    it('a damaged compressed buffer, or one of another length than its prefix, fails naming its record batch; the others still read', async () => {
+      // the stream's 4th compressed buffer: record batch 1's values (rows 4..7)
+      const cases: [string, RegExp][] = [
+        // a block's size past the buffer: refused before lz4js decodes it
+        [damaged('list-lz4.arrows', LZ4_MAGIC, 3, (b, at) => b.writeUInt32LE(0x7ff00000, at + 7)),
+          /Arrow IPC stream record batch 1 \(rows 4\.\.7\) cannot be decoded: a buffer compressed with LZ4_FRAME \(\d+ bytes\) is damaged: a block of \d+ bytes at byte 7/],
+        [damaged('list-lz4.arrows', LZ4_MAGIC, 3, (b, at) => b.writeUInt32LE(0x12345678, at)),
+          /record batch 1 \(rows 4\.\.7\) cannot be decoded: a buffer compressed with LZ4_FRAME \(\d+ bytes\) is damaged: no LZ4 frame starts at byte 0/],
+        [damaged('list-lz4.arrows', LZ4_MAGIC, 3, (b, at) => b.writeBigInt64LE(b.readBigInt64LE(at - 8) + 4n, at - 8)),
+          /record batch 1 \(rows 4\.\.7\) cannot be decoded: a buffer compressed with LZ4_FRAME decodes to 64 bytes, not the 68 its length prefix gives/],
+        [damaged('list-lz4.arrows', LZ4_MAGIC, 3, (b, at) => b.writeBigInt64LE(b.readBigInt64LE(at - 8) - 4n, at - 8)),
+          /record batch 1 \(rows 4\.\.7\) cannot be decoded: a buffer compressed with LZ4_FRAME decodes to more than the 60 bytes its length prefix gives/],
+        // the frame header's reserved bit set
+        [damaged('list-zstd.arrows', ZSTD_MAGIC, 3, (b, at) => b.writeUInt8(b[at + 4] | 0x08, at + 4)),
+          /record batch 1 \(rows 4\.\.7\) cannot be decoded: a buffer compressed with ZSTD \(\d+ bytes\) does not decode \(invalid zstd data\)/],
+        [damaged('list-zstd.arrows', ZSTD_MAGIC, 3, (b, at) => b.writeBigInt64LE(b.readBigInt64LE(at - 8) + 4n, at - 8)),
+          /record batch 1 \(rows 4\.\.7\) cannot be decoded: a buffer compressed with ZSTD decodes to 64 bytes, not the 68 its length prefix gives/],
+        [damaged('list-zstd.arrows', ZSTD_MAGIC, 3, (b, at) => b.writeBigInt64LE(-7n, at - 8)),
+          /record batch 1 \(rows 4\.\.7\) cannot be decoded: a buffer compressed with ZSTD gives -7 as its uncompressed length/],
+      ];
+      for (const [path, message] of cases) {
+        const src = await LocalFileSource.open(path);
+        expect((await readRows(src, 0, 4)).equals(bytes(x.subarray(0, 16))), path).toBe(true);
+        expect((await readRows(src, 8, 2)).equals(bytes(x.subarray(32, 40))), path).toBe(true);
+        await expectFormatError(readRows(src, 3, 3), message);
+        await src.close();
+      }
     });
   });
 });
