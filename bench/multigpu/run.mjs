@@ -12,12 +12,12 @@
  * and fp16. Needs dist/ and the addon (KMFLEET_ADDON). Datasets (standard normal float32 .npy, numpy) are kept in the
  * work folder. Per-iteration times are the medians of iteration 3 on, from each summary.json.
  */
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
-const ROOT = new URL('../..', import.meta.url).pathname;
+import { median, normalNpy, run } from '../lib/fit-runs.mjs';
+
 const { values: a, positionals } = parseArgs({
   allowPositionals: true,
   options: {
@@ -33,32 +33,6 @@ mkdirSync(out, { recursive: true });
 mkdirSync(work, { recursive: true });
 const iters = Number(a.iters), gpus = a.gpus;
 const log = (m) => console.error(`[multigpu ${new Date().toISOString().slice(11, 19)}] ${m}`);
-
-function run(cmd, args, env = {}) {
-  const r = spawnSync(cmd, args, { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', maxBuffer: 1 << 28 });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} exited ${r.status}: ${r.stderr.slice(-2000)}`);
-  return r;
-}
-
-function dataset(rows, dims) {
-  const path = join(work, `normal-${rows}x${dims}.npy`);
-  if (existsSync(path)) return path;
-  log(`making ${path}`);
-  const py = `
-import numpy as np, sys
-rows, dims, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-m = np.lib.format.open_memmap(path, mode='w+', dtype=np.float32, shape=(rows, dims))
-rng = np.random.default_rng(1)
-step = 1 << 20
-for i in range(0, rows, step):
-    m[i:i + step] = rng.standard_normal((min(step, rows - i), dims), dtype=np.float32)
-m.flush()
-`;
-  run('python3', ['-c', py, String(rows), String(dims), path]);
-  return path;
-}
-
-const median = (v) => { const s = [...v].sort((x, y) => x - y); return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN; };
 
 function fit(name, data, k, extra) {
   log(`fit ${name}: ${extra.join(' ')}`);
@@ -84,7 +58,7 @@ const cases = [
 
 const results = [];
 for (const c of cases) {
-  const data = dataset(c.rows, c.dims);
+  const data = normalNpy(join(work, `normal-${c.rows}x${c.dims}.npy`), c.rows, c.dims, log);
   for (const precision of c.precisions) {
     const args = [...c.extra, '--precision', precision];
     const one = fit(`${c.id}-${precision}-1`, data, c.k, [...args, '--gpus', '1']);

@@ -14,9 +14,11 @@
  * Prints one JSON report and a markdown table (also written to OUTDIR/tiers.md).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+
+import { median, normalNpy, run } from '../lib/fit-runs.mjs';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const { values: a, positionals } = parseArgs({
@@ -40,32 +42,12 @@ mkdirSync(work, { recursive: true });
 const data = join(work, `normal-${rows}x${dims}.npy`);
 const log = (m) => console.error(`[tiers ${new Date().toISOString().slice(11, 19)}] ${m}`);
 
-function run(cmd, args, env = {}) {
-  const r = spawnSync(cmd, args, { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', maxBuffer: 1 << 28 });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} exited ${r.status}: ${r.stderr.slice(-2000)}`);
-  return r.stdout;
-}
-
-if (!existsSync(data)) {
-  log(`making ${data}`);
-  const py = `
-import numpy as np, sys
-rows, dims, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-m = np.lib.format.open_memmap(path, mode='w+', dtype=np.float32, shape=(rows, dims))
-rng = np.random.default_rng(1)
-step = 1 << 20
-for i in range(0, rows, step):
-    m[i:i + step] = rng.standard_normal((min(step, rows - i), dims), dtype=np.float32)
-m.flush()
-`;
-  const r = spawnSync('python3', ['-c', py, String(rows), String(dims), data], { stdio: 'inherit' });
-  if (r.status !== 0) run(process.execPath, ['bin/kmfleet.js', 'generate', '--kind', 'normal', '--rows', String(rows), '--dims', String(dims), '--out', data]);
-}
+normalNpy(data, rows, dims, log);
 const fileBytes = (await import('node:fs')).statSync(data).size;
 const dataBytes = rows * dims * 4;
 
 log('pinned H2D bandwidth (kmbench h2d)');
-const h2d = Number(/RESULT_H2D gbps=([\d.]+)/.exec(run(a.kmbench, ['h2d']))?.[1]);
+const h2d = Number(/RESULT_H2D gbps=([\d.]+)/.exec(run(a.kmbench, ['h2d']).stdout)?.[1]);
 
 /**
  * A plain parallel reader of the file: 16 positional reads of 16 MiB in flight from start to end, in a process of its
@@ -89,7 +71,7 @@ function plainRead() {
       }));
       console.log(size / ((performance.now() - t0) / 1000) / 1e9);
     })();`;
-  return Number(run(process.execPath, ['-e', script, data], { UV_THREADPOOL_SIZE: '16' }).trim());
+  return Number(run(process.execPath, ['-e', script, data], { UV_THREADPOOL_SIZE: '16' }).stdout.trim());
 }
 
 /** drops the page cache where this process may (root), for the drive's own speed beside the page cache's */
@@ -98,13 +80,11 @@ function dropCaches() {
   return r.status === 0;
 }
 
-const median = (v) => { const s = [...v].sort((x, y) => x - y); return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN; };
-
 function fit(name, extra) {
   log(`fit ${name}: ${extra.join(' ')}`);
   const dir = join(work, `fit-${name}`);
   const t0 = performance.now();
-  const stdout = run(process.execPath, ['bin/kmfleet.js', 'fit', '--input', data, '--k', String(k), '--init', 'random', '--max-iter', String(iters), '--tol', '0', '--seed', '1', '--backend', 'cuda', '--out', dir, '--json', ...extra]);
+  const { stdout } = run(process.execPath, ['bin/kmfleet.js', 'fit', '--input', data, '--k', String(k), '--init', 'random', '--max-iter', String(iters), '--tol', '0', '--seed', '1', '--backend', 'cuda', '--out', dir, '--json', ...extra]);
   const wallMs = performance.now() - t0;
   const s = JSON.parse(stdout.trim().split('\n').at(-1));
   const ms = median(s.history.slice(2).map((h) => h.ms));

@@ -13,27 +13,11 @@ import { generateDataset } from '../../core/dataset/synthetic.js';
 import { decodeCheckpoint, encodeCheckpoint, runKmeans, type KmeansCheckpoint, type KmeansSpec } from '../../core/kmeans/index.js';
 
 import { Engine as NativeEngine, gpuInfo, NonFiniteInputError, type Engine, type EngineOptions, type PassResult, type Precision } from '../../native/index.js';
-import { bytesOf, normalData, pickRows } from '../helpers/reference.js';
+import { bytesOf, normalData, pickRows, runPass } from '../helpers/reference.js';
 import { distinctRows, engineTracker } from './gpu-helpers.js';
 
 const open = engineTracker();
 const devices = gpuInfo().devices.map((d) => d.ordinal);
-
-/** Feeds rows [from, n) in chunks of the plan, in row order. */
-async function feedFrom(e: Engine, data: Uint8Array, n: number, from: number): Promise<void> {
-  const { chunkRows, buffers, rowBytes } = e.plan;
-  const inFlight: (Promise<void> | undefined)[] = new Array(buffers);
-  let b = 0;
-  for (let first = from; first < n; first += chunkRows) {
-    const count = Math.min(chunkRows, n - first);
-    if (inFlight[b]) await inFlight[b];
-    e.buffer(b).set(data.subarray(first * rowBytes, (first + count) * rowBytes));
-    inFlight[b] = e.feed(b, first, count);
-    inFlight[b]!.catch(() => undefined);
-    b = (b + 1) % buffers;
-  }
-  await Promise.all(inFlight.filter(Boolean));
-}
 
 interface Run {
   passes: PassResult[];
@@ -52,9 +36,7 @@ async function job(o: Partial<EngineOptions> & Pick<EngineOptions, 'rows' | 'dim
   let held = 0;
   for (let p = 0; p <= fits; p++) {
     const mode = p < fits ? 'fit' : 'assign';
-    e.beginPass(mode, { distances: mode === 'assign', dataVariance: true, firstRow: held });
-    await feedFrom(e, data, o.rows, held);
-    const r = await e.finishPass();
+    const r = await runPass<PassResult>(e, data, o.rows, mode, { distances: mode === 'assign', skipBelow: held, sayFirstRow: true });
     passes.push(r);
     held = r.heldRows;
   }
@@ -130,8 +112,7 @@ describe.skipIf(devices.length < 2)(`one job across ${devices.length} devices`, 
     bad[row * d + 5] = Number.NaN;
     const e = await open({ rows: n, dims: d, k, devices: two, chunkRows: 8192 });
     e.setCentroids(init);
-    e.beginPass('fit', { distances: false, dataVariance: true });
-    const failed = await feedFrom(e, bytesOf(bad), n, 0).then(() => e.finishPass()).catch((err: unknown) => err);
+    const failed = await runPass(e, bytesOf(bad), n, 'fit').catch((err: unknown) => err);
     expect(failed).toBeInstanceOf(NonFiniteInputError);
     expect((failed as NonFiniteInputError).row).toBe(row);
   });
