@@ -12,10 +12,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JobFailedError } from '../../producer/errors/index.js';
 import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { encodeArrow, rowsOf } from '../helpers/arrow.js';
-import { bytesOf, ensureDistBuilt, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
+import { blobsPython, ensureDistBuilt, expectFailsAtOnce, expectSameJobOutputs, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
 
 const ROWS = 9_000;
 const DIMS = 6;
@@ -34,11 +33,7 @@ describe('dataset format: arrow', () => {
     ensureDistBuilt();
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-arrow-'));
     execFileSync('/usr/bin/python3', ['-c', [
-      'import numpy as np, sys',
-      'rng = np.random.default_rng(7)',
-      `centers = rng.normal(scale=10.0, size=(${K}, ${DIMS}))`,
-      `x = (centers[rng.integers(0, ${K}, size=${ROWS})] + rng.normal(size=(${ROWS}, ${DIMS}))).astype(np.float32)`,
-      'np.save(sys.argv[1] + "/x.npy", x)',
+      ...blobsPython(ROWS, DIMS, K),
       // make.py's clusters
       'i = np.arange(3000)[:, None]',
       'j = np.arange(6)[None, :]',
@@ -129,25 +124,13 @@ describe('dataset format: arrow', () => {
     await stack.client.enqueue(zstd, { jobId: 's3-zstd' });
     for (const id of ['s3-file', 's3-stream', 's3-lz4', 's3-zstd']) results[id] = await stack.client.wait(id, { timeoutMs: 60_000 });
 
-    const outputs = async (job: string) => ({
-      centroids: bytesOf(decodeNpy(await stack.s3.get('out', `arrow/${job}/centroids.npy`)).data),
-      assignments: bytesOf(decodeNpy(await stack.s3.get('out', `arrow/${job}/assignments.npy`)).data),
-    });
     const sameAs = [
       ['mem-npy', ['mem-file', 'mem-stream', 's3-file', 's3-stream'], ROWS],
       ['mem-clusters-npy', ['mem-lz4', 'mem-zstd', 's3-lz4', 's3-zstd'], CLUSTER_ROWS],
     ] as const;
     for (const [npyJob, jobs, rows] of sameAs) {
-      const want = await outputs(npyJob);
-      for (const job of jobs) {
-        const got = await outputs(job);
-        expect(got.centroids.equals(want.centroids), `${job} centroids`).toBe(true);
-        expect(got.assignments.equals(want.assignments), `${job} assignments`).toBe(true);
-        expect(results[job].iterations, job).toBe(results[npyJob].iterations);
-        expect(results[job].inertia, job).toBe(results[npyJob].inertia);
-        expect(results[job].dataset, job).toMatchObject({ rows, dims: DIMS });
-        expect(results[job].timings.s3Requests, job).toBeGreaterThan(0);
-      }
+      await expectSameJobOutputs(stack, 'arrow', results, npyJob, jobs, { rows, dims: DIMS });
+      for (const job of jobs) expect(results[job].timings.s3Requests, job).toBeGreaterThan(0);
     }
     // the record batches' GETs are counted: at least the embedding column's bytes came from S3
     for (const job of ['mem-file', 'mem-stream', 's3-file', 's3-stream']) expect(results[job].timings.s3BytesRead, job).toBeGreaterThan(ROWS * DIMS * 4 * 0.5);
@@ -161,12 +144,6 @@ describe('dataset format: arrow', () => {
       ['bad-npy-as-arrow', { uri: 's3://data/x.npy', format: 'arrow' }, /not an Arrow IPC file or stream/],
       ['bad-zstd', { uri: 's3://data/damaged-zstd.arrows', format: 'arrow' }, /Arrow IPC stream record batch 1 \(rows 700\.\.1399\) cannot be decoded: a buffer compressed with ZSTD/],
     ];
-    for (const [id, dataset] of cases) await stack.client.enqueue({ dataset, k: K, output: 's3://out/arrow' }, { jobId: id });
-    for (const [id, , message] of cases) {
-      const err = await stack.client.wait(id, { timeoutMs: 60_000 }).catch((e: unknown) => e);
-      expect(err, id).toBeInstanceOf(JobFailedError);
-      expect((err as JobFailedError).failedReason, id).toMatch(message);
-      expect((err as JobFailedError).attemptsMade, id).toBe(1);
-    }
+    await expectFailsAtOnce(stack, 'arrow', K, cases);
   });
 });

@@ -10,10 +10,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JobFailedError } from '../../producer/errors/index.js';
 import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { encodeBvecs, encodeFvecs } from '../helpers/vecs.js';
-import { bytesOf, ensureDistBuilt, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
+import { blobsPython, ensureDistBuilt, expectFailsAtOnce, expectSameJobOutputs, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
 
 const ROWS = 9_000;
 const DIMS = 6;
@@ -28,12 +27,7 @@ describe('dataset formats: fvecs, bvecs, npz', () => {
     ensureDistBuilt();
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-formats-'));
     execFileSync('/usr/bin/python3', ['-c', [
-      'import numpy as np, sys',
-      'd = sys.argv[1]',
-      'rng = np.random.default_rng(7)',
-      `centers = rng.normal(scale=10.0, size=(${K}, ${DIMS}))`,
-      `x = (centers[rng.integers(0, ${K}, size=${ROWS})] + rng.normal(size=(${ROWS}, ${DIMS}))).astype(np.float32)`,
-      'np.save(d + "/x.npy", x)',
+      ...blobsPython(ROWS, DIMS, K),
       'np.savez(d + "/x.npz", ids=np.arange(len(x)), emb=x)',
       'np.savez_compressed(d + "/xc.npz", x)',
       `u = np.clip(centers[rng.integers(0, ${K}, size=${ROWS})] * 8 + 128 + rng.normal(scale=6, size=(${ROWS}, ${DIMS})), 0, 255).astype(np.uint8)`,
@@ -119,21 +113,8 @@ describe('dataset formats: fvecs, bvecs, npz', () => {
     for (const [id, s] of jobs.filter(([id]) => id !== 'npy' && id !== 'u')) await stack.client.enqueue(s, { jobId: `s3-${id}` });
     for (const [id] of jobs.filter(([id]) => id !== 'npy' && id !== 'u')) results[`s3-${id}`] = await stack.client.wait(`s3-${id}`, { timeoutMs: 60_000 });
 
-    const outputs = async (job: string) => ({
-      centroids: bytesOf(decodeNpy(await stack.s3.get('out', `fmt/${job}/centroids.npy`)).data),
-      assignments: bytesOf(decodeNpy(await stack.s3.get('out', `fmt/${job}/assignments.npy`)).data),
-    });
     for (const [id, , reference] of jobs) {
-      if (id === reference) continue;
-      const want = await outputs(`mem-${reference}`);
-      for (const job of [`mem-${id}`, `s3-${id}`]) {
-        const got = await outputs(job);
-        expect(got.centroids.equals(want.centroids), `${job} centroids`).toBe(true);
-        expect(got.assignments.equals(want.assignments), `${job} assignments`).toBe(true);
-        expect(results[job].iterations, job).toBe(results[`mem-${reference}`].iterations);
-        expect(results[job].inertia, job).toBe(results[`mem-${reference}`].inertia);
-        expect(results[job].dataset, job).toMatchObject({ rows: ROWS, dims: DIMS });
-      }
+      if (id !== reference) await expectSameJobOutputs(stack, 'fmt', results, `mem-${reference}`, [`mem-${id}`, `s3-${id}`], { rows: ROWS, dims: DIMS });
     }
     // what came from S3: the stored records, not the delivered float32 rows (once into memory; without the memory
     // cache, at least once, plus the init's sampled rows)
@@ -152,12 +133,6 @@ describe('dataset formats: fvecs, bvecs, npz', () => {
       ['bad-member', { uri: 's3://data/x.npz', format: 'npz', member: 'vectors' }, /\.npz has no member "vectors" \(it has: ids, emb\)/],
       ['bad-npy-as-npz', { uri: 's3://data/x.npy', format: 'npz' }, /not a \.npz \(zip\) archive/],
     ];
-    for (const [id, dataset] of cases) await stack.client.enqueue({ dataset, k: K, output: 's3://out/fmt' }, { jobId: id });
-    for (const [id, , message] of cases) {
-      const err = await stack.client.wait(id, { timeoutMs: 60_000 }).catch((e: unknown) => e);
-      expect(err, id).toBeInstanceOf(JobFailedError);
-      expect((err as JobFailedError).failedReason, id).toMatch(message);
-      expect((err as JobFailedError).attemptsMade, id).toBe(1);
-    }
+    await expectFailsAtOnce(stack, 'fmt', K, cases);
   });
 });

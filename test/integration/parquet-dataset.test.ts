@@ -10,10 +10,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JobFailedError } from '../../producer/errors/index.js';
 import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { asLists, encodeParquet } from '../helpers/parquet.js';
-import { bytesOf, ensureDistBuilt, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
+import { blobsPython, ensureDistBuilt, expectFailsAtOnce, expectSameJobOutputs, kmfleet, npyData, startStack, type Stack } from './pipeline-fixture.js';
 
 const ROWS = 9_000;
 const DIMS = 6;
@@ -27,13 +26,7 @@ describe('dataset format: parquet', () => {
   beforeAll(async () => {
     ensureDistBuilt();
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-parquet-'));
-    execFileSync('/usr/bin/python3', ['-c', [
-      'import numpy as np, sys',
-      'rng = np.random.default_rng(7)',
-      `centers = rng.normal(scale=10.0, size=(${K}, ${DIMS}))`,
-      `x = (centers[rng.integers(0, ${K}, size=${ROWS})] + rng.normal(size=(${ROWS}, ${DIMS}))).astype(np.float32)`,
-      'np.save(sys.argv[1] + "/x.npy", x)',
-    ].join('\n'), dir]);
+    execFileSync('/usr/bin/python3', ['-c', blobsPython(ROWS, DIMS, K).join('\n'), dir]);
     const x = decodeNpy(readFileSync(join(dir, 'x.npy'))).data as Float32Array;
     const ids = Array.from({ length: ROWS }, (_, i) => i);
     const lists = asLists(x, DIMS);
@@ -94,18 +87,8 @@ describe('dataset format: parquet', () => {
     await stack.client.enqueue(pq, { jobId: 's3-pq' });
     results['s3-pq'] = await stack.client.wait('s3-pq', { timeoutMs: 60_000 });
 
-    const outputs = async (job: string) => ({
-      centroids: bytesOf(decodeNpy(await stack.s3.get('out', `pq/${job}/centroids.npy`)).data),
-      assignments: bytesOf(decodeNpy(await stack.s3.get('out', `pq/${job}/assignments.npy`)).data),
-    });
-    const want = await outputs('mem-npy');
+    await expectSameJobOutputs(stack, 'pq', results, 'mem-npy', ['mem-pq', 's3-pq'], { rows: ROWS, dims: DIMS });
     for (const job of ['mem-pq', 's3-pq']) {
-      const got = await outputs(job);
-      expect(got.centroids.equals(want.centroids), `${job} centroids`).toBe(true);
-      expect(got.assignments.equals(want.assignments), `${job} assignments`).toBe(true);
-      expect(results[job].iterations, job).toBe(results['mem-npy'].iterations);
-      expect(results[job].inertia, job).toBe(results['mem-npy'].inertia);
-      expect(results[job].dataset, job).toMatchObject({ rows: ROWS, dims: DIMS });
       // the row groups' GETs are counted: at least the embedding column's bytes came from S3
       expect(results[job].timings.s3Requests, job).toBeGreaterThan(0);
       expect(results[job].timings.s3BytesRead, job).toBeGreaterThan(ROWS * DIMS * 4 * 0.5);
@@ -118,12 +101,6 @@ describe('dataset format: parquet', () => {
       ['bad-column', { uri: 's3://data/x.parquet', format: 'parquet', column: 'vectors' }, /Parquet file has no column "vectors" \(it has: id, emb\)/],
       ['bad-npy-as-parquet', { uri: 's3://data/x.npy', format: 'parquet' }, /not a Parquet file/],
     ];
-    for (const [id, dataset] of cases) await stack.client.enqueue({ dataset, k: K, output: 's3://out/pq' }, { jobId: id });
-    for (const [id, , message] of cases) {
-      const err = await stack.client.wait(id, { timeoutMs: 60_000 }).catch((e: unknown) => e);
-      expect(err, id).toBeInstanceOf(JobFailedError);
-      expect((err as JobFailedError).failedReason, id).toMatch(message);
-      expect((err as JobFailedError).attemptsMade, id).toBe(1);
-    }
+    await expectFailsAtOnce(stack, 'pq', K, cases);
   });
 });

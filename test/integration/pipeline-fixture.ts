@@ -7,6 +7,8 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
+import { expect } from 'vitest';
+import { JobFailedError } from '../../producer/errors/index.js';
 import { KmfleetClient } from '../../producer/client.js';
 import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { loadWorkerConfig, type WorkerConfig } from '../../worker/config.js';
@@ -137,4 +139,53 @@ export async function referenceFit(
 
 export function bytesOf(a: ArrayBufferView): Buffer {
   return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+}
+
+/**
+ * The dataset-format tests' rows: python lines that set d = sys.argv[1], draw `rows` float32 rows around k centers
+ * (numpy, seed 7: rng, centers and x stay defined for lines after them) and save them as d/x.npy.
+ */
+export function blobsPython(rows: number, dims: number, k: number): string[] {
+  return [
+    'import numpy as np, sys',
+    'd = sys.argv[1]',
+    'rng = np.random.default_rng(7)',
+    `centers = rng.normal(scale=10.0, size=(${k}, ${dims}))`,
+    `x = (centers[rng.integers(0, ${k}, size=${rows})] + rng.normal(size=(${rows}, ${dims}))).astype(np.float32)`,
+    'np.save(d + "/x.npy", x)',
+  ];
+}
+
+type JobResult = Awaited<ReturnType<Stack['client']['wait']>>;
+
+/** A job's centroids and assignments under s3://out/<prefix>/<job>/. */
+export async function jobOutputs(stack: Stack, prefix: string, job: string): Promise<{ centroids: Buffer; assignments: Buffer }> {
+  const get = async (f: string) => bytesOf(decodeNpy(await stack.s3.get('out', `${prefix}/${job}/${f}`)).data);
+  return { centroids: await get('centroids.npy'), assignments: await get('assignments.npy') };
+}
+
+/** Each job gave the reference job's outputs, iterations and inertia, over `rows` rows of `dims`. */
+export async function expectSameJobOutputs(stack: Stack, prefix: string, results: Record<string, JobResult>, reference: string,
+  jobs: readonly string[], shape: { rows: number; dims: number }): Promise<void> {
+  const want = await jobOutputs(stack, prefix, reference);
+  for (const job of jobs) {
+    const got = await jobOutputs(stack, prefix, job);
+    expect(got.centroids.equals(want.centroids), `${job} centroids`).toBe(true);
+    expect(got.assignments.equals(want.assignments), `${job} assignments`).toBe(true);
+    expect(results[job].iterations, job).toBe(results[reference].iterations);
+    expect(results[job].inertia, job).toBe(results[reference].inertia);
+    expect(results[job].dataset, job).toMatchObject(shape);
+  }
+}
+
+/** Enqueues each job (k clusters, outputs under s3://out/<prefix>) and expects it to fail in its first attempt, its
+ * reason matching the pattern: bad input, named, is never retried. */
+export async function expectFailsAtOnce(stack: Stack, prefix: string, k: number, cases: readonly [string, Record<string, unknown>, RegExp][]): Promise<void> {
+  for (const [id, dataset] of cases) await stack.client.enqueue({ dataset, k, output: `s3://out/${prefix}` }, { jobId: id });
+  for (const [id, , message] of cases) {
+    const err = await stack.client.wait(id, { timeoutMs: 60_000 }).catch((e: unknown) => e);
+    expect(err, id).toBeInstanceOf(JobFailedError);
+    expect((err as JobFailedError).failedReason, id).toMatch(message);
+    expect((err as JobFailedError).attemptsMade, id).toBe(1);
+  }
 }
