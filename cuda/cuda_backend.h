@@ -29,7 +29,7 @@
 //   ChunkScratch     (chunk_scratch.h)     the compute stream's scratch for a streamed chunk
 //   ChunkSlots       (chunk_slots.h)       the streamed chunks' device slots, their pinned staging and events
 //   CentroidSide     (centroid_side.h)     the centroids up, μ, their operands and statistics, the fit update
-//   ExactStatistics  (exact_statistics.h)  the fit passes' exact integer statistics and the move-or-add decision
+//   ExactStatistics  (exact_statistics.h)  the passes' exact integer statistics and the move-or-add decision
 //   ResidentRows     (resident_rows.h)     the resident rows, their labels, distances, staging, changed-label count
 //   ResidentSteps    (resident_steps.h)    an overlapped pass's resident work queued a few steps ahead
 //   OverlapPartials  (overlap_partials.h)  an overlapped pass's chunk-stream scratch and per-chunk partials

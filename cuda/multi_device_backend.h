@@ -1,7 +1,7 @@
 // One job on several GPUs of this process (EngineConfig.devices): a Backend whose rows are split into contiguous
 // shares, one per device, each a CudaBackend (a lane) that keeps its share's rows on its device and, past what the
 // device holds, in its own page-locked host tier. Every pass runs the lanes at once, each on its own host link; the
-// fit passes' exact integer statistics of the lanes are added on the first lane's device, so the totals, the
+// passes' exact integer statistics of the lanes are added on the first lane's device, so the totals, the
 // centroids and the labels are the same bits as on one GPU (cuda/NOTES.md "Several devices").
 //
 // To the engine it is a backend that holds every row it keeps from row 0 (plan.residentRows = rows): the lanes' host
