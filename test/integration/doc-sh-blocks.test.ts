@@ -57,7 +57,8 @@ function script(code: string, state: string): string {
   return [
     `__doc_own=" $(compgen -v | tr '\\n' ' ') "`, // bash's own variables and the environment: not a block's
     `[ -f ${s} ] && . ${s}`,
-    `__doc_save() { local v; { export -p; for v in $(compgen -v); do case "$__doc_own" in *" $v "*) ;; *) [[ $v == __doc_* ]] || declare -p "$v";; esac; done; } > ${s}; }`,
+    // written whole, then renamed: a block never reads a half-written file
+    `__doc_save() { local v; { export -p; for v in $(compgen -v); do case "$__doc_own" in *" $v "*) ;; *) [[ $v == __doc_* ]] || declare -p "$v";; esac; done; } > ${s}.$$ && mv -f ${s}.$$ ${s}; }`,
     `trap __doc_save DEBUG`,
     `trap '__doc_status=$?; trap - DEBUG; __doc_save; jobs -p | xargs -r kill -TERM; wait; exit $__doc_status' EXIT`,
     code,
@@ -113,10 +114,16 @@ describe.each(files)('%s: sh blocks', (file) => {
   it.each(mine.map((b) => [`${where(b)}`, b] as const))('%s runs as written', async (_name, b: DocBlock) => {
     const env: NodeJS.ProcessEnv = { ...process.env, ...stack.env(), PATH: `${bin}:${process.env.PATH}` };
     delete env.REDIS_URL; // the blocks say where Redis is
-    const p = startBlock('bash', ['-e', '-c', script(asRun(b.code, ctx), state)], { cwd, env });
     const probe = listing(b)?.listed;
+    const isServer = probe !== undefined && 'server' in probe;
+    // the running server is stopped before the next server block starts: its exit saves the variables the new block
+    // reads, and it holds the port
+    if (isServer && server) {
+      await stopBlock(server);
+      server = undefined;
+    }
+    const p = startBlock('bash', ['-e', '-c', script(asRun(b.code, ctx), state)], { cwd, env });
     if (probe && 'server' in probe) {
-      if (server) await stopBlock(server);
       server = p;
       await untilAnswers(p, asRun(probe.server, ctx), 60_000);
       expect(p.output(), where(b)).not.toMatch(FAILED);
