@@ -176,6 +176,13 @@ export interface EnginePlan {
   hostRows: number;
   /** bytes of one row in the host buffers */
   rowBytes: number;
+  /**
+   * bytes of one row as the engine keeps and streams it (resident rows, host tier): rowBytes, or half of it in an
+   * fp16/bf16 job over f32 rows, which the engine rounds to that type as it takes them
+   */
+  storedRowBytes: number;
+  /** the type of those rows: the dataset's, or fp16/bf16 for such a job over f32 rows */
+  keptDtype: DType;
 }
 
 export interface PassResult {

@@ -310,9 +310,9 @@ export class JobAttempt {
     await Promise.all([saver.flush(), iterationWrites.flush()]);
     if (this.s3Source!.stats.bytes) this.deps.metrics?.s3BytesRead(this.s3Source!.stats.bytes);
     if (result.tiers.hostTierWarning) this.log.warn({ warning: result.tiers.hostTierWarning }, 'host tier not as planned');
-    const { total } = result.tiers;
-    this.deps.metrics?.tierBytes('resident', total.resident * source.rowBytes);
-    this.deps.metrics?.tierBytes('host', total.host * source.rowBytes);
+    const { total, heldRowBytes } = result.tiers;
+    this.deps.metrics?.tierBytes('resident', total.resident * heldRowBytes);
+    this.deps.metrics?.tierBytes('host', total.host * heldRowBytes);
     this.deps.metrics?.tierBytes(this.fedFrom(), total.fed * source.rowBytes);
     return { result, centroidsUpload };
   }

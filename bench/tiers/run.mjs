@@ -2,7 +2,7 @@
 /**
  * Data bigger than the GPU, through the product: `kmfleet fit` on one dataset with the rows in each tier — all on the
  * device, some on the device and the rest in the host tier, all in the host tier, none held (read from the file every
- * pass: the disk tier) — each beside its bound measured in the same run: max(the all-resident pass, the streamed bytes
+ * pass: the disk tier) — each beside its bound measured in the same run: max(the all-resident pass in its precision, the streamed bytes
  * ÷ the pinned H2D bandwidth) for the host tier, and a plain parallel reader of the same file for the disk tier.
  *
  *   node bench/tiers/run.mjs OUTDIR [--rows 16800000] [--dims 128] [--k 4096] [--iters 8] [--kmbench PATH]
@@ -96,6 +96,7 @@ const runs = [];
 runs.push(fit('resident', []));
 runs.push(fit('partly-resident', ['--gpu-memory', a['gpu-memory']]));
 runs.push(fit('host', ['--gpu-memory', '0']));
+runs.push(fit('resident-fp16', ['--precision', 'fp16']));
 runs.push(fit('host-fp16', ['--gpu-memory', '0', '--precision', 'fp16']));
 const plainCached = plainRead();
 const dropped = dropCaches();
@@ -103,18 +104,19 @@ const plainDrive = dropped ? plainRead() : undefined;
 if (dropped) dropCaches();
 runs.push(fit('disk', ['--gpu-memory', '0', '--host-memory', '0']));
 
-const compute = runs[0].msPerIteration;
-const fp32 = runs.filter((r) => r.precision === 'fp32');
+// a run's compute bound: the all-resident iteration of its precision
+const compute = (r) => runs.find((q) => q.name === (r.precision === 'fp16' ? 'resident-fp16' : 'resident')).msPerIteration;
+const sameCentroids = (precision) => new Set(runs.filter((r) => r.precision === precision).map((r) => r.centroids)).size === 1;
 const report = {
   device: runs[0].device, rows, dims, k, iters, dataBytes, h2dGBps: h2d,
   plainReadGBps: { pageCache: plainCached, drive: plainDrive ?? null, cacheDropped: dropped },
-  sameCentroidsAcrossTiers: new Set(fp32.map((r) => r.centroids)).size === 1,
+  sameCentroidsAcrossTiers: { fp32: sameCentroids('fp32'), fp16: sameCentroids('fp16') },
   runs: runs.map((r) => {
     const streamed = r.tiers.laterPasses.bytes.host + r.tiers.laterPasses.bytes.fed;
     const ioMs = streamed / (h2d * 1e9) * 1e3;
     // the disk tier's passes after the first read a file that the page cache holds again (it fits the host's memory):
     // their bound is the plain reader's speed from the page cache
-    const bound = r.name === 'disk' ? Math.max(compute, streamed / (plainCached * 1e9) * 1e3) : Math.max(compute, ioMs);
+    const bound = r.name === 'disk' ? Math.max(compute(r), streamed / (plainCached * 1e9) * 1e3) : Math.max(compute(r), ioMs);
     return { ...r, streamedGB: streamed / 1e9, boundMs: bound, ratioToBound: r.msPerIteration / bound, streamGBps: streamed / 1e6 / r.msPerIteration };
   }),
 };
@@ -128,7 +130,7 @@ const table = [
   '|---|---|---|---|---|---|',
   ...report.runs.map((r) => `| ${r.name} (${r.args || 'defaults'}) | ${r.precision} | ${rowsOf(r)} | ${r.msPerIteration.toFixed(1)} | ${r.boundMs.toFixed(1)} | ${r.ratioToBound.toFixed(2)} |`),
   '',
-  `fp32 centroids identical across tiers: ${report.sameCentroidsAcrossTiers}`,
+  `centroids identical across tiers: fp32 ${report.sameCentroidsAcrossTiers.fp32}, fp16 ${report.sameCentroidsAcrossTiers.fp16}`,
 ].join('\n');
 writeFileSync(join(out, 'tiers.md'), table + '\n');
 console.log(JSON.stringify(report, null, 2));

@@ -46,6 +46,19 @@ export function decodeF16(src: Uint8Array, offset: number, count: number, dst: F
   for (let i = 0; i < count; i++) dst[dstOffset + i] = f16BitsToF32(view.getUint16(offset + 2 * i, true));
 }
 
+/** The bf16 bits of a float32 value, rounded to nearest even (NaN kept quiet), like the engine's conversion. */
+export function f32ToBf16Bits(value: number): number {
+  f32[0] = value;
+  const x = u32[0];
+  if ((x & 0x7fffffff) > 0x7f800000) return (x >>> 16) | 0x40;
+  return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+export function bf16BitsToF32(h: number): number {
+  u32[0] = h << 16;
+  return f32[0];
+}
+
 /** Encode float32 values as little-endian f16 bytes. */
 export function encodeF16(values: Float32Array): Buffer {
   const out = Buffer.allocUnsafe(values.length * 2);

@@ -241,6 +241,7 @@ class LloydRun {
       firstPass: t?.firstPass ?? r.rowsFrom,
       lastPass: r.rowsFrom,
       total: { resident: total.resident + r.rowsFrom.resident, host: total.host + r.rowsFrom.host, fed: total.fed + r.rowsFrom.fed },
+      heldRowBytes: this.engine.plan.storedRowBytes,
     };
     if (r.hostTierWarning) this.tiers.hostTierWarning = r.hostTierWarning;
   }

@@ -7,9 +7,9 @@
  *              256 rows per centroid is FAISS's default training sample and is plenty to place the seeds.
  *   given    — a float32 K×D array, checked for shape and finiteness
  */
-import { NonFiniteInputError, type Metric } from '../../native/index.js';
+import { NonFiniteInputError, type DType, type Metric } from '../../native/index.js';
 import type { RowSource } from '../dataset/row-source.js';
-import { decodeF16 } from '../formats/half.js';
+import { bf16BitsToF32, decodeF16, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../formats/half.js';
 import { KmeansSpecError } from './errors.js';
 import { distinctIndices, distinctIndicesSorted, Rng } from './prng.js';
 import { gatherRows } from './row-gather.js';
@@ -31,7 +31,7 @@ export interface InitOptions {
  */
 export type InitRows =
   | { kind: 'given'; centroids: Float32Array }
-  | { kind: 'random'; rows: Float32Array }
+  | { kind: 'random'; rows: Float32Array; picks: number[] }
   | { kind: 'kmeans++'; rows: number; sample: Buffer; sampleRows?: Float64Array };
 
 export async function readInitRows(source: RowSource, spec: Pick<KmeansSpec, 'init' | 'k' | 'seed'>, options: InitOptions = {}): Promise<InitRows> {
@@ -45,7 +45,7 @@ export async function readInitRows(source: RowSource, spec: Pick<KmeansSpec, 'in
       const row = picks[Math.floor(bad / source.dims)];
       throw new NonFiniteInputError(`row ${row} has a non-finite value (NaN or Inf)`, row);
     }
-    return { kind: 'random', rows };
+    return { kind: 'random', rows, picks };
   }
   if (spec.init === 'kmeans++') {
     return { kind: 'kmeans++', ...(await kmeansPlusPlusSample(source, k, spec.seed, options.sampleBudgetBytes ?? 256 << 20)) };
@@ -60,21 +60,40 @@ export async function applyInit(engine: KmeansEngine, dims: number, spec: Pick<K
       engine.setCentroids(prepareCentroids(read.centroids, dims, spec.metric));
       return 'given';
     case 'random':
-      engine.setCentroids(prepareCentroids(read.rows, dims, spec.metric));
+      engine.setCentroids(prepareCentroids(asKept(read, dims, engine.plan.keptDtype), dims, spec.metric));
       return 'random';
     case 'kmeans++':
       try {
         await engine.initKmeansPlusPlus(read.sample, read.rows, spec.seed);
       } catch (err) {
-        // the engine numbers the rows of the sample: name the dataset's row instead
+        // the engine numbers the rows of the sample ("sample row 12 …"): name the dataset's row instead
         if (err instanceof NonFiniteInputError && err.row >= 0 && err.row < read.rows) {
           const row = read.sampleRows ? read.sampleRows[err.row] : err.row;
-          throw new NonFiniteInputError(`row ${row} has a non-finite value (NaN or Inf)`, row);
+          throw new NonFiniteInputError(err.message.replace(/^sample row \d+/, `row ${row}`), row);
         }
         throw err;
       }
       return 'kmeans++';
   }
+}
+
+/**
+ * The random rows as the engine keeps the dataset's rows: an fp16/bf16 job over f32 rows rounds them (the engine's
+ * rounding, native/src/row_narrowing.h), so that it starts where the job over the rounded dataset would.
+ */
+function asKept(read: { rows: Float32Array; picks: number[] }, dims: number, kept: DType): Float32Array {
+  if (kept === 'f32') return read.rows;
+  const round = kept === 'f16' ? (v: number) => f16BitsToF32(f32ToF16Bits(v)) : (v: number) => bf16BitsToF32(f32ToBf16Bits(v));
+  const out = new Float32Array(read.rows.length);
+  for (let i = 0; i < out.length; i++) {
+    out[i] = round(read.rows[i]);
+    if (!Number.isFinite(out[i])) {
+      const row = read.picks[Math.floor(i / dims)];
+      const f16 = kept === 'f16';
+      throw new NonFiniteInputError(`row ${row} feature ${i % dims}: ${read.rows[i]} is beyond the range of ${f16 ? 'fp16 (±65504)' : 'bf16'}, the type a job in precision ${f16 ? 'fp16' : 'bf16'} keeps its rows in: use precision ${f16 ? 'bf16 or fp32' : 'fp32'}`, row);
+    }
+  }
+  return out;
 }
 
 /** How many rows k-means++ runs on: 256 per centroid (at least 2^16), all rows when fewer, within the budget. */

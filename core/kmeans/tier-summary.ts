@@ -1,7 +1,8 @@
 /**
  * Where a run's rows came from, for a summary: rows and bytes per pass by tier — the backend's resident rows, the
  * engine's host tier, and the rows fed from the source (a local file, the worker's memory cache, its disk cache, S3).
- * Bytes are the rows' bytes as the source stores them.
+ * Bytes are the rows' bytes as each tier holds them: the source's for fed rows; for resident and host-tier rows the
+ * engine's (half of the source's in an fp16/bf16 job over f32 rows).
  */
 import type { PassRows, RunTiers } from './types.js';
 
@@ -22,9 +23,10 @@ export interface TierSummary {
 }
 
 export function tierSummary(tiers: RunTiers, rowBytes: number, fedFrom: FedFrom): TierSummary {
+  const held = tiers.heldRowBytes;
   const of = (p: PassRows): PassTierSummary => ({
     rows: { ...p },
-    bytes: { resident: p.resident * rowBytes, host: p.host * rowBytes, fed: p.fed * rowBytes },
+    bytes: { resident: p.resident * held, host: p.host * held, fed: p.fed * rowBytes },
   });
   const s: TierSummary = { fedFrom, firstPass: of(tiers.firstPass), laterPasses: of(tiers.lastPass) };
   if (tiers.hostTierWarning) s.hostTierWarning = tiers.hostTierWarning;

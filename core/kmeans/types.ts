@@ -122,6 +122,8 @@ export interface RunTiers {
   lastPass: PassRows;
   /** summed over every pass of the run */
   total: PassRows;
+  /** bytes of a resident or host-tier row: the source's, or half of them where the engine keeps f32 rows as fp16/bf16 */
+  heldRowBytes: number;
   /** the engine's host tier is not what was planned (not page-locked, or short of memory) */
   hostTierWarning?: string;
 }

@@ -102,6 +102,8 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
     o.Set("residentRows", static_cast<double>(p.deviceRows >= 0 ? p.deviceRows : p.residentRows));
     o.Set("hostRows", static_cast<double>(p.hostRows + p.backendHostRows));
     o.Set("rowBytes", static_cast<double>(p.rowBytes));
+    o.Set("storedRowBytes", static_cast<double>(p.storedRowBytes));
+    o.Set("keptDtype", p.keptDtype == DType::F32 ? "f32" : p.keptDtype == DType::F16 ? "f16" : "bf16");
     return o;
   }
 

@@ -51,7 +51,7 @@ struct EngineConfig {
   std::int64_t dims = 0;
   std::int64_t k = 0;
   Metric metric = Metric::L2;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;       // the caller's rows; a backend gets the type the engine keeps them in (row_narrowing.h)
   BackendKind backend = BackendKind::Auto;
   Precision precision = Precision::Auto;
   std::int64_t chunkRows = 0;     // rows per host buffer; 0 = planner
@@ -90,6 +90,10 @@ struct Plan {
   std::int64_t deviceRows = -1;
   std::int64_t backendHostRows = 0;
   std::size_t rowBytes = 0;               // dims * dtypeBytes(dtype)
+  // bytes of a row as the engine and the backend keep and stream it: rowBytes, or half of it where the engine rounds
+  // fp32 rows to the job's 16-bit precision (row_narrowing.h); set by the Engine, 0 in a backend's own plan
+  std::size_t storedRowBytes = 0;
+  DType keptDtype = DType::F32;  // the type of those rows; set by the Engine
 };
 
 enum class ErrorCode { InvalidArgument, OutOfMemory, NonFiniteInput, Device, Cancelled };
@@ -209,7 +213,7 @@ class Backend {
   virtual const Plan& plan() const = 0;
 
   // Host buffer i (0 <= i < plan().buffers), plan().chunkRows * plan().rowBytes bytes, owned by the backend
-  // (pinned on CUDA), alive as long as the backend. The engine fills it with whole rows in the input dtype.
+  // (pinned on CUDA), alive as long as the backend. The engine fills it with whole rows in its config's dtype.
   virtual void* hostBuffer(int index) = 0;
 
   // Rows of [0, plan().residentRows) the backend already holds, contiguously from row 0 (0 until a pass or
@@ -226,7 +230,7 @@ class Backend {
   virtual void processResident() = 0;
 
   // Process rows [firstRow, firstRow + rows) at `data`: one of the backend's host buffers, or a block of the engine's
-  // host tier (allocateHostRows), whole rows in the input dtype. Chunks arrive in row order. Rows of
+  // host tier (allocateHostRows), whole rows in its config's dtype. Chunks arrive in row order. Rows of
   // [0, residentRows) seen for the first time are retained (converted/normalized as needed).
   // Returns once the memory may be refilled; compute may still be in flight (CUDA) — finishPass waits for it.
   // Input checks, before anything of the chunk is accumulated: a non-finite value → EngineError NonFiniteInput
@@ -272,7 +276,7 @@ class Backend {
   // Optional (Backend::loadsRows; the CPU backend): retain rows [firstRow, firstRow + count) as resident rows —
   // converted/normalized as processChunk would — WITHOUT a pass: no labels, nothing accumulated. A worker hands
   // over rows while its download is still running, so that the first pass costs like a later one. `rows` holds
-  // count whole rows in the input dtype (count * plan().rowBytes bytes), owned by the caller and read only during
+  // count whole rows in its config's dtype (count * plan().rowBytes bytes), owned by the caller and read only during
   // the call. Never called while a pass is open. Ranges may come in any order and may overlap; rows at or past
   // plan().residentRows are ignored. residentHeld() of such a backend is the rows held contiguously from row 0
   // (complete or not): the next pass processes those (processResident) and the engine streams the rest after them.

@@ -110,15 +110,25 @@ Engine::Engine(const EngineConfig& config) : cfg_(config) {
   validate(cfg_);
   if (cfg_.threads == 0) cfg_.threads = usableCores();  // the cores this process may run on (cpusets included)
   pool_ = std::make_unique<ThreadPool>(cfg_.threads);
-  backend_ = makeBackend(cfg_, *pool_);
+  EngineConfig kept = cfg_;  // the backend sees the rows as the engine keeps them
+  kept.dtype = RowNarrowing::keptType(cfg_);
+  backend_ = makeBackend(kept, *pool_);
   plan_ = backend_->plan();
+  plan_.storedRowBytes = plan_.rowBytes;
+  plan_.keptDtype = kept.dtype;
+  if (kept.dtype != cfg_.dtype) {
+    narrowing_ = RowNarrowing(kept.dtype, cfg_.dims);
+    plan_.rowBytes = static_cast<std::size_t>(cfg_.dims) * dtypeBytes(cfg_.dtype);
+    callerBuffers_.resize(static_cast<std::size_t>(plan_.buffers));
+    for (auto& b : callerBuffers_) b.allocate(static_cast<std::size_t>(plan_.chunkRows * cfg_.dims), "a host buffer");
+  }
   // the host tier: the rows after the resident ones, as many whole chunks as the budget holds (all of them if it can)
   const std::int64_t budget = cfg_.hostMemoryBudget >= 0 ? cfg_.hostMemoryBudget : defaultHostTierBudget();
   const std::int64_t after = cfg_.rows - plan_.residentRows;
-  const std::int64_t rowBytes = static_cast<std::int64_t>(plan_.rowBytes);
+  const std::int64_t rowBytes = static_cast<std::int64_t>(plan_.storedRowBytes);
   plan_.hostRows = after <= budget / rowBytes ? after
                                               : std::min(after, budget / (plan_.chunkRows * rowBytes) * plan_.chunkRows);
-  tier_ = HostTier(plan_.residentRows, plan_.hostRows, plan_.chunkRows, plan_.rowBytes);
+  tier_ = HostTier(plan_.residentRows, plan_.hostRows, plan_.chunkRows, plan_.storedRowBytes);
   inFlight_.assign(static_cast<std::size_t>(plan().buffers), false);
   labels_.allocate(static_cast<std::size_t>(cfg_.rows), "labels");
   next_.allocate(static_cast<std::size_t>(cfg_.rows), "labels");
@@ -130,7 +140,8 @@ Engine::~Engine() = default;
 void* Engine::hostBuffer(int index) {
   if (index < 0 || index >= plan().buffers)
     invalid("buffer index must be in 0.." + str(plan().buffers - 1) + ", got " + str(index));
-  return backend_->hostBuffer(index);
+  return narrowing_.active() ? static_cast<void*>(callerBuffers_[static_cast<std::size_t>(index)].data())
+                             : backend_->hostBuffer(index);
 }
 
 std::size_t Engine::bufferBytes() const { return static_cast<std::size_t>(plan().chunkRows) * plan().rowBytes; }
@@ -264,6 +275,18 @@ std::int64_t Engine::runLoad(std::uint64_t gen, const void* rows, std::int64_t f
   if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
   if (passRunning_ && passChained_) abortPass();  // begun by the engine itself, not taken over (admitLoad)
   if (passRunning_) invalid("cannot load rows while a pass is running");
+  if (narrowing_.active()) {
+    Array<std::uint16_t> kept(static_cast<std::size_t>(rowCount * cfg_.dims), "rows loaded ahead of a pass");
+    try {
+      narrowing_.narrow(*pool_, static_cast<const float*>(rows), kept.data(), firstRow, rowCount);
+    } catch (const EngineError& e) {
+      // as for a row the backend's input check refuses: the rows before it are loaded, and the pass reports it
+      if (e.code() != ErrorCode::NonFiniteInput) throw;
+      rowCount = e.row() - firstRow;
+    }
+    if (rowCount > 0) backend_->loadRows(kept.data(), firstRow, rowCount);
+    return heldRows();
+  }
   backend_->loadRows(rows, firstRow, rowCount);
   return heldRows();
 }
@@ -413,7 +436,9 @@ void Engine::runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::
               (cursor_ > 0 && cursor_ == heldRows() ? " (the engine holds rows [0, " + str(cursor_) + "))"
                                                     : std::string()));
     if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
-    const void* rows = backend_->hostBuffer(buffer);
+    void* rows = backend_->hostBuffer(buffer);
+    if (narrowing_.active())
+      narrowing_.narrow(*pool_, callerBuffers_[static_cast<std::size_t>(buffer)].data(), rows, firstRow, rowCount);
     tier_.keep(*backend_, *pool_, rows, firstRow, rowCount);
     backend_->processChunk(rows, firstRow, rowCount);
     cursor_ += rowCount;
@@ -527,6 +552,18 @@ void Engine::runInit(std::uint64_t gen, const void* sample, DType dtype, std::in
     invalid("initKmeansPlusPlus needs at least k=" + str(K) + " sample rows, got " + str(sampleRows));
   Array<float> x(static_cast<std::size_t>(sampleRows * D), "the k-means++ sample");
   const cpu::KernelTable& kt = cpu::selectKernels();
+  Array<std::uint16_t> kept;  // the sample as the job keeps its rows: the draws see what the passes see
+  if (narrowing_.active() && dtype == DType::F32) {
+    kept.allocate(static_cast<std::size_t>(sampleRows * D), "the k-means++ sample");
+    try {
+      narrowing_.narrow(*pool_, static_cast<const float*>(sample), kept.data(), 0, sampleRows);
+    } catch (const EngineError& e) {
+      if (e.code() != ErrorCode::NonFiniteInput) throw;
+      throw EngineError(ErrorCode::NonFiniteInput, std::string("sample ") + e.what(), e.row());
+    }
+    sample = kept.data();
+    dtype = narrowing_.type();
+  }
   for (std::int64_t r = 0; r < sampleRows; ++r) {
     float* xr = x.data() + r * D;
     if (dtype == DType::F32) {

@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "host_tier.h"
 #include "memory.h"
+#include "row_narrowing.h"
 #include "thread_pool.h"
 
 namespace kmfleet {
@@ -128,6 +129,10 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   Plan plan_;
   HostTier tier_;
+  // An fp16/bf16 job over fp32 rows: the caller fills these fp32 buffers, and each feed is rounded into the backend's
+  // buffer of the same index (row_narrowing.h). Empty otherwise: the caller fills the backend's buffers.
+  RowNarrowing narrowing_;
+  std::vector<Array<float>> callerBuffers_;
 
   // JS-thread state
   std::uint64_t gen_ = 0;

@@ -1,4 +1,4 @@
-// The engine's host tier: the rows after the backend's resident ones, kept in host memory in the input dtype the first
+// The engine's host tier: the rows after the backend's resident ones, kept in host memory in the backend's dtype the first
 // time a pass feeds them, so that later passes hand them to the backend from here (at the link's speed on CUDA:
 // page-locked blocks) and only the rows past them come from the caller's source — a file, a cache, S3.
 //

@@ -210,7 +210,8 @@ describe('exact statistics', () => {
 
 // f16 data (l2) stays 16-bit on the device: sums, distances, the exact recheck and the re-seeding rows read the
 // 16-bit rows. 16-bit → fp32 is exact, so everything must have the same bits as the same values given as f32 data
-// (which the backend copies to fp32), whether the rows are resident, partly streamed or streamed.
+// (an fp32 job's backend keeps them as fp32; an fp16 job's engine rounds them to f16, exactly here), whether the rows
+// are resident, partly streamed or streamed.
 describe('f16 data read as 16-bit rows', () => {
   const n = 60000, d = 48, k = 64, chunk = 4096;
   const x32 = fromF16(toF16(blobData(n, d, 40, 71)));  // values that f16 holds exactly

@@ -56,7 +56,7 @@ class ContractEngine implements KmeansEngine {
     this.options = { rows, dims, k, metric: 'l2', dtype: 'f32' };
     const chunkRows = opts.chunkRows ?? 256;
     // backend 'cuda': the driver treats the engine as working beside the JS thread (it starts passes ahead)
-    this.plan = { backend: opts.backend ?? 'cpu', device: 'contract engine (ts)', precision: 'fp32', chunkRows, buffers: opts.buffers ?? 3, residentRows: opts.residentRows ?? 0, hostRows: 0, rowBytes: dims * 4 };
+    this.plan = { backend: opts.backend ?? 'cpu', device: 'contract engine (ts)', precision: 'fp32', chunkRows, buffers: opts.buffers ?? 3, residentRows: opts.residentRows ?? 0, hostRows: 0, rowBytes: dims * 4, storedRowBytes: dims * 4, keptDtype: 'f32' };
     this.bufs = Array.from({ length: this.plan.buffers }, () => Buffer.alloc(chunkRows * dims * 4));
     this.c = new Float64Array(k * dims);
     this.labelsNow = new Int32Array(rows);

@@ -148,7 +148,14 @@ void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
   for (; i < n; ++i) out[i] = _cvtsh_ss(in[i]);
 }
 
-const KernelTable kTable = {"avx2", CB, RB, assign, rowDistances, transpose32, dots32x8, f16ToF32, nullptr};
+void f32ToF16(const float* in, std::uint16_t* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+const KernelTable kTable = {"avx2", CB, RB, assign, rowDistances, transpose32, dots32x8, f16ToF32, f32ToF16, nullptr};
 
 }  // namespace
 

@@ -190,7 +190,16 @@ void addRowsL2(const std::int32_t* rows, std::int64_t m, const std::int32_t* lab
   }
 }
 
-const KernelTable kTable = {"avx512", CB, RB, assignRL, rowDistancesRL, transposeBlock, dots32x8, f16ToF32, addRowsL2};
+void f32ToF16(const float* in, std::uint16_t* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+const KernelTable kTable = {"avx512", CB, RB, assignRL, rowDistancesRL, transposeBlock, dots32x8, f16ToF32, f32ToF16,
+                            addRowsL2};
 
 }  // namespace
 

@@ -93,7 +93,30 @@ void f16ToF32(const std::uint16_t* in, float* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]);
 }
 
-const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32, nullptr};
+std::uint16_t floatToHalf(float f) {
+  std::uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const std::uint16_t sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN, quiet
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // ≥ 65520 (and inf): inf
+  if (abs < 0x38800000u) {  // below 2^-14: a subnormal half (or zero), rounded at the half's fixed point 2^-24
+    if (abs < 0x33000000u) return sign;  // ≤ 2^-25: rounds to zero (2^-25 itself is a tie, to the even zero)
+    const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(abs >> 23);  // 14..24 bits below the result's last place
+    const std::uint32_t q = mant >> shift, rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return static_cast<std::uint16_t>(sign | (q + (rest > half || (rest == half && (q & 1u)))));
+  }
+  // normal: re-bias the exponent, round 13 dropped bits to nearest even (a carry may step into the exponent)
+  const std::uint32_t r = abs - 0x38000000u;
+  return static_cast<std::uint16_t>(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}
+
+void f32ToF16(const float* in, std::uint16_t* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = floatToHalf(in[i]);
+}
+
+const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32, f32ToF16, nullptr};
 
 }  // namespace
 
