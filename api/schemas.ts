@@ -57,6 +57,7 @@ export function apiSchemas(spec: z.ZodType, registry?: z.core.$ZodRegistry<{ id?
     reassigned: nullableNumber.meta({ description: 'rows that changed cluster in the last iteration' }),
     reassignedFraction: nullableNumber.meta({ description: 'reassigned / rows (compared with spec.tolReassign)' }),
     shift: nullableNumber.meta({ description: 'sum of squared centroid shifts in the last iteration' }),
+    settledFraction: nullableNumber.meta({ description: 'the share of rows the last iteration settled by their bounds, computing none of their distances' }),
     etaMs: nullableNumber.meta({ description: 'time left if every remaining iteration runs (an upper bound)' }),
     updatedAt: ms('ms since epoch of this report'),
     rowsPerPass: z

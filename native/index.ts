@@ -4,7 +4,8 @@
  * The contract (the worker, the CLI and the tests code against it; native/src implements it):
  *
  *   const engine = await Engine.open({ rows, dims, k, metric, dtype, backend, precision, chunkRows, threads, memoryBudget,
- *                                      hostMemoryBudget, device, update, cuda });   (update, cuda: for tests, measurements)
+ *                                      hostMemoryBudget, device, update, bounds, cuda });
+ *                                      (update, bounds, cuda: the paths that tests and measurements compare)
  *   engine.plan                      -> what the planner chose (backend, device, chunkRows, buffers, residentRows,
  *                                       hostRows, precision)
  *   engine.buffer(i)                 -> Buffer over engine-owned host memory (pinned on CUDA), chunkRows*dims*bytes long
@@ -130,6 +131,11 @@ export interface EngineOptions {
    * 'host' (the same bits; tests compare the two)
    */
   update?: 'auto' | 'host';
+  /**
+   * rows whose bounds prove their label unchanged skip the distance work: 'auto' (where the backend keeps bounds: the
+   * CPU's) or 'off'; the same bits either way (tests and benchmarks compare the two)
+   */
+  bounds?: 'auto' | 'off';
   /** settings of the CUDA backend for tests and measurements (ignored by the CPU backend); the defaults are production's */
   cuda?: CudaOptions;
 }
@@ -215,6 +221,8 @@ export interface PassResult {
   begunByEngine: boolean;
   /** where this pass's rows came from: the backend's resident rows, the engine's host tier, the caller's feeds */
   rowsFrom: { resident: number; host: number; fed: number };
+  /** rows whose label the backend's bounds proved unchanged, so that no distance of theirs was computed */
+  rowsSettled: number;
   /** rows the engine holds from row 0 after this pass (resident, then host tier): where the next pass's feeds start */
   heldRows: number;
   /** of heldRows, those in the host tier */

@@ -21,6 +21,8 @@ export interface JobProgress {
   reassignedFraction: number | null;
   /** Sum of squared centroid shifts in the last iteration (compared with tol × mean variance). */
   shift: number | null;
+  /** The share of rows the last iteration settled by their bounds, computing none of their distances; null if unknown. */
+  settledFraction: number | null;
   /**
    * Time left: the iterations the observed convergence still needs (the trend of the shift and of the reassigned
    * fraction toward their stops), else every remaining iteration, plus the assign pass; null if unknown.
@@ -113,6 +115,8 @@ export function makeProgress(args: {
   msPerIteration?: number;
   convergence?: ConvergenceTrend;
   rowsPerPass?: RowsPerPass;
+  /** the last iteration's share of rows settled by their bounds */
+  settledFraction?: number;
   now?: number;
 }): JobProgress {
   const { phase, iteration, maxIter, rows, last, msPerIteration, convergence } = args;
@@ -131,6 +135,7 @@ export function makeProgress(args: {
     reassigned: last?.reassigned ?? null,
     reassignedFraction: last && rows ? last.reassigned / rows : null,
     shift: last?.shift ?? null,
+    settledFraction: args.settledFraction ?? null,
     etaMs,
     updatedAt: args.now ?? Date.now(),
     ...(args.rowsPerPass ? { rowsPerPass: args.rowsPerPass } : {}),

@@ -468,6 +468,7 @@ export class JobAttempt {
         msPerIteration: recent.length ? recent.reduce((s, h) => s + h.ms, 0) / recent.length : undefined,
         convergence: spec && { history, shiftStop: spec.tol * dataVariance, reassignedStop: spec.tolReassign },
         rowsPerPass: this.engine ? this.tierPlan() : undefined,
+        settledFraction: last?.settledFraction,
       }),
     );
   }

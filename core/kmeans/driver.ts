@@ -321,6 +321,7 @@ class LloydRun {
       shift: r.shift,
       ms: performance.now() - started,
       emptyReseeded: r.emptyReseeded,
+      settledFraction: r.rowsSettled / this.source.rows,
     };
     this.history.push(report);
     this.emptyReseeded += r.emptyReseeded;

@@ -38,6 +38,12 @@ export interface IterationReport {
   /** wall milliseconds of the iteration (reads included) */
   ms: number;
   emptyReseeded: number;
+  /**
+   * the share of rows whose bounds proved their label unchanged, so that none of their distances was computed (0 where
+   * the backend keeps no bounds; absent in iterations a checkpoint of an older worker recorded). Like ms, it depends
+   * on how the run went (a resumed engine starts without bounds), never on the results
+   */
+  settledFraction?: number;
 }
 
 /**

@@ -69,6 +69,7 @@ struct EngineConfig {
   // bits as on one; device is the first of them. Empty: the one device `device`.
   std::vector<int> devices;
   bool hostUpdate = false;        // the fit update on the host even where the backend could run it (the same bits)
+  bool rowBounds = true;          // skip the rows whose bounds prove their label unchanged, where the backend can (the same bits)
   bool stats = false;             // per-pass diagnostics on stderr (KMFLEET_ENGINE_STATS, docs/operations.md)
   CudaSettings cuda;
 };
@@ -191,6 +192,8 @@ struct PassTotals {
   // host memory, those it holds there after the pass, and the rows the caller fed that it had already processed from
   // what it holds (PassResult's rowsFrom counts them where they came from).
   std::int64_t rowsFromHost = 0, hostRowsHeld = 0, fedRowsSkipped = 0;
+  // rows whose label the backend's bounds proved unchanged without computing their distances (EngineConfig.rowBounds)
+  std::int64_t rowsSettled = 0;
 };
 
 // Optional (Backend::updatesOnDevice): the update of a fit pass whose sums the backend kept, computed where they are

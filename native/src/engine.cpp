@@ -516,6 +516,7 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   r.residentRowsUsed = residentUsed_ + totals.fedRowsSkipped - totals.rowsFromHost;
   r.hostRowsUsed = hostUsed_ + totals.rowsFromHost;
   r.fedRows = fed_ - totals.fedRowsSkipped;
+  r.rowsSettled = totals.rowsSettled;
   r.heldRows = heldRows();
   r.hostRowsHeld = std::max<std::int64_t>(0, r.heldRows - plan_.residentRows) + totals.hostRowsHeld;
   r.hostTierWarning = tier_.warning();

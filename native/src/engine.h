@@ -39,6 +39,7 @@ struct PassResult {
   bool begunByEngine = false;  // this pass was begun by the engine (a chained one) and taken over by the caller
   // Where the rows of this pass came from: the backend's resident rows, the engine's host tier, the caller's feeds.
   std::int64_t residentRowsUsed = 0, hostRowsUsed = 0, fedRows = 0;
+  std::int64_t rowsSettled = 0;  // rows the backend's bounds settled without a distance (PassTotals.rowsSettled)
   // After it: rows the engine holds from row 0 (the resident rows, then the host tier's), where the next pass's feeds
   // start; of them, the host tier's; and why the host tier is not what was planned, if it is not (host_tier.h).
   std::int64_t heldRows = 0, hostRowsHeld = 0;

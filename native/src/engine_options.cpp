@@ -127,6 +127,7 @@ EngineConfig parseConfig(Napi::Env env, const Napi::Value& value) {
     if (c.devices.size() == 1) c.devices.clear();
   }
   c.hostUpdate = stringOption(env, o, "update", "auto", {"auto", "host"}) == "host";
+  c.rowBounds = stringOption(env, o, "bounds", "auto", {"auto", "off"}) == "auto";
   c.cuda = parseCuda(env, o.Get("cuda"));
   // The one diagnostics switch (docs/operations.md): the engine's host steps, its promise hops and, on CUDA, the
   // device time of each pass on stderr. Read when an engine opens.

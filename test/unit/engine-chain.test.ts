@@ -27,7 +27,7 @@ async function open(memoryBudget?: number): Promise<Engine> {
 }
 
 const bits = (a: Float32Array) => Array.from(new Uint32Array(a.buffer, a.byteOffset, a.length));
-const strip = ({ ms: _ms, chained: _c, begunByEngine: _b, counts, ...r }: PassResult) => ({ ...r, counts: Array.from(counts) });
+const strip = ({ ms: _ms, chained: _c, begunByEngine: _b, rowsSettled: _s, counts, ...r }: PassResult) => ({ ...r, counts: Array.from(counts) });
 const stops = (r: PassResult, tol: number, tolReassign: number, variance: number, iteration: number, maxIter: number) =>
   r.reassigned / n <= tolReassign || r.shift <= tol * variance || iteration >= maxIter;
 

@@ -41,8 +41,8 @@ function expectSame(a: Run, b: Run, what: string): void {
   expect(a.results.length).toBe(b.results.length);
   a.results.forEach((r, i) => {
     // where the rows came from differs (loaded rows are held on the first pass): the results must not
-    const { ms: _a, rowsFrom: _fa, ...ra } = r;
-    const { ms: _b, rowsFrom: _fb, ...rb } = b.results[i];
+    const { ms: _a, rowsFrom: _fa, rowsSettled: _sa, ...ra } = r;
+    const { ms: _b, rowsFrom: _fb, rowsSettled: _sb, ...rb } = b.results[i];
     expect({ ...ra, counts: Array.from(ra.counts) }, `${what}: pass ${i}`).toEqual({ ...rb, counts: Array.from(rb.counts) });
     expect(Object.is(r.inertia, b.results[i].inertia) && Object.is(r.shift, b.results[i].shift), `${what}: pass ${i} bits`).toBe(true);
   });

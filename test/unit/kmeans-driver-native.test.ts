@@ -26,7 +26,7 @@ beforeAll(async () => {
 });
 
 const spec = (over: Partial<KmeansSpec> = {}): KmeansSpec => ({ k: K, metric: 'l2', init: 'random', maxIter: 60, tol: 0, tolReassign: 0, seed: 4, ...over });
-const strip = (h: { ms: number }[]) => h.map(({ ms, ...rest }) => rest);
+const strip = (h: { ms: number; settledFraction?: number }[]) => h.map(({ ms, settledFraction, ...rest }) => rest);
 const bytes = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
 async function fit(path: string, s: KmeansSpec, o: { engine?: Partial<EngineOptions>; resume?: KmeansCheckpoint; onCp?: (cp: KmeansCheckpoint) => void; signal?: AbortSignal } = {}) {

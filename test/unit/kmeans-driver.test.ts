@@ -182,7 +182,7 @@ class ContractEngine implements KmeansEngine {
     const resident = this.plan.residentRows;
     return {
       mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0, update: mode === 'fit' ? 'host' : 'none', chained: false, begunByEngine: false,
-      rowsFrom: { resident: this.passes > 1 ? resident : 0, host: 0, fed: this.passes > 1 ? n - resident : n }, heldRows: resident, hostRowsHeld: 0,
+      rowsFrom: { resident: this.passes > 1 ? resident : 0, host: 0, fed: this.passes > 1 ? n - resident : n }, heldRows: resident, hostRowsHeld: 0, rowsSettled: 0,
     };
   }
   labels(first = 0, count = this.options.rows - first) { return this.labelsNow.slice(first, first + count); }
@@ -198,7 +198,7 @@ beforeAll(async () => {
 });
 
 const spec = (over: Partial<KmeansSpec> = {}): KmeansSpec => ({ k: K, metric: 'l2', init: 'kmeans++', maxIter: 100, tol: 0, tolReassign: 0, seed: 1, ...over });
-const strip = (h: { ms: number }[]) => h.map(({ ms, ...rest }) => rest);
+const strip = (h: { ms: number; settledFraction?: number }[]) => h.map(({ ms, settledFraction, ...rest }) => rest);
 
 async function fit(s: KmeansSpec, opts: EngineShape & { resume?: KmeansCheckpoint; onCp?: (cp: KmeansCheckpoint) => void } = {}) {
   const source = await LocalFileSource.open(blobs);

@@ -47,7 +47,7 @@ describe('makeProgress', () => {
 
   it('a queued job has a report too: iteration 0, nothing measured', () => {
     expect(queuedProgress(40, 7)).toEqual({
-      phase: 'queued', iteration: 0, maxIter: 40, inertia: null, reassigned: null, reassignedFraction: null, shift: null, etaMs: null, updatedAt: 7,
+      phase: 'queued', iteration: 0, maxIter: 40, inertia: null, reassigned: null, reassignedFraction: null, shift: null, settledFraction: null, etaMs: null, updatedAt: 7,
     });
   });
 });

@@ -102,11 +102,11 @@ describe('progress', () => {
   it('derives the reassigned fraction and an ETA from the iteration record', () => {
     const p = makeProgress({
       phase: 'iterating', iteration: 10, maxIter: 100, rows: 1000, msPerIteration: 20, now: 5,
-      last: { iteration: 10, inertia: 12.5, reassigned: 50, shift: 0.25, ms: 20 },
+      last: { iteration: 10, inertia: 12.5, reassigned: 50, shift: 0.25, ms: 20 }, settledFraction: 0.75,
     });
     expect(p).toEqual({
       phase: 'iterating', iteration: 10, maxIter: 100, inertia: 12.5, reassigned: 50, reassignedFraction: 0.05,
-      shift: 0.25, etaMs: 91 * 20, updatedAt: 5,
+      shift: 0.25, settledFraction: 0.75, etaMs: 91 * 20, updatedAt: 5,
     });
     expect(makeProgress({ phase: 'opening', iteration: 0, maxIter: 5 }).etaMs).toBeNull();
     expect(asJobProgress(0)).toBeNull();

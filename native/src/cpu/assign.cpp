@@ -133,8 +133,9 @@ double epsilonFactor(std::int64_t D) {
 }
 
 // inRange: the row's fp32 values cannot overflow (see assignRows); otherwise fp64 decides among all centroids.
+// gUpper/gLower: the row's bounds for row_bounds.h from its fp32 values (gUpper = +inf: none, out of range).
 std::int32_t recheck(const KernelTable& kt, const CentroidPack& pack, const float* x, double eps, bool inRange,
-                     float* tmp) {
+                     float* tmp, double& gUpper, double& gLower) {
   double f1 = std::numeric_limits<double>::infinity();
   if (inRange) {
     kt.rowDistances(x, pack.D, pack.panels.data(), pack.cnorm.data(), pack.kpad, tmp);
@@ -153,6 +154,8 @@ std::int32_t recheck(const KernelTable& kt, const CentroidPack& pack, const floa
       label = static_cast<std::int32_t>(k);
     }
   }
+  gUpper = all ? std::numeric_limits<double>::infinity() : static_cast<double>(tmp[label]) + eps;
+  gLower = f1 - eps;  // every value is at least the minimum
   return label;
 }
 
@@ -180,91 +183,164 @@ void screenBound(const CentroidPack& pack, ScreenTask& t) {
 
 }  // namespace
 
-void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratch& s, const CentroidPack& pack,
-                 const float* x, const double* norm2, std::int64_t b, std::int64_t e, AssignWork& work,
-                 std::int32_t* labels, AssignCounts& c) {
-  if (b >= e) return;
+namespace {
+
+// Exact labels of m contiguous rows xs (‖x‖² in norms) into lab; with gU/gL (m each), each row's bounds for
+// row_bounds.h. i1/d1/d2: m-long work of the fp32 path without a screen.
+void assignBlock(const KernelTable& kt, const ScreenKernel* screen, AssignScratch& s, const CentroidPack& pack,
+                 const float* xs, const double* norms, std::int64_t m, std::int32_t* i1, float* d1, float* d2,
+                 std::int32_t* lab, double* gU, double* gL, AssignCounts& c) {
   const std::int64_t D = pack.D;
   const double factor = epsilonFactor(D);
   const double tiny = std::ldexp(static_cast<double>(D + 4), -146);
-  // The fp32 path for rows [0, m) of xs (contiguous), whose ‖x‖² is normOf(j): the label goes to out(j, label).
-  auto fp32Rows = [&](const float* xs, std::int64_t m, std::int32_t* best, float* d1, float* d2, auto&& normOf,
+  // The fp32 path for rows [0, n) of rows (contiguous), whose ‖x‖² is normOf(j): the label goes to out(j, label,
+  // gUpper, gLower).
+  auto fp32Rows = [&](const float* rows, std::int64_t n, std::int32_t* best, float* v1, float* v2, auto&& normOf,
                       auto&& out) {
     AssignTask task;
-    task.x = xs;
+    task.x = rows;
     task.ld = D;
-    task.n = m;
+    task.n = n;
     task.D = D;
     task.panels = pack.panels.data();
     task.cnorm = pack.cnorm.data();
     task.kpad = pack.kpad;
     task.scratch = s.kernel.data();
     task.best = best;
-    task.d1 = d1;
-    task.d2 = d2;
+    task.d1 = v1;
+    task.d2 = v2;
     kt.assign(task);
-    for (std::int64_t j = 0; j < m; ++j) {
+    for (std::int64_t j = 0; j < n; ++j) {
       const double nx = normOf(j);
       // + an absolute term for gradual underflow (each fp32 operation may also lose up to 2^-150 absolutely)
       const double eps = factor * (pack.cnMax + 2.0 * std::sqrt(nx) * pack.cMax) + tiny;
-      const double gap = static_cast<double>(d2[j]) - static_cast<double>(d1[j]);
+      const double gap = static_cast<double>(v2[j]) - static_cast<double>(v1[j]);
       // The bound assumes no fp32 overflow: every |value| ≤ ‖c‖²max + 2‖x‖‖c‖max must stay well below FLT_MAX.
       const bool inRange = pack.cnMax + 2.0 * std::sqrt(nx) * pack.cMax < 0x1p126;
-      if (inRange && best[j] >= 0 && std::isfinite(d1[j]) && gap > 2.0 * eps) {
-        out(j, best[j]);
+      if (inRange && best[j] >= 0 && std::isfinite(v1[j]) && gap > 2.0 * eps) {
+        out(j, best[j], static_cast<double>(v1[j]) + eps, static_cast<double>(v2[j]) - eps);
       } else {
-        out(j, recheck(kt, pack, xs + j * D, eps, inRange, s.row.data()));
+        double gUpper, gLower;
+        const std::int32_t l = recheck(kt, pack, rows + j * D, eps, inRange, s.row.data(), gUpper, gLower);
+        out(j, l, gUpper, gLower);
         ++c.rechecked;
       }
     }
-    c.fp32 += m;
+    c.fp32 += n;
+  };
+  auto set = [&](std::int64_t j, std::int32_t l, double u, double lo) {
+    lab[j] = l;
+    if (gU) {
+      gU[j] = u;
+      gL[j] = lo;
+    }
   };
   if (!screen) {
-    fp32Rows(x + b * D, e - b, work.i1.data() + b, work.d1.data() + b, work.d2.data() + b,
-             [&](std::int64_t j) { return norm2[b + j]; }, [&](std::int64_t j, std::int32_t l) { labels[b + j] = l; });
+    fp32Rows(xs, m, i1, d1, d2, [&](std::int64_t j) { return norms[j]; }, set);
     return;
   }
   ScreenTask task;
-  task.x = x + b * D;
+  task.x = xs;
   task.ld = D;
-  task.n = e - b;
+  task.n = m;
   task.D = D;
-  task.norm2 = norm2 + b;
+  task.norm2 = norms;
   task.panels = pack.pairs.data();
   task.cnorm = pack.cnorm.data();
   task.kpad = pack.kpad;
   task.c = pack.c;
   screenBound(pack, task);
   task.scratch = s.kernel.data();
-  task.labels = labels + b;
+  task.labels = lab;
+  task.gUpper = gU;
+  task.gLower = gL;
   // centroids far from fp32's range limits (no bf16 rounding overflows): otherwise every row takes the fp32 path
   if (pack.cMax < 0x1p60) {
     screen->screen(task);
   } else {
-    for (std::int64_t r = b; r < e; ++r) labels[r] = -1;
+    for (std::int64_t r = 0; r < m; ++r) lab[r] = -1;
   }
   c.screened += task.screened;
   c.pairs += task.decided64;
   s.open.clear();
-  for (std::int64_t r = b; r < e; ++r)
-    if (labels[r] < 0) s.open.push_back(static_cast<std::int32_t>(r));
-  const std::int64_t m = static_cast<std::int64_t>(s.open.size());
-  if (m == 0) return;
-  if (static_cast<std::int64_t>(s.rows.size()) < m * D) s.rows.allocate(static_cast<std::size_t>(m * D), "the open rows");
-  if (static_cast<std::int64_t>(s.best.size()) < m) {
-    s.best.allocate(static_cast<std::size_t>(m), "the open rows");
-    s.d1.allocate(static_cast<std::size_t>(m), "the open rows");
-    s.d2.allocate(static_cast<std::size_t>(m), "the open rows");
+  for (std::int64_t r = 0; r < m; ++r)
+    if (lab[r] < 0) s.open.push_back(static_cast<std::int32_t>(r));
+  const std::int64_t n = static_cast<std::int64_t>(s.open.size());
+  if (n == 0) return;
+  if (static_cast<std::int64_t>(s.rows.size()) < n * D) s.rows.allocate(static_cast<std::size_t>(n * D), "the open rows");
+  if (static_cast<std::int64_t>(s.best.size()) < n) {
+    s.best.allocate(static_cast<std::size_t>(n), "the open rows");
+    s.d1.allocate(static_cast<std::size_t>(n), "the open rows");
+    s.d2.allocate(static_cast<std::size_t>(n), "the open rows");
   }
-  for (std::int64_t j = 0; j < m; ++j)
-    std::memcpy(s.rows.data() + j * D, x + static_cast<std::int64_t>(s.open[j]) * D, static_cast<std::size_t>(D) * 4);
-  fp32Rows(s.rows.data(), m, s.best.data(), s.d1.data(), s.d2.data(), [&](std::int64_t j) { return norm2[s.open[j]]; },
-           [&](std::int64_t j, std::int32_t l) { labels[s.open[j]] = l; });
+  for (std::int64_t j = 0; j < n; ++j)
+    std::memcpy(s.rows.data() + j * D, xs + static_cast<std::int64_t>(s.open[j]) * D, static_cast<std::size_t>(D) * 4);
+  fp32Rows(s.rows.data(), n, s.best.data(), s.d1.data(), s.d2.data(), [&](std::int64_t j) { return norms[s.open[j]]; },
+           [&](std::int64_t j, std::int32_t l, double u, double lo) { set(s.open[j], l, u, lo); });
+}
+
+template <typename T>
+T* atLeast(Array<T>& a, std::int64_t n, const char* what) {
+  if (static_cast<std::int64_t>(a.size()) < n) a.allocate(static_cast<std::size_t>(n), what);
+  return a.data();
+}
+
+}  // namespace
+
+void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratch& s, const CentroidPack& pack,
+                 const float* x, const double* norm2, std::int64_t b, std::int64_t e, AssignWork& work,
+                 std::int32_t* labels, AssignCounts& c, RowBounds* bounds, std::int64_t firstRow) {
+  if (b >= e) return;
+  const std::int64_t D = pack.D, n = e - b;
+  auto i1 = [&](std::int64_t at) { return work.i1.data() ? work.i1.data() + at : nullptr; };
+  auto d1 = [&](std::int64_t at) { return work.d1.data() ? work.d1.data() + at : nullptr; };
+  auto d2 = [&](std::int64_t at) { return work.d2.data() ? work.d2.data() + at : nullptr; };
+  if (!bounds) {
+    assignBlock(kt, screen, s, pack, x + b * D, norm2 + b, n, i1(b), d1(b), d2(b), labels + b, nullptr, nullptr, c);
+    return;
+  }
+  s.active.clear();
+  for (std::int64_t r = b; r < e; ++r) {
+    const std::int32_t l = bounds->settle(firstRow + r, x + r * D);
+    if (l >= 0) labels[r] = l;
+    else s.active.push_back(static_cast<std::int32_t>(r));
+  }
+  const std::int64_t m = static_cast<std::int64_t>(s.active.size()), settled = n - m;
+  if (m == 0) {
+    c.skipped += settled;
+    return;
+  }
+  double* gU = atLeast(s.gUpper, n, "the rows' bounds");
+  double* gL = atLeast(s.gLower, n, "the rows' bounds");
+  if (settled * 8 < n) {
+    // few settled: the whole range in place, cheaper than gathering the rest (a settled row gets its label again)
+    assignBlock(kt, screen, s, pack, x + b * D, norm2 + b, n, i1(b), d1(b), d2(b), labels + b, gU, gL, c);
+    for (std::int64_t j = 0; j < n; ++j) bounds->record(firstRow + b + j, labels[b + j], norm2[b + j], gU[j], gL[j]);
+    return;
+  }
+  c.skipped += settled;
+  float* rows = atLeast(s.gathered, m * D, "the rows to assign");
+  double* norms = atLeast(s.gatheredNorm2, m, "the rows to assign");
+  std::int32_t* lab = atLeast(s.gatheredLabels, m, "the rows to assign");
+  std::int32_t* gi1 = atLeast(s.gatheredI1, m, "the rows to assign");
+  float* gd1 = atLeast(s.gatheredD1, m, "the rows to assign");
+  float* gd2 = atLeast(s.gatheredD2, m, "the rows to assign");
+  for (std::int64_t j = 0; j < m; ++j) {
+    const std::int64_t r = s.active[static_cast<std::size_t>(j)];
+    std::memcpy(rows + j * D, x + r * D, static_cast<std::size_t>(D) * 4);
+    norms[j] = norm2[r];
+  }
+  assignBlock(kt, screen, s, pack, rows, norms, m, gi1, gd1, gd2, lab, gU, gL, c);
+  for (std::int64_t j = 0; j < m; ++j) {
+    const std::int64_t r = s.active[static_cast<std::size_t>(j)];
+    labels[r] = lab[j];
+    bounds->record(firstRow + r, lab[j], norms[j], gU[j], gL[j]);
+  }
 }
 
 void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& pool, std::vector<AssignScratch>& scratch,
                 const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n, AssignWork& work,
-                std::int32_t* labels, AssignCounts& counts) {
+                std::int32_t* labels, AssignCounts& counts) {  // (no bounds: tools and tests of the assignment alone)
   std::vector<AssignCounts> part(static_cast<std::size_t>(pool.size()));
   pool.run([&](int tid, int nt) {
     std::int64_t b, e;

@@ -91,6 +91,7 @@ class CpuBackend final : public Backend {
       s.row.allocate(static_cast<std::size_t>(pack_.kpad), "kernel scratch");
     }
     acc_.reset(kt_, cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
+    if (cfg_.rowBounds) bounds_.beginPass(pool_, spec.centroids, cfg_.k, cfg_.dims, cfg_.rows);
     counts_ = AssignCounts();
   }
 
@@ -112,13 +113,16 @@ class CpuBackend final : public Backend {
   PassTotals finishPass() override {
     if (debug_)
       std::fprintf(stderr,
-                   "kmfleet cpu: %s pass, %lld rows: %lld decided by the bf16 screen, %lld among its candidates in fp64, "
-                   "%lld through fp32 (%lld of them rechecked in fp64)\n",
+                   "kmfleet cpu: %s pass, %lld rows: %lld settled by their bounds, %lld decided by the bf16 screen, %lld "
+                   "among its candidates in fp64, %lld through fp32 (%lld of them rechecked in fp64)\n",
                    spec_.mode == PassMode::Fit ? "fit" : "assign", static_cast<long long>(rowsSeen_),
+                   static_cast<long long>(counts_.skipped),
                    static_cast<long long>(counts_.screened), static_cast<long long>(counts_.pairs),
                    static_cast<long long>(counts_.fp32), static_cast<long long>(counts_.rechecked));
     rowsSeen_ = 0;
-    return acc_.finish();
+    PassTotals t = acc_.finish();
+    t.rowsSettled = counts_.skipped;
+    return t;
   }
 
   void abortPass() noexcept override { rowsSeen_ = 0; }
@@ -283,7 +287,7 @@ class CpuBackend final : public Backend {
           const float* xp = x + p0 * D;
           for (std::int64_t t = sync.take(a); t * block < m; t = sync.take(a))
             assignRange(kt_, screen_, s, pack_, xp, norm2 + p0, t * block, std::min(m, (t + 1) * block), assignWork_,
-                        labels, part[static_cast<std::size_t>(tid)]);
+                        labels, part[static_cast<std::size_t>(tid)], cfg_.rowBounds ? &bounds_ : nullptr, row);
           if (!sync.barrier()) return;
           if (tid == 0) sync.reset(a);
           for (std::int64_t t = sync.take(b); t < tasks; t = sync.take(b))
@@ -318,6 +322,7 @@ class CpuBackend final : public Backend {
   Array<float> resident_;
   Array<double> residentNorm2_;
   RowRanges held_;  // resident rows in place (retained by a pass or loaded)
+  RowBounds bounds_;  // EngineConfig.rowBounds
   std::int64_t rowsSeen_ = 0;
   AssignCounts counts_;
   bool debug_ = false;

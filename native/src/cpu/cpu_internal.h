@@ -9,6 +9,7 @@
 #include "../memory.h"
 #include "../thread_pool.h"
 #include "kernels.h"
+#include "row_bounds.h"
 
 namespace kmfleet {
 namespace cpu {
@@ -37,6 +38,11 @@ struct AssignScratch {
   std::vector<std::int32_t> open;
   Array<float> rows, d1, d2;
   Array<std::int32_t> best;
+  // with bounds (row_bounds.h): the rows they leave to assign, gathered, and every assigned row's bounds
+  std::vector<std::int32_t> active;
+  Array<float> gathered, gatheredD1, gatheredD2;
+  Array<double> gatheredNorm2, gUpper, gLower;
+  Array<std::int32_t> gatheredLabels, gatheredI1;
 };
 
 // The assignment's n-long work arrays (one chunk).
@@ -52,7 +58,9 @@ struct AssignCounts {
   std::int64_t pairs = 0;     // decided in fp64 among the screen's candidates
   std::int64_t fp32 = 0;      // through the fp32 kernel (no screen, or the screen left them open)
   std::int64_t rechecked = 0; // of those, decided in fp64 among the fp32 candidates
+  std::int64_t skipped = 0;   // settled by their bounds: no distance computed
   void add(const AssignCounts& o) {
+    skipped += o.skipped;
     screened += o.screened;
     pairs += o.pairs;
     fp32 += o.fp32;
@@ -63,10 +71,11 @@ struct AssignCounts {
 // Exact labels for n rows: with a screen, the bf16 kernel and its error bound decide most rows, fp64 the rows with
 // two candidates, and the fp32 path below the rest; without one (or for those rows) the fp32 kernel, its margin test,
 // and an fp64 recheck of the rows too close to call. labels receives the result.
-// Rows [b, e) on the calling thread (s: its scratch), the same way.
+// Rows [b, e) on the calling thread (s: its scratch), the same way. With bounds (x[0] being row firstRow), the rows they
+// settle keep their label without a distance computed, and the others' bounds are recorded.
 void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratch& s, const CentroidPack& pack,
                  const float* x, const double* norm2, std::int64_t b, std::int64_t e, AssignWork& work,
-                 std::int32_t* labels, AssignCounts& counts);
+                 std::int32_t* labels, AssignCounts& counts, RowBounds* bounds = nullptr, std::int64_t firstRow = 0);
 // Rows [0, n) split over the pool.
 void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& pool, std::vector<AssignScratch>& scratch,
                 const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n, AssignWork& work,

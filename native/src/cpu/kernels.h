@@ -73,6 +73,10 @@ struct ScreenTask {
   double ea = 0, eb = 0, ec = 0, er = 0, era = 0;
   float* scratch = nullptr;       // screenScratchFloats(D, kpad) floats, 64-byte aligned, private to the calling thread
   std::int32_t* labels = nullptr; // n: the label, or −1 (open)
+  // Optional, n each (nullptr: not wanted): for a row it decides, gUpper ≥ g_label and gLower ≤ g_k for every other k,
+  // with g_k = ‖c_k‖² − 2x·c_k, from its values and E (cpu/row_bounds.h)
+  double* gUpper = nullptr;
+  double* gLower = nullptr;
   std::int64_t screened = 0, decided64 = 0;  // out: rows with one candidate, rows decided in fp64
 };
 constexpr int maxCandidates = 16;

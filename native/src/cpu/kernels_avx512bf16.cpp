@@ -74,7 +74,8 @@ void screen(ScreenTask& t) {
   float* vals = t.scratch + ((RB * (D + 2) + 15) / 16) * 16 + ((RB * Dp + 15) / 16) * 16;  // vals[k*32 + r]
   std::int32_t* cand = reinterpret_cast<std::int32_t*>(vals + RB * t.kpad);            // [r*(max+1) + i]
   constexpr int CS = maxCandidates + 1;
-  alignas(64) float sb[RB], sr[RB], thr[RB];
+  alignas(64) float sb[RB], sn[RB], sr[RB], thr[RB];
+  alignas(64) double eb[RB];
   alignas(64) int cnt[RB];
   const __m512 m2 = _mm512_set1_ps(-2.0f), inf = _mm512_set1_ps(kInf);
   for (std::int64_t r0 = 0; r0 < n; r0 += RB) {
@@ -82,8 +83,8 @@ void screen(ScreenTask& t) {
     avx512::transposeBlock(t.x + r0 * t.ld, t.ld, rows, D, xT);
     __m512 res[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     packPairs(xT, D, xP, res);
-    // the products: every value to vals, the running minimum in registers
-    __m512 best0 = inf, best1 = inf;
+    // the products: every value to vals, the running minimum and runner-up in registers
+    __m512 best0 = inf, best1 = inf, next0 = inf, next1 = inf;
     for (std::int64_t g = 0; g < groups; ++g) {
       const std::uint32_t* panel = t.panels + g * Dp * CB;
       __m512 a0[CB], a1[CB];
@@ -106,12 +107,16 @@ void screen(ScreenTask& t) {
         const __m512 v0 = _mm512_fmadd_ps(a0[j], m2, cn), v1 = _mm512_fmadd_ps(a1[j], m2, cn);
         _mm512_store_ps(vals + (g * CB + j) * RB, v0);
         _mm512_store_ps(vals + (g * CB + j) * RB + 16, v1);
+        next0 = _mm512_min_ps(next0, _mm512_max_ps(best0, v0));
+        next1 = _mm512_min_ps(next1, _mm512_max_ps(best1, v1));
         best0 = _mm512_min_ps(best0, v0);
         best1 = _mm512_min_ps(best1, v1);
       }
     }
     _mm512_store_ps(sb, best0);
     _mm512_store_ps(sb + 16, best1);
+    _mm512_store_ps(sn, next0);
+    _mm512_store_ps(sn + 16, next1);
     _mm512_store_ps(sr, res[0]);
     _mm512_store_ps(sr + 16, res[1]);
     // each row's threshold v* + 2E, in fp64 (8 rows at a time), rounded up to fp32; rows out of range or padding: −inf
@@ -124,6 +129,7 @@ void screen(ScreenTask& t) {
       const __m512d e = _mm512_add_pd(_mm512_add_pd(_mm512_mul_pd(_mm512_set1_pd(t.ea), rx),
                                                     _mm512_mul_pd(_mm512_set1_pd(t.eb), _mm512_add_pd(_mm512_sqrt_pd(nx), rx))),
                                       _mm512_set1_pd(t.ec));
+      _mm512_store_pd(eb + 8 * q, e);
       const __m512d limit = _mm512_add_pd(v, _mm512_add_pd(e, e));
       const __mmask8 ok = live & _mm512_cmp_pd_mask(nx, _mm512_set1_pd(0x1p120), _CMP_LT_OQ) &
                           _mm512_cmp_pd_mask(v, _mm512_set1_pd(static_cast<double>(kInf)), _CMP_LT_OQ);
@@ -163,6 +169,12 @@ void screen(ScreenTask& t) {
         ++t.decided64;
       }
       t.labels[r0 + r] = label;
+      if (t.gUpper && label >= 0) {
+        // one candidate: the label is the values' argmin, so the others are at least the runner-up; several: at least
+        // the minimum
+        t.gUpper[r0 + r] = static_cast<double>(vals[label * RB + r]) + eb[r];
+        t.gLower[r0 + r] = static_cast<double>(cnt[r] == 1 ? sn[r] : sb[r]) - eb[r];
+      }
     }
   }
 }
