@@ -111,7 +111,8 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
         const etaMs = Math.round((left + 1) * msPerIteration); // + the assign pass
         progress.update(
           `iter ${r.iteration}/${spec.maxIter}  inertia ${r.inertia.toPrecision(7)}  reassigned ${(100 * r.reassignedFraction).toFixed(3)}%` +
-            `  shift ${r.shift.toExponential(2)}  ${humanCount(source.rows / (r.ms / 1000))} rows/s  eta ${formatDuration(etaMs)}`,
+            `  shift ${r.shift.toExponential(2)}${r.settledFraction ? `  settled ${(100 * r.settledFraction).toFixed(1)}%` : ''}` +
+            `  ${humanCount(source.rows / (r.ms / 1000))} rows/s  eta ${formatDuration(etaMs)}`,
           { event: 'iteration', ...r, etaMs },
         );
       };
