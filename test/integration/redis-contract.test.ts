@@ -64,7 +64,7 @@ describe('docs/redis-contract.md, followed by a foreign producer', () => {
     expect(result).toMatchObject({ jobId: 'foreign-1', k: 3, dataset: { rows: 5000, dims: 4, format: 'npy' } });
     expect(result.outputs.centroids).toBe('s3://out/foreign/foreign-1/centroids.npy');
     expect(Object.keys(job.progress as object).sort()).toEqual(
-      ['phase', 'iteration', 'maxIter', 'inertia', 'reassigned', 'reassignedFraction', 'shift', 'etaMs', 'updatedAt', 'rowsPerPass'].sort(),
+      ['phase', 'iteration', 'maxIter', 'inertia', 'reassigned', 'reassignedFraction', 'shift', 'settledFraction', 'etaMs', 'updatedAt', 'rowsPerPass'].sort(),
     );
     expect(stack.s3.keys('out', 'foreign/foreign-1/')).toContain('foreign/foreign-1/summary.json');
     const stream = await redis.xrange('{kmfleet}:job:jobs:foreign-1:iterations', '-', '+');
