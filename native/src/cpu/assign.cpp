@@ -300,12 +300,8 @@ void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratc
     return;
   }
   s.active.clear();
-  for (std::int64_t r = b; r < e; ++r) {
-    const std::int32_t l = bounds->settle(firstRow + r, x + r * D);
-    if (l >= 0) labels[r] = l;
-    else s.active.push_back(static_cast<std::int32_t>(r));
-  }
-  const std::int64_t m = static_cast<std::int64_t>(s.active.size()), settled = n - m;
+  const std::int64_t settled = bounds->settle(firstRow, x, b, e, labels, s.active);
+  const std::int64_t m = n - settled;
   if (m == 0) {
     c.skipped += settled;
     return;

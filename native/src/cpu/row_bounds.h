@@ -9,7 +9,9 @@
 // full assignment, whose error bounds give the new u and l (assign.cpp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "../memory.h"
@@ -24,16 +26,33 @@ class RowBounds {
   // pass to these.
   void beginPass(ThreadPool& pool, const float* centroids, std::int64_t K, std::int64_t D, std::int64_t rows);
 
-  // The row's label when its bounds settle it (x: the row as the kernels see it), else -1. Tightens its upper bound.
-  std::int32_t settle(std::int64_t row, const float* x);
+  // Rows [b, e) of x (x[0] being row firstRow, as the kernels see them): the label of each row its bounds settle goes to
+  // labels[r], the others to `open`. Tightens the upper bounds it tests. Returns the rows settled.
+  std::int64_t settle(std::int64_t firstRow, const float* x, std::int64_t b, std::int64_t e, std::int32_t* labels,
+                      std::vector<std::int32_t>& open);
 
   // After the row's assignment: its label and, with g_k = ‖c_k‖² − 2x·c_k (the squared distance less ‖x‖²),
   // gUpper ≥ g_label and gLower ≤ g_k for every other k; norm2 = ‖x‖² in fp64. gUpper = +inf: no bounds for it.
-  void record(std::int64_t row, std::int32_t label, double norm2, double gUpper, double gLower);
+  void record(std::int64_t row, std::int32_t label, double norm2, double gUpper, double gLower) {
+    const std::size_t r = static_cast<std::size_t>(row);
+    if (!(gUpper < kInf) || gLower != gLower) {
+      label_[r] = -1;
+      return;
+    }
+    // ‖x − c‖² = ‖x‖² + g: the fp64 sum and ‖x‖²'s own rounding, rel_ of the magnitudes at most
+    const double hi = norm2 + gUpper + rel_ * (norm2 + (gUpper < 0 ? -gUpper : gUpper));
+    const double lo = norm2 + gLower - rel_ * (norm2 + (gLower < 0 ? -gLower : gLower));
+    label_[r] = label;
+    upper_[r] = std::sqrt(hi > 0 ? hi : 0.0) * (1 + rel_);
+    // no other centroid (K = 1): nothing can take the row
+    lower_[r] = gLower == kInf ? kInf : std::sqrt(lo > 0 ? lo : 0.0) * (1 - rel_);
+  }
 
  private:
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
   const float* c_ = nullptr;
   std::int64_t K_ = 0, D_ = 0;
+  double rel_ = 0;  // (D + 8)·2^-52: fp64 sums of D fp32 products, relative
   std::vector<float> last_;      // the centroids the bounds refer to (empty before the first pass)
   Array<std::int32_t> label_;    // -1: no bounds
   Array<double> upper_, lower_;  // on distances, not squared
