@@ -300,7 +300,7 @@ void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratc
     return;
   }
   s.active.clear();
-  const std::int64_t settled = bounds->settle(firstRow, x, b, e, labels, s.active);
+  const std::int64_t settled = bounds->settle(firstRow, b, e, labels, s.active);
   const std::int64_t m = n - settled;
   if (m == 0) {
     c.skipped += settled;
@@ -308,7 +308,7 @@ void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratc
   }
   double* gU = atLeast(s.gUpper, n, "the rows' bounds");
   double* gL = atLeast(s.gLower, n, "the rows' bounds");
-  if (settled * 8 < n) {
+  if (settled * 4 < n) {
     // few settled: the whole range in place, cheaper than gathering the rest (a settled row gets its label again)
     assignBlock(kt, screen, s, pack, x + b * D, norm2 + b, n, i1(b), d1(b), d2(b), labels + b, gU, gL, c);
     for (std::int64_t j = 0; j < n; ++j) bounds->record(firstRow + b + j, labels[b + j], norm2[b + j], gU[j], gL[j]);

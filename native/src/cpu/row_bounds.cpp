@@ -19,7 +19,6 @@ constexpr double kMargin = 1e-9;
 
 void RowBounds::beginPass(ThreadPool& pool, const float* centroids, std::int64_t K, std::int64_t D,
                           std::int64_t rows) {
-  c_ = centroids;
   K_ = K;
   D_ = D;
   rel_ = static_cast<double>(D + 8) * std::ldexp(1.0, -52);
@@ -59,23 +58,13 @@ void RowBounds::beginPass(ThreadPool& pool, const float* centroids, std::int64_t
   last_.assign(centroids, centroids + n);
 }
 
-std::int64_t RowBounds::settle(std::int64_t firstRow, const float* x, std::int64_t b, std::int64_t e,
-                                std::int32_t* labels, std::vector<std::int32_t>& open) {
-  const double up = 1 + rel_;
+std::int64_t RowBounds::settle(std::int64_t firstRow, std::int64_t b, std::int64_t e, std::int32_t* labels,
+                                std::vector<std::int32_t>& open) const {
   std::int64_t settled = 0;
   for (std::int64_t i = b; i < e; ++i) {
     const std::size_t r = static_cast<std::size_t>(firstRow + i);
     const std::int32_t a = label_[r];
-    bool ok = false;
-    if (a >= 0) {
-      ok = upper_[r] * (1 + kMargin) < lower_[r];
-      if (!ok) {
-        // the exact distance to its centroid: fp64 of fp32 values, rel_ at most
-        upper_[r] = std::sqrt(sqDist64(x + i * D_, c_ + static_cast<std::int64_t>(a) * D_, D_) * up) * up;
-        ok = upper_[r] * (1 + kMargin) < lower_[r];
-      }
-    }
-    if (ok) {
+    if (a >= 0 && upper_[r] * (1 + kMargin) < lower_[r]) {
       labels[i] = a;
       ++settled;
     } else {

@@ -5,8 +5,10 @@
 // moved the centroids — an update, a re-seed, a caller's setCentroids. A row is settled when u < l by more than fp64
 // can blur (a relative 1e-9): its label's centroid is then the nearest by a margin the exact assignment also sees, so
 // the labels — and every sum, count and distance, which follow from them — are the bits of a pass without bounds.
-// A row that is not settled by its bounds gets its exact distance to c_a (one fp64 row) and a second chance, then the
-// full assignment, whose error bounds give the new u and l (assign.cpp).
+// A row they do not settle goes through the full assignment, whose error bounds give its new u and l (assign.cpp).
+// Hamerly's second chance — u tightened to the row's exact distance to c_a before giving up — is left out: on the
+// benchmark's blobs it settled no more rows, and on random rows it cost 8 % a pass (bench/cpu/converge.mjs). So a row
+// is settled from its bounds alone, without its data.
 #pragma once
 
 #include <cmath>
@@ -26,10 +28,10 @@ class RowBounds {
   // pass to these.
   void beginPass(ThreadPool& pool, const float* centroids, std::int64_t K, std::int64_t D, std::int64_t rows);
 
-  // Rows [b, e) of x (x[0] being row firstRow, as the kernels see them): the label of each row its bounds settle goes to
-  // labels[r], the others to `open`. Tightens the upper bounds it tests. Returns the rows settled.
-  std::int64_t settle(std::int64_t firstRow, const float* x, std::int64_t b, std::int64_t e, std::int32_t* labels,
-                      std::vector<std::int32_t>& open);
+  // Rows [firstRow + b, firstRow + e): the label of each row its bounds settle goes to labels[i] (i in [b, e)), the
+  // others' i to `open`. Returns the rows settled.
+  std::int64_t settle(std::int64_t firstRow, std::int64_t b, std::int64_t e, std::int32_t* labels,
+                      std::vector<std::int32_t>& open) const;
 
   // After the row's assignment: its label and, with g_k = ‖c_k‖² − 2x·c_k (the squared distance less ‖x‖²),
   // gUpper ≥ g_label and gLower ≤ g_k for every other k; norm2 = ‖x‖² in fp64. gUpper = +inf: no bounds for it.
@@ -50,7 +52,6 @@ class RowBounds {
 
  private:
   static constexpr double kInf = std::numeric_limits<double>::infinity();
-  const float* c_ = nullptr;
   std::int64_t K_ = 0, D_ = 0;
   double rel_ = 0;  // (D + 8)·2^-52: fp64 sums of D fp32 products, relative
   std::vector<float> last_;      // the centroids the bounds refer to (empty before the first pass)
