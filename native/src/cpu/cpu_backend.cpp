@@ -275,6 +275,7 @@ class CpuBackend final : public Backend {
     const std::int64_t block = 32 * std::max<std::int64_t>(1, std::min(units, piece / (4 * 32 * pool_.size())));
     const std::int64_t pieces = (n + piece - 1) / piece;
     const int tasks = acc_.tasks();
+    RowBounds* bounds = cfg_.rowBounds && bounds_.usable() ? &bounds_ : nullptr;
     PassSync sync(pool_.size());
     std::vector<AssignCounts> part(static_cast<std::size_t>(pool_.size()));
     pool_.run([&](int tid, int) {
@@ -287,7 +288,7 @@ class CpuBackend final : public Backend {
           const float* xp = x + p0 * D;
           for (std::int64_t t = sync.take(a); t * block < m; t = sync.take(a))
             assignRange(kt_, screen_, s, pack_, xp, norm2 + p0, t * block, std::min(m, (t + 1) * block), assignWork_,
-                        labels, part[static_cast<std::size_t>(tid)], cfg_.rowBounds ? &bounds_ : nullptr, row);
+                        labels, part[static_cast<std::size_t>(tid)], bounds, row);
           if (!sync.barrier()) return;
           if (tid == 0) sync.reset(a);
           for (std::int64_t t = sync.take(b); t < tasks; t = sync.take(b))

@@ -22,10 +22,19 @@ void RowBounds::beginPass(ThreadPool& pool, const float* centroids, std::int64_t
   K_ = K;
   D_ = D;
   rel_ = static_cast<double>(D + 8) * std::ldexp(1.0, -52);
+  if (unusable_) return;
   if (!label_.data()) {
-    label_.allocate(static_cast<std::size_t>(rows), "the rows' bounds");
-    upper_.allocate(static_cast<std::size_t>(rows), "the rows' bounds");
-    lower_.allocate(static_cast<std::size_t>(rows), "the rows' bounds");
+    try {
+      label_.allocate(static_cast<std::size_t>(rows), "the rows' bounds");
+      upper_.allocate(static_cast<std::size_t>(rows), "the rows' bounds");
+      lower_.allocate(static_cast<std::size_t>(rows), "the rows' bounds");
+    } catch (const EngineError&) {  // they only save work: without the memory for them, the job runs without
+      label_.reset();
+      upper_.reset();
+      lower_.reset();
+      unusable_ = true;
+      return;
+    }
     std::fill(label_.data(), label_.data() + rows, -1);
   }
   const std::size_t n = static_cast<std::size_t>(K * D);

@@ -27,6 +27,8 @@ class RowBounds {
   // The pass's centroids (K×D, fixed during the pass): every row's bounds are moved from the centroids of the last
   // pass to these.
   void beginPass(ThreadPool& pool, const float* centroids, std::int64_t K, std::int64_t D, std::int64_t rows);
+  // false once the host could not give their 20 bytes a row: the passes run without them
+  bool usable() const { return !unusable_; }
 
   // Rows [firstRow + b, firstRow + e): the label of each row its bounds settle goes to labels[i] (i in [b, e)), the
   // others' i to `open`. Returns the rows settled.
@@ -54,6 +56,7 @@ class RowBounds {
   static constexpr double kInf = std::numeric_limits<double>::infinity();
   std::int64_t K_ = 0, D_ = 0;
   double rel_ = 0;  // (D + 8)·2^-52: fp64 sums of D fp32 products, relative
+  bool unusable_ = false;
   std::vector<float> last_;      // the centroids the bounds refer to (empty before the first pass)
   Array<std::int32_t> label_;    // -1: no bounds
   Array<double> upper_, lower_;  // on distances, not squared
