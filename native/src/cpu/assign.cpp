@@ -292,11 +292,11 @@ void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratc
                  std::int32_t* labels, AssignCounts& c, RowBounds* bounds, std::int64_t firstRow) {
   if (b >= e) return;
   const std::int64_t D = pack.D, n = e - b;
-  auto i1 = [&](std::int64_t at) { return work.i1.data() ? work.i1.data() + at : nullptr; };
-  auto d1 = [&](std::int64_t at) { return work.d1.data() ? work.d1.data() + at : nullptr; };
-  auto d2 = [&](std::int64_t at) { return work.d2.data() ? work.d2.data() + at : nullptr; };
+  // the fp32 path's work from row b (unallocated with a screen, which keeps its own)
+  auto from = [b](auto& a) { return a.data() ? a.data() + b : nullptr; };
   if (!bounds) {
-    assignBlock(kt, screen, s, pack, x + b * D, norm2 + b, n, i1(b), d1(b), d2(b), labels + b, nullptr, nullptr, c);
+    assignBlock(kt, screen, s, pack, x + b * D, norm2 + b, n, from(work.i1), from(work.d1), from(work.d2), labels + b,
+                nullptr, nullptr, c);
     return;
   }
   s.active.clear();
@@ -310,7 +310,8 @@ void assignRange(const KernelTable& kt, const ScreenKernel* screen, AssignScratc
   double* gL = atLeast(s.gLower, n, "the rows' bounds");
   if (settled * 4 < n) {
     // few settled: the whole range in place, cheaper than gathering the rest (a settled row gets its label again)
-    assignBlock(kt, screen, s, pack, x + b * D, norm2 + b, n, i1(b), d1(b), d2(b), labels + b, gU, gL, c);
+    assignBlock(kt, screen, s, pack, x + b * D, norm2 + b, n, from(work.i1), from(work.d1), from(work.d2), labels + b,
+                gU, gL, c);
     for (std::int64_t j = 0; j < n; ++j) bounds->record(firstRow + b + j, labels[b + j], norm2[b + j], gU[j], gL[j]);
     return;
   }
