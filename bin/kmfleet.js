@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // The kmfleet command: the compiled CLI lives in dist/ (`npm run build:ts`, done by scripts/setup).
 // CommonJS (bin/package.json): it runs before Node's ES module loader first uses libuv's thread pool, whose size is
-// fixed by then. A pass reads the rows it does not hold from a local file with several positional reads at once
-// (core/dataset/parallel-read.ts), and four threads (Node's default) cap them at about half of what the page cache
-// serves: kmfleet asks for 16 unless UV_THREADPOOL_SIZE says otherwise (docs/operations.md).
+// fixed by then. The first pass reads the rows the engine will hold from a local file with several positional reads at
+// once (core/dataset/parallel-read.ts), and four threads (Node's default) cap them at about half of what the page
+// cache serves: kmfleet asks for 16 unless UV_THREADPOOL_SIZE says otherwise (docs/operations.md).
 'use strict';
 process.env.UV_THREADPOOL_SIZE ??= '16';
 

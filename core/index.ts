@@ -5,7 +5,7 @@
  */
 export * from './kmeans/index.js';
 export * from './formats/index.js';
-export { checkReadRange, type ReadHint, type RowSource } from './dataset/row-source.js';
+export { checkReadRange, checkRowRange, type FileRows, type ReadHint, type RowSource } from './dataset/row-source.js';
 export { decodedLayout, describeLayout, LocalFileSource, type DatasetFormat, type LocalFileSourceOptions } from './dataset/local-file-source.js';
 export { checkSyntheticOptions, generateDataset, type SyntheticKind, type SyntheticOptions, type SyntheticResult } from './dataset/synthetic.js';
 export { readConverted } from './dataset/converted-read.js';

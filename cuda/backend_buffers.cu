@@ -44,6 +44,7 @@ void CudaBackend::release() noexcept {
   centroids_.release();
   totals_.release();
   ring_.release();
+  uploads_.release();
   streams_.destroy();
   cudaGetLastError();
 }

@@ -22,6 +22,24 @@ void CudaBackend::processChunk(const void* data, std::int64_t firstRow, std::int
   check(cudaStreamWaitEvent(streams_.copy, slot.rawFree, 0), "cudaStreamWaitEvent");
   check(cudaMemcpyAsync(slot.raw, data, rows * shape_.rowBytes, cudaMemcpyHostToDevice, streams_.copy), "H2D");
   check(cudaEventRecord(slot.copied, streams_.copy), "cudaEventRecord");
+  computeCopied(slot, firstRow, rows);
+}
+
+void CudaBackend::processChunkInPieces(const ChunkPieces& pieces, std::int64_t firstRow, std::int64_t rows) {
+  DeviceScope on(shape_.device);
+  if (rows <= 0 || rows > shape_.memory.chunkRows)
+    throw EngineError(ErrorCode::InvalidArgument, "processChunkInPieces: no rows or a bad row count");
+  ChunkSlot& slot = slots_.next();
+  check(cudaEventSynchronize(slot.rawFree), "cudaEventSynchronize");  // the lanes' copies land in it unordered
+  const std::int64_t pieceRows =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(UploadRing::kPieceBytes / shape_.rowBytes));
+  uploads_.upload(*pool_, shape_.device, pieces, rows, pieceRows, shape_.rowBytes, slot.raw, streams_.copy,
+                  slot.copied);
+  computeCopied(slot, firstRow, rows);
+}
+
+// A streamed chunk whose rows are on their way to slot.raw (slot.copied recorded once they are there).
+void CudaBackend::computeCopied(ChunkSlot& slot, std::int64_t firstRow, std::int64_t rows) {
   // The slot's previous outputs go to the engine's arrays once the copy is queued: the copy engine is not kept
   // waiting for the host (a chunk's labels are ~0.5 MB to memcpy; streamed passes are bound by the copies).
   retire(slot);

@@ -41,7 +41,8 @@
 //   cuda_backend.cu     construction, begin/abort of a pass, the device update, makeCudaBackend (cuda_bridge.h)
 //   pass_finish.cu      finishPass as named steps: the device's totals first, then the host's waits and outputs
 //   backend_buffers.cu  the owners' allocation and release, the engine's host buffers and host-tier blocks
-//   chunk_stream.cu     a chunk: through a slot (processChunk, retire, drain), its kernels and outputs (computeChunk,
+//   chunk_stream.cu     a chunk: through a slot (processChunk, or processChunkInPieces through the upload ring),
+//                       retire, drain; its kernels and outputs (computeChunk,
 //                       also resident chunks one by one), assignPiece, exactRows
 //   resident_pass.cu    the resident rows in a pass: chunk by chunk, in one go (pieces + one accumulate), or queued a
 //                       few steps ahead of the streamed chunks (overlap)
@@ -74,6 +75,7 @@
 #include "resident_rows.h"
 #include "resident_steps.h"
 #include "stage_timer.h"
+#include "upload_ring.h"
 
 namespace kmfleet {
 
@@ -97,6 +99,8 @@ class CudaBackend final : public Backend {
   void beginPass(const PassSpec& spec) override;        // cuda_backend.cu
   void processResident() override;                      // resident_pass.cu
   void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) override;  // chunk_stream.cu
+  bool takesPieces() const override { return pool_ != nullptr; }
+  void processChunkInPieces(const ChunkPieces& pieces, std::int64_t firstRow, std::int64_t rows) override;
   HostBlock allocateHostRows(std::size_t bytes, std::string& warning) override;       // backend_buffers.cu
   PassTotals finishPass() override { return finishPass(nullptr); }
 
@@ -129,6 +133,7 @@ class CudaBackend final : public Backend {
   void release() noexcept;
 
   // chunk_stream.cu
+  void computeCopied(ChunkSlot& slot, std::int64_t firstRow, std::int64_t rows);
   void retire(ChunkSlot& s);
   void drain(ChunkSlot& s);
   void computeChunk(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, ChunkSlot* slotp,
@@ -177,6 +182,7 @@ class CudaBackend final : public Backend {
   StageTimer stages_;
   std::vector<void*> host_;     // the engine's host buffers (pinned)
   DownloadRing ring_;
+  UploadRing uploads_;  // a file's rows in pieces (processChunkInPieces), made on first use
   DeviceTotals totals_;
   ChunkScratch scratch_;
   ChunkSlots slots_;

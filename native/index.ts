@@ -17,6 +17,7 @@
  *     for rows the engine does not hold (from the previous PassResult.heldRows on; 0 on the first pass):
  *        fill engine.buffer(b) with rows [firstRow, firstRow+count), then  await engine.feed(b, firstRow, count)
  *        (feed resolves when buffer b may be refilled; at most plan.buffers feeds may be in flight)
+ *        or, for rows that lie in a local file:  await engine.feedFile(fd, byteOffset, firstRow, count)
  *     const r = await engine.finishPass()
  *   Held rows are kept by the engine the first time they are fed and processed by the engine itself, before the fed
  *   rows, in every later pass: the first plan.residentRows by the backend (resident: device memory on CUDA), the
@@ -310,6 +311,7 @@ interface NativeEngine {
   loadRows(rows: Uint8Array, firstRow: number, rowCount: number): Promise<number>;
   beginPass(mode: PassMode, options?: BeginPassOptions): void;
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void>;
+  feedFile(fd: number, byteOffset: number, firstRow: number, rowCount: number): Promise<void>;
   finishPass(): Promise<NativePassResult>;
   labels(firstRow?: number, count?: number): Int32Array;
   distances(firstRow?: number, count?: number): Float32Array;
@@ -465,6 +467,17 @@ export class Engine {
 
   feed(buffer: number, firstRow: number, rowCount: number): Promise<void> {
     return later(() => this.native.feed(buffer, firstRow, rowCount));
+  }
+
+  /**
+   * A feed that the engine reads itself: rows [firstRow, firstRow + rowCount), in the engine's dtype, lie one after
+   * another from byte `byteOffset` of the open file `fd` (RowSource.fileRows). Its threads read them in ~1 MiB pieces,
+   * many at once, and on CUDA each piece goes to the device through a small page-locked buffer as it lands, so the rows
+   * cross host memory once. Same order rules and results as feed; resolves once the rows were taken. The file must
+   * stay open until then.
+   */
+  feedFile(fd: number, byteOffset: number, firstRow: number, rowCount: number): Promise<void> {
+    return later(() => this.native.feedFile(fd, byteOffset, firstRow, rowCount));
   }
 
   finishPass(): Promise<PassResult> {

@@ -17,7 +17,7 @@ import { ArrowRows } from './arrow-rows.js';
 import type { DecodedColumn } from './decoded-batches.js';
 import { readFileRange } from './parallel-read.js';
 import { ParquetRows } from './parquet-rows.js';
-import { checkReadRange, type RowSource } from './row-source.js';
+import { checkReadRange, checkRowRange, type FileRows, type RowSource } from './row-source.js';
 
 export type DatasetFormat = 'npy' | 'npz' | 'parquet' | 'arrow' | 'fvecs' | 'bvecs' | 'f32' | 'f16';
 /** formats told by a file's extension when none is given */
@@ -124,6 +124,12 @@ export class LocalFileSource implements RowSource {
       return readConverted(layout, firstRow, count, target, undefined, (scratch) => this.readStored(firstRow, count, scratch));
     }
     return this.readStored(firstRow, count, target);
+  }
+
+  fileRows(firstRow: number, count: number): FileRows | undefined {
+    checkRowRange(this, firstRow, count);
+    if (this.decoded || this.decoding) return undefined;
+    return { fd: this.fh.fd, offset: this.dataOffset + firstRow * this.storedRowBytes };
   }
 
   /** The rows' bytes as stored, into target. */

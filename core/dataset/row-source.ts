@@ -18,6 +18,12 @@ export interface ReadHint {
   onProgress?: (bytes: number) => void;
 }
 
+/** Where rows lie in a local file (RowSource.fileRows). */
+export interface FileRows {
+  fd: number;
+  offset: number;
+}
+
 export interface RowSource {
   readonly rows: number;
   readonly dims: number;
@@ -37,14 +43,26 @@ export interface RowSource {
    * sample) copy just those instead of whole spans.
    */
   view?(firstRow: number, count: number): Promise<Buffer>;
+  /**
+   * Sources whose rows [firstRow, firstRow+count) lie one after another in a local file, exactly as read() would
+   * deliver them (an uncompressed .npy, raw file or stored .npz member; the pod's complete cache file): the open file's
+   * descriptor and the byte where row firstRow starts, for an engine that reads them itself (Engine.feedFile).
+   * Undefined where they do not. The descriptor stays open until close().
+   */
+  fileRows?(firstRow: number, count: number): FileRows | undefined;
   close(): Promise<void>;
 }
 
-/** Shared argument check for RowSource implementations. */
-export function checkReadRange(source: RowSource, firstRow: number, count: number, target: Buffer): void {
+/** Shared argument check for RowSource implementations: rows inside the dataset. */
+export function checkRowRange(source: RowSource, firstRow: number, count: number): void {
   if (!Number.isSafeInteger(firstRow) || !Number.isSafeInteger(count) || firstRow < 0 || count < 0 || firstRow + count > source.rows) {
     throw new RangeError(`read of rows [${firstRow}, ${firstRow + count}) outside the dataset's ${source.rows} rows`);
   }
+}
+
+/** Shared argument check for RowSource implementations: rows inside the dataset, a target large enough. */
+export function checkReadRange(source: RowSource, firstRow: number, count: number, target: Buffer): void {
+  checkRowRange(source, firstRow, count);
   if (target.length < count * source.rowBytes) {
     throw new RangeError(`read target of ${target.length} bytes is smaller than ${count} rows of ${source.rowBytes} bytes`);
   }

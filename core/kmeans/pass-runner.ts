@@ -6,7 +6,9 @@
  * wait until the previous chunk's feed was *issued* (feeds must come in row order) → feed.
  * The rows the engine holds (its resident rows, then its host tier's: PassResult.heldRows) are fed only until it holds
  * them; each later pass starts its feeds where they end. The first pass starts at options.firstRow when rows were
- * loaded into the engine ahead of it (resident-preload.ts).
+ * loaded into the engine ahead of it (resident-preload.ts). Rows past the tiers' planned rows that lie in a local file
+ * (RowSource.fileRows) the engine reads itself (engine.feedFile): its threads and page-locked pieces reach the page
+ * cache's speed, where reads into a chunk-sized buffer here cost the host's memory three crossings a byte.
  */
 import type { PassChain, PassMode, PassResult } from '../../native/index.js';
 import type { RowSource } from '../dataset/row-source.js';
@@ -36,7 +38,7 @@ export interface PassOptions {
 }
 
 export async function runPass(engine: KmeansEngine, source: RowSource, mode: PassMode, options: PassOptions = {}): Promise<PassResult> {
-  const { chunkRows, buffers, residentRows, rowBytes } = engine.plan;
+  const { chunkRows, buffers, residentRows, hostRows, rowBytes } = engine.plan;
   if (rowBytes !== source.rowBytes) {
     throw new Error(`engine rows are ${rowBytes} bytes but the source's are ${source.rowBytes}`);
   }
@@ -59,18 +61,26 @@ export async function runPass(engine: KmeansEngine, source: RowSource, mode: Pas
     const count = Math.min(chunkRows, source.rows - first);
     await inFlight[b];
     if (error) break;
-    const target = engine.buffer(b);
+    const inFile = engine.feedFile && first >= residentRows + hostRows ? source.fileRows?.(first, count) : undefined;
     const prev = previousIssued;
     let markIssued!: () => void;
     previousIssued = new Promise<void>((r) => (markIssued = r));
     inFlight[b] = (async () => {
       try {
-        const t0 = performance.now();
-        await source.read(first, count, target);
-        if (options.readTime) options.readTime.ms += performance.now() - t0;
-        await prev;
-        if (error) return;
-        const fed = engine.feed(b, first, count);
+        let fed: Promise<void>;
+        if (inFile) {
+          await prev;
+          if (error) return;
+          fed = engine.feedFile!(inFile.fd, inFile.offset, first, count);
+        } else {
+          const target = engine.buffer(b);
+          const t0 = performance.now();
+          await source.read(first, count, target);
+          if (options.readTime) options.readTime.ms += performance.now() - t0;
+          await prev;
+          if (error) return;
+          fed = engine.feed(b, first, count);
+        }
         markIssued();
         await fed;
       } catch (reason) {

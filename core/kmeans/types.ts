@@ -5,7 +5,7 @@ import type { Engine, Metric } from '../../native/index.js';
 export type KmeansEngine = Pick<
   Engine,
   'plan' | 'options' | 'buffer' | 'setCentroids' | 'centroids' | 'readCentroids' | 'initKmeansPlusPlus' | 'beginPass' | 'feed' | 'finishPass' | 'labels' | 'cancel'
->;
+> & Partial<Pick<Engine, 'feedFile'>>;
 
 export type InitMethod = 'kmeans++' | 'random' | 'given';
 export type StopReason = 'tol' | 'tolReassign' | 'maxIter';

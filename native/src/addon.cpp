@@ -56,6 +56,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
                         InstanceMethod<&NativeEngine::LoadRows>("loadRows"),
                         InstanceMethod<&NativeEngine::BeginPass>("beginPass"),
                         InstanceMethod<&NativeEngine::Feed>("feed"),
+                        InstanceMethod<&NativeEngine::FeedFile>("feedFile"),
                         InstanceMethod<&NativeEngine::FinishPass>("finishPass"),
                         InstanceMethod<&NativeEngine::Labels>("labels"),
                         InstanceMethod<&NativeEngine::Distances>("distances"),
@@ -394,6 +395,32 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
             if (holder->engine) holder->engine->feedSettled(buffer);
             return env.Undefined();
           });
+    } catch (const Napi::Error& err) {
+      return rejected(env, err);
+    } catch (const EngineError& err) {
+      return rejected(env, makeJsError(env, err.code(), err.what(), err.row()));
+    }
+  }
+
+  // feedFile(fd, byteOffset, firstRow, rowCount): rows the engine reads itself from an open file (file_rows.h)
+  Napi::Value FeedFile(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    try {
+      Engine& e = engine(env);
+      double v[4];
+      for (int i = 0; i < 4; ++i) {
+        v[i] = info[i].IsNumber() ? info[i].As<Napi::Number>().DoubleValue() : -1;
+        if (v[i] < 0 || v[i] != std::floor(v[i]) || !std::isfinite(v[i]))
+          throwJs(env, ErrorCode::InvalidArgument, "feedFile(fd, byteOffset, firstRow, rowCount) needs four integers >= 0");
+      }
+      const int fd = static_cast<int>(v[0]);
+      const std::int64_t offset = static_cast<std::int64_t>(v[1]), first = static_cast<std::int64_t>(v[2]),
+                         count = static_cast<std::int64_t>(v[3]);
+      const std::uint64_t gen = e.admitFeedFile(first, count);
+      Engine* ep = &e;
+      return runner_->submit(
+          env, [ep, gen, fd, offset, first, count](Outcome&) { ep->runFeedFile(gen, fd, offset, first, count); },
+          [](Napi::Env env, const Outcome&) -> Napi::Value { return env.Undefined(); });
     } catch (const Napi::Error& err) {
       return rejected(env, err);
     } catch (const EngineError& err) {

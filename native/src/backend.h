@@ -209,6 +209,16 @@ struct DeviceUpdate {
 // fp64 distance Σ(x−c)² except where the two best fp64 distances are within a relative 1e-6 (then either of
 // the two is acceptable); the reported distance/inertia is the fp64 value for the chosen centroid.
 
+// The rows of one chunk, read piece by piece on several threads at once (Backend::processChunkInPieces): a reader of
+// the rows' file (file_rows.h).
+class ChunkPieces {
+ public:
+  virtual ~ChunkPieces() = default;
+  // Rows [first, first + count) of the chunk (first counted from the chunk's first row) into dst, whole rows as the
+  // backend keeps them. Throws EngineError.
+  virtual void read(void* dst, std::int64_t first, std::int64_t count) const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -251,6 +261,18 @@ class Backend {
       throw EngineError(ErrorCode::OutOfMemory, "cannot allocate " + std::to_string(bytes >> 20) +
                                                     " MiB of host memory for the host tier");
     return HostBlock(p, std::free);
+  }
+
+  // Optional (Backend::takesPieces; CUDA): processChunk for rows that the engine's pool threads read piece by piece
+  // into small page-locked buffers of the backend's, each copied to the device as it lands. The pieces stay in the
+  // CPU's cache, so the rows cross host memory once on their way from the page cache, not three times as through a
+  // chunk-sized buffer. The same checks and results as processChunk.
+  virtual bool takesPieces() const { return false; }
+  virtual void processChunkInPieces(const ChunkPieces& pieces, std::int64_t firstRow, std::int64_t rows) {
+    (void)pieces;
+    (void)firstRow;
+    (void)rows;
+    throw EngineError(ErrorCode::InvalidArgument, "this backend takes no chunk in pieces");
   }
 
   // Wait for all work of the pass and return its totals. Labels (and distances) are in the engine's arrays.

@@ -13,6 +13,7 @@
 
 #include "cpu/cpu_backend.h"
 #include "cpu/kernels.h"
+#include "file_rows.h"
 #include "host_memory.h"
 #include "row_math.h"
 #ifdef KMFLEET_WITH_CUDA
@@ -235,13 +236,23 @@ std::uint64_t Engine::admitFeed(int buffer, std::int64_t firstRow, std::int64_t 
     invalid("buffer index must be in 0.." + str(plan().buffers - 1) + ", got " + str(buffer));
   if (inFlight_[static_cast<std::size_t>(buffer)])
     invalid("buffer " + str(buffer) + " is still being fed: await its feed before refilling it");
+  checkFeedRange(firstRow, rowCount);
+  inFlight_[static_cast<std::size_t>(buffer)] = true;
+  return gen_;
+}
+
+std::uint64_t Engine::admitFeedFile(std::int64_t firstRow, std::int64_t rowCount) {
+  if (!passOpen_ || finishing_) invalid("feedFile outside a pass: call beginPass first");
+  checkFeedRange(firstRow, rowCount);
+  return gen_;
+}
+
+void Engine::checkFeedRange(std::int64_t firstRow, std::int64_t rowCount) const {
   if (rowCount < 1 || rowCount > plan().chunkRows)
     invalid("rowCount must be in 1.." + str(plan().chunkRows) + " (chunkRows), got " + str(rowCount));
   if (firstRow < 0 || firstRow + rowCount > cfg_.rows)
     invalid("rows [" + str(firstRow) + ", " + str(firstRow + rowCount) + ") are out of range: the dataset has " +
             str(cfg_.rows) + " rows");
-  inFlight_[static_cast<std::size_t>(buffer)] = true;
-  return gen_;
 }
 
 std::uint64_t Engine::admitFinish() {
@@ -422,6 +433,36 @@ void Engine::processHeldIfNeeded(std::int64_t upTo) {
 }
 
 void Engine::runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount) {
+  feedInOrder(gen, firstRow, rowCount, [&] {
+    void* rows = backend_->hostBuffer(buffer);
+    if (narrowing_.active())
+      narrowing_.narrow(*pool_, callerBuffers_[static_cast<std::size_t>(buffer)].data(), rows, firstRow, rowCount);
+    tier_.keep(*backend_, *pool_, rows, firstRow, rowCount);
+    backend_->processChunk(rows, firstRow, rowCount);
+  });
+}
+
+void Engine::runFeedFile(std::uint64_t gen, int fd, std::int64_t offset, std::int64_t firstRow,
+                         std::int64_t rowCount) {
+  feedInOrder(gen, firstRow, rowCount, [&] {
+    const FileRows file(fd, offset, plan_.rowBytes, narrowing_, cfg_.dims, firstRow, rowCount);
+    // rows past the host tier go up in pieces; rows the tier keeps are read whole, for it to copy them
+    if (backend_->takesPieces() && firstRow >= tier_.firstRow() + tier_.plannedRows()) {
+      backend_->processChunkInPieces(file, firstRow, rowCount);
+      return;
+    }
+    if (!fileChunk_.data()) {
+      std::string slower;  // pageable instead of page-locked: slower, still right
+      fileChunk_ = backend_->allocateHostRows(static_cast<std::size_t>(plan_.chunkRows) * plan_.storedRowBytes, slower);
+    }
+    file.readAll(*pool_, fileChunk_.data());
+    tier_.keep(*backend_, *pool_, fileChunk_.data(), firstRow, rowCount);
+    backend_->processChunk(fileChunk_.data(), firstRow, rowCount);
+  });
+}
+
+void Engine::feedInOrder(std::uint64_t gen, std::int64_t firstRow, std::int64_t rowCount,
+                         const std::function<void()>& take) {
   checkGen(gen);
   try {
     if (heldPending_) {
@@ -436,11 +477,7 @@ void Engine::runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::
               (cursor_ > 0 && cursor_ == heldRows() ? " (the engine holds rows [0, " + str(cursor_) + "))"
                                                     : std::string()));
     if (gen <= cancelGen_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
-    void* rows = backend_->hostBuffer(buffer);
-    if (narrowing_.active())
-      narrowing_.narrow(*pool_, callerBuffers_[static_cast<std::size_t>(buffer)].data(), rows, firstRow, rowCount);
-    tier_.keep(*backend_, *pool_, rows, firstRow, rowCount);
-    backend_->processChunk(rows, firstRow, rowCount);
+    take();
     cursor_ += rowCount;
     fed_ += rowCount;
   } catch (...) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,6 +82,7 @@ class Engine {
   // is adopted when it is what was asked (a fit pass, no distances, no data variance, feeds from its firstRow)
   std::uint64_t admitBegin(PassMode mode, bool distances, bool dataVariance, std::int64_t firstRow, bool& adopted);
   std::uint64_t admitFeed(int buffer, std::int64_t firstRow, std::int64_t rowCount);
+  std::uint64_t admitFeedFile(std::int64_t firstRow, std::int64_t rowCount);
   std::uint64_t admitFinish();
   std::uint64_t admitInit();
   void feedSettled(int buffer);  // [js] the feed's promise settled: the buffer may be fed again
@@ -105,6 +107,9 @@ class Engine {
   void runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dataVariance = true, std::int64_t firstRow = -1,
                 const PassChain& chain = PassChain());
   void runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount);
+  // A feed read by the engine itself from the open file `fd`, whose bytes from `offset` are rows [firstRow,
+  // firstRow + rowCount) in the caller's dtype (file_rows.h): the rows of a pass that no tier holds.
+  void runFeedFile(std::uint64_t gen, int fd, std::int64_t offset, std::int64_t firstRow, std::int64_t rowCount);
   PassResult runFinish(std::uint64_t gen);
   void runInit(std::uint64_t gen, const void* sample, DType dtype, std::int64_t sampleRows, std::uint64_t seed);
 
@@ -113,6 +118,9 @@ class Engine {
 
  private:
   void checkGen(std::uint64_t gen);
+  void checkFeedRange(std::int64_t firstRow, std::int64_t rowCount) const;
+  // runFeed and runFeedFile around what each does with the chunk: the held rows before it, its order, the errors
+  void feedInOrder(std::uint64_t gen, std::int64_t firstRow, std::int64_t rowCount, const std::function<void()>& take);
   void abortPass();
   // Rows the engine holds from row 0: the backend's resident rows, then — once those are complete — the host tier's.
   std::int64_t heldRows() const;
@@ -134,6 +142,8 @@ class Engine {
   // buffer of the same index (row_narrowing.h). Empty otherwise: the caller fills the backend's buffers.
   RowNarrowing narrowing_;
   std::vector<Array<float>> callerBuffers_;
+  // the chunk a file feed is read into for a backend that takes no pieces, or for rows the host tier keeps
+  HostBlock fileChunk_;
 
   // JS-thread state
   std::uint64_t gen_ = 0;

@@ -26,10 +26,14 @@ class RowNarrowing {
   // the type cannot hold (fp16: beyond ±65504) is a NonFiniteInput error naming the row, the feature and the value;
   // NaN and Inf stay what they are for the backend's own input check to report.
   void narrow(ThreadPool& pool, const float* src, void* dst, std::int64_t firstRow, std::int64_t count) const;
+  // The same on the calling thread (a pool thread's piece of a chunk).
+  void narrowHere(const float* src, void* dst, std::int64_t firstRow, std::int64_t count) const;
 
  private:
   // count rows; returns the index in src of the first finite value the type cannot hold, or -1
   std::int64_t narrowRows(const float* src, std::uint16_t* dst, std::int64_t count) const;
+  // throws the error for value `bad` (an index into src) of rows from firstRow
+  [[noreturn]] void beyondRange(const float* src, std::int64_t bad, std::int64_t firstRow) const;
 
   DType to_ = DType::F32;
   std::int64_t dims_ = 0;

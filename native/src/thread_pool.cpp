@@ -1,6 +1,7 @@
 #include "thread_pool.h"
 
 #include <cstring>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -86,6 +87,28 @@ void ThreadPool::loop(int tid) {
       done_.notify_one();
     }
   }
+}
+
+void ThreadPool::forEachInOrder(std::int64_t n, const std::function<void(int, std::int64_t)>& fn) {
+  std::atomic<std::int64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::pair<std::int64_t, std::exception_ptr>> errors(static_cast<std::size_t>(size_));
+  run([&](int tid, int) {
+    for (std::int64_t i; !failed.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < n;) {
+      try {
+        fn(tid, i);
+      } catch (...) {
+        errors[static_cast<std::size_t>(tid)] = {i, std::current_exception()};
+        failed.store(true);
+        return;
+      }
+    }
+  });
+  if (!failed.load()) return;
+  const std::pair<std::int64_t, std::exception_ptr>* first = nullptr;
+  for (const auto& e : errors)
+    if (e.second && (!first || e.first < first->first)) first = &e;
+  std::rethrow_exception(first->second);
 }
 
 void ThreadPool::range(std::int64_t n, int tid, int nthreads, std::int64_t align, std::int64_t& begin,

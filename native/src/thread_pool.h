@@ -26,6 +26,11 @@ class ThreadPool {
   // on different threads (the engine's and the JS thread reading centroids) take turns. fn must not call run.
   void run(const std::function<void(int tid, int nthreads)>& fn);
 
+  // fn(tid, i) for every i of [0, n), the threads taking the next i as they come free (for work whose items take
+  // uneven time, like reads). After a throw no new item starts, and the exception of the lowest i is rethrown: every
+  // item before it had started, so it is the first failure in item order whatever the timing.
+  void forEachInOrder(std::int64_t n, const std::function<void(int tid, std::int64_t i)>& fn);
+
   // Splits [0, n) into nthreads contiguous ranges, aligned to `align` where possible.
   static void range(std::int64_t n, int tid, int nthreads, std::int64_t align, std::int64_t& begin, std::int64_t& end);
 

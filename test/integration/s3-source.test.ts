@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
@@ -196,6 +196,8 @@ describe('S3RowSource against s3rver', () => {
       }
       return Buffer.concat(out);
     };
+    // while the file fills, an engine cannot read it itself: a failed write would close it under the engine
+    expect(cached.fileRows(0, 10)).toBeUndefined();
     expect((await pass()).equals(bytes)).toBe(true);
     expect(cached.stats).toEqual({ hitRows: 0, missRows: ROWS });
     const requests = inner.stats.requests;
@@ -209,6 +211,13 @@ describe('S3RowSource against s3rver', () => {
     await again.read(0, ROWS, t2);
     expect(t2.equals(bytes)).toBe(true);
     expect(again.stats).toEqual({ hitRows: ROWS, missRows: 0 });
+    // a complete file offers its rows where they lie (Engine.feedFile), counted as hits
+    const at = again.fileRows(1234, 700)!;
+    const direct = Buffer.alloc(700 * again.rowBytes);
+    expect(readSync(at.fd, direct, 0, direct.length, at.offset)).toBe(direct.length);
+    expect(direct.equals(bytes.subarray(1234 * again.rowBytes, 1934 * again.rowBytes))).toBe(true);
+    expect(again.stats.hitRows).toBe(ROWS + 700);
+    expect(() => again.fileRows(ROWS - 1, 2)).toThrow(RangeError);
     await again.close();
   });
 });

@@ -13,7 +13,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type DatasetDType, checkReadRange, readFileRange, type RowSource } from '../../core/index.js';
+import { type DatasetDType, checkReadRange, checkRowRange, type FileRows, readFileRange, type RowSource } from '../../core/index.js';
 import { makeCacheRoom, touchCacheFile } from './cache-eviction.js';
 
 /** What the cache needs to know about the remote object to name it. */
@@ -134,6 +134,14 @@ export class CachedRowSource implements RowSource {
 
   describe(): string {
     return `${this.inner.describe()} [cache ${this.path}${this.complete ? ', complete' : ''}]`;
+  }
+
+  /** Only from a complete file: no write can then fail and close it under an engine reading it. */
+  fileRows(firstRow: number, count: number): FileRows | undefined {
+    checkRowRange(this, firstRow, count);
+    if (!this.fh || !this.complete) return undefined;
+    this.stats.hitRows += count;
+    return { fd: this.fh.fd, offset: firstRow * this.rowBytes };
   }
 
   async read(firstRow: number, count: number, target: Buffer): Promise<void> {
