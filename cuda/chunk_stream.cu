@@ -74,7 +74,22 @@ void CudaBackend::retire(ChunkSlot& s) {
 void CudaBackend::drain(ChunkSlot& s) {
   if (!s.pending) return;
   check(cudaEventSynchronize(s.outDone), "D2H");
-  std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
+  if (spec_.previousLabels) {
+    // copied and compared with the previous labels in one walk, while the device works: the engine need not compare
+    // these rows again after the pass (PassTotals.changedRows)
+    const std::int32_t* from = s.hLabels;
+    const std::int32_t* before = spec_.previousLabels + s.firstRow;
+    std::int32_t* to = spec_.labels + s.firstRow;
+    std::int64_t changed = 0;
+    for (std::int64_t i = 0; i < s.rows; ++i) {
+      to[i] = from[i];
+      changed += from[i] != before[i];
+    }
+    streamed_.compared += s.rows;
+    streamed_.changed += changed;
+  } else {
+    std::memcpy(spec_.labels + s.firstRow, s.hLabels, sizeof(int) * std::size_t(s.rows));
+  }
   if (s.dist && spec_.distances)
     std::memcpy(spec_.distances + s.firstRow, s.hDist, sizeof(float) * std::size_t(s.rows));
   for (int i = 0; i < s.far; ++i)
@@ -157,6 +172,8 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
   check(cudaEventRecord(slot.outDone, streams_.d2h), "cudaEventRecord");
   rowsSeen_ += rows;
   if (!slotp) return;  // finishPass copies the resident outputs after the final sync
+  if (streamed_.rows == 0) streamed_.first = firstRow;
+  streamed_.rows += rows;
   // The next compute into this slot's labels must wait for this D2H: drain() on the host waits for it
   // before the slot is reused.
   slot.pending = true;

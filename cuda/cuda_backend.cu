@@ -49,6 +49,7 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   spec_ = spec;
   fit_ = spec.mode == PassMode::Fit;
   rowsSeen_ = 0;
+  streamed_ = StreamedLabels();
   resident_.beginPass();
   overlap_.beginPass();
   steps_.clear();

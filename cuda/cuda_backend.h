@@ -199,6 +199,11 @@ class CudaBackend final : public Backend {
   PassSpec spec_;
   bool fit_ = true;
   std::int64_t rowsSeen_ = 0;
+  // the pass's streamed chunks: from row `first` on, `rows` of them, `compared` with their previous labels as they were
+  // drained, `changed` of those differing
+  struct StreamedLabels {
+    std::int64_t first = -1, rows = 0, compared = 0, changed = 0;
+  } streamed_;
   bool screenThisPass_ = false;
   bool screenRelativeThisPass_ = false;  // this pass's screen keys on the resident rows' last best (the policy decides)
   bool sumsKeptForUpdate_ = false;       // the last finishPass kept its sums on the device for updateOnDevice

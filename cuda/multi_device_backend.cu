@@ -144,6 +144,7 @@ void MultiDeviceBackend::beginPass(const PassSpec& spec) {
     Lane& lane = lanes_[i];
     PassSpec s = spec;
     s.labels = spec.labels + lane.first;
+    s.previousLabels = spec.previousLabels ? spec.previousLabels + lane.first : nullptr;
     s.distances = spec.distances ? spec.distances + lane.first : nullptr;
     if (i > 0) {
       if (broadcast) s.centroids = broadcast_.data();

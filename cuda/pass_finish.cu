@@ -172,6 +172,11 @@ void CudaBackend::closePass(PassTotals& t, bool countChanges) {
     t.changedRows = resident_.held();
     t.changed = static_cast<std::int64_t>(totals_.hostFlags[5]);
   }
+  // the streamed chunks, compared as they were drained: they follow the rows compared so far (feeds are in row order)
+  if (streamed_.rows > 0 && streamed_.compared == streamed_.rows && streamed_.first == t.changedRows) {
+    t.changedRows += streamed_.rows;
+    t.changed += streamed_.changed;
+  }
   exact_.recordChangedShare(countChanges && resident_.held() > 0 ? double(t.changed) / double(resident_.held()) : 0);
   if (stages_.enabled()) {
     const unsigned long long flagged = totals_.hostFlags[3];

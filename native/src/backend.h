@@ -121,6 +121,9 @@ struct PassSpec {
   // Engine-owned, `rows` long: the backend writes labels[r] (0..K-1) for every row r it processes, resident
   // rows included, before finishPass returns. Ties between equal distances: the LOWEST centroid index wins.
   std::int32_t* labels = nullptr;
+  // Engine-owned, `rows` long, or nullptr: the labels of the last completed pass (-1 where a row has none), read only.
+  // A backend may count the rows whose label changed as it writes them (PassTotals.changedRows).
+  const std::int32_t* previousLabels = nullptr;
   // Engine-owned, `rows` long, or nullptr: the backend writes the row's distance to its label's centroid
   // (squared L2, or 1 − cos for cosine), computed in fp64 and rounded to fp32.
   float* distances = nullptr;
@@ -182,7 +185,8 @@ struct PassTotals {
   std::int64_t rowsSeen = 0;        // rows processed in the pass, resident included
   // Optional: rows [0, changedRows) were compared by the backend with the labels of its previous completed pass
   // (the engine's labels for them), and `changed` of them differ. 0: the engine compares every row itself. The
-  // CUDA backend compares its resident rows on the device (10M rows: ~1 ms of host memory traffic saved a pass).
+  // CUDA backend compares its resident rows on the device and its streamed chunks' as their labels come down
+  // (PassSpec.previousLabels), so no host walk over every label waits at the end of the pass.
   std::int64_t changedRows = 0;
   std::int64_t changed = 0;
   // Fit passes with PassSpec.keepSums and every cluster non-empty: `sums` is left empty and the backend kept them

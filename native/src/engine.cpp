@@ -389,6 +389,7 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
     spec.mode = mode;
     spec.centroids = centroidsForPass;
     spec.labels = next_.data();
+    spec.previousLabels = labels_.data();
     spec.distances = distances ? distances_.data() : nullptr;
     spec.farthest = static_cast<int>(far);
     spec.cancel = &cancelFlag_;
@@ -509,7 +510,8 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   PassResult r;
   r.mode = mode_;
   // Labels: rows of this pass vs the previous one; unseen rows keep their previous label. Rows the backend already
-  // compared (PassTotals.changedRows: the CUDA backend's resident rows, on the device) are not compared again.
+  // compared (PassTotals.changedRows: the CUDA backend's, on the device and as chunks came down) are not compared
+  // again.
   if (seen < N) std::memcpy(next_.data() + seen, labels_.data() + seen, static_cast<std::size_t>(N - seen) * 4);
   const std::int64_t compared = totals.changedRows > 0 && totals.changedRows <= seen ? totals.changedRows : 0;
   if (compared > 0) r.reassigned = totals.changed;
