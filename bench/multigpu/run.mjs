@@ -6,13 +6,16 @@
  * centroids and labels are the same bits, and what the split costs a pass (the statistics' merge on the first device
  * and the centroids' hand-over to the others, from the engine's diagnostics, KMFLEET_ENGINE_STATS).
  *
- *   node bench/multigpu/run.mjs OUTDIR [--gpus 2] [--iters 8] [--only ooc16|ooc67|core40] [--work DIR]
+ *   node bench/multigpu/run.mjs OUTDIR [--gpus 2] [--iters 8] [--only ooc16|ooc67|core40] [--work DIR] [--kmbench PATH]
+ *
+ * With kmbench (default .device/kmbench, when it is there), the host-tier cases also print their bound: the pinned
+ * H2D bandwidth of one device, and of every device's link at once (`kmbench h2d`, `kmbench h2d all`).
  *
  * Cases (issue 28's): ooc16: 16.8M×128 fp32, k=4096; ooc67: 67M×128 fp32, k=8192; core40: 40M×128, k=4096, exact fp32
  * and fp16. Needs dist/ and the addon (KMFLEET_ADDON). Datasets (standard normal float32 .npy, numpy) are kept in the
  * work folder. Per-iteration times are the medians of iteration 3 on, from each summary.json.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
@@ -25,6 +28,7 @@ const { values: a, positionals } = parseArgs({
     iters: { type: 'string', default: '8' },
     only: { type: 'string', multiple: true },
     work: { type: 'string' },
+    kmbench: { type: 'string', default: new URL('../../.device/kmbench', import.meta.url).pathname },
   },
 });
 const out = resolve(positionals[0] ?? 'multigpu-out');
@@ -56,6 +60,16 @@ const cases = [
   { id: 'ooc67', rows: 67_000_000, dims: 128, k: 8192, precisions: ['fp32'], extra: ['--gpu-memory', '0'] },
 ].filter((c) => !a.only || a.only.includes(c.id));
 
+/** GB/s of one device's link and of all devices' at once; undefined without kmbench */
+function links() {
+  if (!existsSync(a.kmbench)) return undefined;
+  const one = Number(/RESULT_H2D gbps=([\d.]+)/.exec(run(a.kmbench, ['h2d']).stdout)?.[1]);
+  const all = Number(/RESULT_H2D_ALL devices=\d+ gbps=([\d.]+)/.exec(run(a.kmbench, ['h2d', 'all']).stdout)?.[1]);
+  return { one, all };
+}
+const h2d = links();
+if (h2d) log(`pinned H2D: ${h2d.one} GB/s one device, ${h2d.all} GB/s all at once`);
+
 const results = [];
 for (const c of cases) {
   const data = normalNpy(join(work, `normal-${c.rows}x${c.dims}.npy`), c.rows, c.dims, log);
@@ -63,19 +77,23 @@ for (const c of cases) {
     const args = [...c.extra, '--precision', precision];
     const one = fit(`${c.id}-${precision}-1`, data, c.k, [...args, '--gpus', '1']);
     const many = fit(`${c.id}-${precision}-${gpus}`, data, c.k, [...args, '--gpus', gpus]);
+    const bytes = c.rows * c.dims * 4;
+    const bound = c.extra.includes('--gpu-memory') && h2d
+      ? { oneMs: bytes / (h2d.one * 1e6), manyMs: bytes / (h2d.all * 1e6), h2d } : undefined;
     results.push({
-      case: c.id, rows: c.rows, dims: c.dims, k: c.k, precision, one, many,
+      case: c.id, rows: c.rows, dims: c.dims, k: c.k, precision, one, many, linkBound: bound,
       speedup: one.msPerIteration / many.msPerIteration,
       sameBits: one.centroids === many.centroids && one.labels === many.labels && one.inertia === many.inertia,
     });
   }
 }
 writeFileSync(join(out, 'multigpu.json'), JSON.stringify(results, null, 2));
+const linkCell = (r, side) => (r.linkBound ? ` (link ${r.linkBound[side].toFixed(1)})` : '');
 const table = [
-  '| case | precision | 1 GPU ms/iter | N GPUs ms/iter | speed-up | merge ms (device) | broadcast ms (host) | same bits |',
+  '| case | precision | 1 GPU ms/iter | N GPUs ms/iter | speed-up | merge ms (device) | hand-over ms (host) | same bits |',
   '|---|---|---|---|---|---|---|---|',
   ...results.map((r) => `| ${r.rows / 1e6}M×${r.dims}, k=${r.k}${r.case.startsWith('ooc') ? ', host tier' : ', in core'} | ${r.precision} | ` +
-    `${r.one.msPerIteration.toFixed(1)} | ${r.many.msPerIteration.toFixed(1)} (${r.many.device}) | ${r.speedup.toFixed(2)}× | ` +
+    `${r.one.msPerIteration.toFixed(1)}${linkCell(r, 'oneMs')} | ${r.many.msPerIteration.toFixed(1)}${linkCell(r, 'manyMs')} (${r.many.device}) | ${r.speedup.toFixed(2)}× | ` +
     `${r.many.mergeMs?.toFixed(2) ?? '—'} | ${r.many.broadcastMs?.toFixed(2) ?? '—'} | ${r.sameBits ? 'yes' : 'NO'} |`),
 ].join('\n');
 writeFileSync(join(out, 'multigpu.md'), table + '\n');

@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -961,7 +962,9 @@ static int runBench(int argc, char** argv) {
 // The engine's loop without the engine: host buffers filled once with normal data (as if the rows were
 // already in pinned memory), then passes feeding every non-resident
 // chunk. Reports ms/pass for all-resident (compute), half resident and none resident, and the H2D bandwidth.
-static double h2dBandwidth() {
+// `parties` threads (one per device) start their timed copies together
+static double h2dBandwidth(int device = 0, std::atomic<int>* ready = nullptr, int parties = 1) {
+  CK(cudaSetDevice(device));
   const size_t bytes = size_t(1) << 30;
   void* h = nullptr;
   void* dptr = nullptr;
@@ -969,6 +972,10 @@ static double h2dBandwidth() {
   CK(cudaMalloc(&dptr, bytes));
   std::memset(h, 1, bytes);
   CK(cudaMemcpy(dptr, h, bytes, cudaMemcpyHostToDevice));
+  if (ready) {
+    ready->fetch_add(1);
+    while (ready->load() < parties) std::this_thread::yield();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 4; ++i) CK(cudaMemcpy(dptr, h, bytes, cudaMemcpyHostToDevice));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -1184,10 +1191,26 @@ int main(int argc, char** argv) {
   if (mode == "bench") return runBench(argc, argv);
   if (mode == "ooc") return runOoc(argc, argv);
   if (mode == "pass") return runPass(argc, argv);
+  if (mode == "h2d" && argc > 2 && std::string(argv[2]) == "all") {
+    // every device's link at once, one host thread each: the bound of a job on all of them that streams its rows from
+    // page-locked host memory (and whether the host's memory keeps up with the links together)
+    int n = 0;
+    CK(cudaGetDeviceCount(&n));
+    std::vector<double> each(static_cast<std::size_t>(n));
+    std::vector<std::thread> threads;
+    std::atomic<int> ready{0};
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] { each[static_cast<std::size_t>(i)] = h2dBandwidth(i, &ready, n); });
+    for (auto& t : threads) t.join();
+    double sum = 0;
+    for (int i = 0; i < n; ++i) std::printf("device %d: %.1f GB/s\n", i, each[static_cast<std::size_t>(i)]), sum += each[static_cast<std::size_t>(i)];
+    std::printf("RESULT_H2D_ALL devices=%d gbps=%.1f\n", n, sum);
+    return 0;
+  }
   if (mode == "h2d") {  // the link alone: the bound of a pass that streams rows from pinned host memory
     std::printf("RESULT_H2D gbps=%.1f\n", h2dBandwidth());
     return 0;
   }
-  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m|fp16] | ooc [N D K] | pass [N D K f16|f32] | h2d\n");
+  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m|fp16] | ooc [N D K] | pass [N D K f16|f32] | h2d [all]\n");
   return 2;
 }
