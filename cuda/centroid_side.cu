@@ -88,6 +88,16 @@ void CentroidSide::upload(const float* c, bool fit, cudaStream_t s) {
   operandsQueued_ = false;
 }
 
+void CentroidSide::copyFromPeer(const CentroidSide& peer, int peerDevice, cudaStream_t s) {
+  check(cudaEventSynchronize(downloaded_), "centroids down");  // as upload(): current_ may be in a copy down
+  holdsLastUpdate_ = false;
+  check(cudaStreamWaitEvent(s, peer.updated_, 0), "cudaStreamWaitEvent");
+  check(cudaMemcpyPeerAsync(current_, shape_.device, peer.current_, peerDevice,
+                            sizeof(float) * std::size_t(shape_.k) * shape_.d, s),
+        "centroid copy from another device");
+  operandsQueued_ = false;
+}
+
 void CentroidSide::establishMu(void* raw, std::int64_t rows, RowOps ops, RowFlags flags, cudaStream_t s) {
   const int d = shape_.d;
   if (shape_.rows16) ops.x16 = raw;

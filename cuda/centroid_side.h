@@ -38,6 +38,9 @@ class CentroidSide {
   // The pass's centroids c (K×D, host) up to the device on s; their operands are then to be prepared again. fit: a
   // fit pass of an exact-sums plan rejects values beyond the exact statistics' range.
   void upload(const float* c, bool fit, cudaStream_t s);
+  // The pass's centroids copied on s from another device's side once its update there is done (a job's first lane,
+  // multi_device_backend.h): device to device, over NVLink where the devices have it, without the host's round trip.
+  void copyFromPeer(const CentroidSide& peer, int peerDevice, cudaStream_t s);
   // μ: the mean of the first rows of the first chunk ever fed (deterministic: the engine feeds in row order), from
   // raw prepared into ops (bad rows reported to flags); then the centroids' operands on it. Waits for it on s.
   void establishMu(void* raw, std::int64_t rows, cuda::RowOps ops, cuda::RowFlags flags, cudaStream_t s);

@@ -57,8 +57,12 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   farthestDeferred_ = false;
   // the engine's centroids are the `next` of our last updateOnDevice, still current, with their operands queued there:
   // nothing to take or prepare
-  if (!(spec.centroidsFromUpdate && centroids_.holdsLastUpdate()))
+  if (centroidsFrom_) {
+    centroids_.copyFromPeer(centroidsFrom_->centroids_, centroidsFrom_->device(), streams_.compute);
+    centroidsFrom_ = nullptr;
+  } else if (!(spec.centroidsFromUpdate && centroids_.holdsLastUpdate())) {
     centroids_.upload(spec.centroids, fit_, streams_.compute);
+  }
   sumsKeptForUpdate_ = false;
   totals_.zero(shape_, streams_.compute);
   // Exact sums (exact_sums.cuh) for every pass of such a plan, assign passes too, so that each pass's totals are the

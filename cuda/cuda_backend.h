@@ -122,6 +122,8 @@ class CudaBackend final : public Backend {
   bool muReady() const { return centroids_.muReady(); }
   const std::vector<float>& mu() const { return centroids_.hostMu(); }
   void adoptMu(const std::vector<float>& mu);
+  // The next beginPass takes its centroids from `first`'s last update, device to device (a job's other lanes).
+  void takeCentroidsFrom(const CudaBackend& first) { centroidsFrom_ = &first; }
   bool updatesOnDevice() const override { return true; }
   DeviceUpdate updateOnDevice(bool dataVariance) override;  // cuda_backend.cu
   void copyUpdatedCentroids(float* dst) override;           // cuda_backend.cu
@@ -207,6 +209,7 @@ class CudaBackend final : public Backend {
   bool screenThisPass_ = false;
   bool screenRelativeThisPass_ = false;  // this pass's screen keys on the resident rows' last best (the policy decides)
   bool sumsKeptForUpdate_ = false;       // the last finishPass kept its sums on the device for updateOnDevice
+  const CudaBackend* centroidsFrom_ = nullptr;  // takeCentroidsFrom, for the next beginPass only
 };
 
 }  // namespace cuda_backend

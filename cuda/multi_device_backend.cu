@@ -133,13 +133,10 @@ MultiDeviceBackend::Lane& MultiDeviceBackend::laneOf(std::int64_t row) {
 
 void MultiDeviceBackend::beginPass(const PassSpec& spec) {
   spec_ = spec;
-  // The other lanes take the first lane's updated centroids through the host (K×D floats, a fraction of a pass).
+  // The other lanes take the first lane's updated centroids device to device, queued behind its update: no lane waits
+  // for them on the host.
   const bool broadcast = spec.centroidsFromUpdate && lanes_.size() > 1;
   const auto t0 = std::chrono::steady_clock::now();
-  if (broadcast) {
-    broadcast_.resize(static_cast<std::size_t>(cfg_.k * cfg_.dims));
-    lanes_.front().backend->copyUpdatedCentroids(broadcast_.data());
-  }
   for (std::size_t i = 0; i < lanes_.size(); ++i) {
     Lane& lane = lanes_[i];
     PassSpec s = spec;
@@ -147,7 +144,7 @@ void MultiDeviceBackend::beginPass(const PassSpec& spec) {
     s.previousLabels = spec.previousLabels ? spec.previousLabels + lane.first : nullptr;
     s.distances = spec.distances ? spec.distances + lane.first : nullptr;
     if (i > 0) {
-      if (broadcast) s.centroids = broadcast_.data();
+      if (broadcast) lane.backend->takeCentroidsFrom(*lanes_.front().backend);
       s.centroidsFromUpdate = false;
       s.keepSums = true;  // its statistics go to the first lane; its own sums never come down
     }

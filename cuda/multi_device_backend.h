@@ -71,8 +71,7 @@ class MultiDeviceBackend final : public Backend {
   std::vector<Lane> lanes_;
   PassSpec spec_;
   bool passOpen_ = false;
-  std::vector<float> broadcast_;  // the first lane's updated centroids, for the other lanes' next pass
-  double broadcastMs_ = 0;        // EngineConfig.stats: the host time beginPass took to hand them over
+  double broadcastMs_ = 0;  // EngineConfig.stats: the host time beginPass took to hand the updated centroids over
 };
 
 }  // namespace cuda_backend
