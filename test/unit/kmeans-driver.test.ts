@@ -474,7 +474,7 @@ describe('runKmeans (contract engine)', () => {
     const res = await writeLabels(engine, N, NpyWriter.toFile(path, '<i4', [N]));
     const back = decodeNpy(readFileSync(path));
     expect(back.shape).toEqual([N]);
-    expect(Array.from(back.data)).toEqual(Array.from(engine.labels()));
+    expect(Array.from(back.data as Int32Array)).toEqual(Array.from(engine.labels()));
     expect(res.bytes).toBe(readFileSync(path).length);
     expect(result.iterations).toBe(3);
   });
