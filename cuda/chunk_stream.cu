@@ -31,10 +31,7 @@ void CudaBackend::processChunkInPieces(const ChunkPieces& pieces, std::int64_t f
     throw EngineError(ErrorCode::InvalidArgument, "processChunkInPieces: no rows or a bad row count");
   ChunkSlot& slot = slots_.next();
   check(cudaEventSynchronize(slot.rawFree), "cudaEventSynchronize");  // the lanes' copies land in it unordered
-  const std::int64_t pieceRows =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(UploadRing::kPieceBytes / shape_.rowBytes));
-  uploads_.upload(*pool_, shape_.device, pieces, rows, pieceRows, shape_.rowBytes, slot.raw, streams_.copy,
-                  slot.copied);
+  uploads_.upload(*pool_, shape_.device, pieces, rows, shape_.rowBytes, slot.raw, streams_.copy, slot.copied);
   computeCopied(slot, firstRow, rows);
 }
 

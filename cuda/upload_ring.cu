@@ -36,7 +36,8 @@ void UploadRing::ensure(int threads, std::size_t pieceBytes) {
 }
 
 void UploadRing::upload(ThreadPool& pool, int device, const ChunkPieces& pieces, std::int64_t rows,
-                        std::int64_t pieceRows, std::size_t rowBytes, void* dst, cudaStream_t join, cudaEvent_t done) {
+                        std::size_t rowBytes, void* dst, cudaStream_t join, cudaEvent_t done) {
+  const std::int64_t pieceRows = pieces.pieceRows();
   ensure(pool.size(), static_cast<std::size_t>(pieceRows) * rowBytes);
   for (Lane& l : lanes_) l.used = false;
   const std::int64_t count = (rows + pieceRows - 1) / pieceRows;

@@ -20,19 +20,17 @@ namespace cuda_backend {
 
 class UploadRing {
  public:
-  static constexpr std::size_t kPieceBytes = std::size_t(1) << 20;  // about: whole rows, at least one
-
   UploadRing() = default;
   UploadRing(const UploadRing&) = delete;
   UploadRing& operator=(const UploadRing&) = delete;
   ~UploadRing() { release(); }
   void release() noexcept;
 
-  // Rows [0, rows) of `pieces` (rowBytes each) to dst on `device`, read on the pool's threads in pieces of
-  // pieceRows; once every piece's copy is queued, `join` waits for them all and `done` is recorded on it. The first
-  // failure in row order is rethrown after the others stopped (ThreadPool::forEachInOrder).
-  void upload(ThreadPool& pool, int device, const ChunkPieces& pieces, std::int64_t rows, std::int64_t pieceRows,
-              std::size_t rowBytes, void* dst, cudaStream_t join, cudaEvent_t done);
+  // Rows [0, rows) of `pieces` (rowBytes each) to dst on `device`, read on the pool's threads in its pieces; once
+  // every piece's copy is queued, `join` waits for them all and `done` is recorded on it. The first failure in row
+  // order is rethrown after the others stopped (ThreadPool::forEachInOrder).
+  void upload(ThreadPool& pool, int device, const ChunkPieces& pieces, std::int64_t rows, std::size_t rowBytes,
+              void* dst, cudaStream_t join, cudaEvent_t done);
 
  private:
   struct Lane {

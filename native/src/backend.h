@@ -218,6 +218,8 @@ struct DeviceUpdate {
 class ChunkPieces {
  public:
   virtual ~ChunkPieces() = default;
+  // rows per piece: the size the reader reads best in
+  virtual std::int64_t pieceRows() const = 0;
   // Rows [first, first + count) of the chunk (first counted from the chunk's first row) into dst, whole rows as the
   // backend keeps them. Throws EngineError.
   virtual void read(void* dst, std::int64_t first, std::int64_t count) const = 0;

@@ -21,11 +21,8 @@ class FileRows final : public ChunkPieces {
   FileRows(int fd, std::int64_t offset, std::size_t fileRowBytes, const RowNarrowing& narrowing, std::int64_t dims,
            std::int64_t firstRow, std::int64_t rows);
 
-  // the bytes of a row as the backend keeps it
-  std::size_t keptRowBytes() const { return keptRowBytes_; }
-  // rows per piece: about 1 MiB, whole rows
-  std::int64_t pieceRows() const { return pieceRows_; }
-
+  // about 1 MiB of whole rows as the backend keeps them
+  std::int64_t pieceRows() const override { return pieceRows_; }
   void read(void* dst, std::int64_t first, std::int64_t count) const override;
   // Every row of the chunk into dst, in pieces on the pool's threads.
   void readAll(ThreadPool& pool, void* dst) const;
