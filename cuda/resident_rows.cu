@@ -74,6 +74,7 @@ RowOps ResidentRows::from(std::int64_t firstRow, bool screenRelative) const {
   o.rowNorm += r;
   if (o.rowNormLo) o.rowNormLo += r;
   if (o.screenRef) o.screenRef += r;
+  if (o.rowSqNorm) o.rowSqNorm += r;
   o.screenRelative = screenRelative;
   return o;
 }
@@ -102,28 +103,32 @@ void ResidentRows::download(std::int64_t c0, std::int64_t c1, bool distances, cu
   }
 }
 
-// Chunk by chunk as each chunk's D2H completes, so the copies overlap the device's work on later chunks. Split over up
-// to kCopyThreads of the engine's threads: one thread copies ~6 GB/s on the H200's host, and 40 MB of labels at 10M
-// rows then took longer than the device's whole pass (10M×128×1024 fp16: ~7 ms against ~6.3).
+// Piece by piece (at most kCopyRows rows of one chunk) as each chunk's D2H completes, so the copies overlap the
+// device's work on later chunks, split over up to kCopyThreads of the engine's threads: one thread copies ~6 GB/s on
+// the H200's host, and 40 MB of labels at 10M rows — one chunk — then took longer than the device's whole pass.
 void ResidentRows::copyOutputs(std::int32_t* labels, float* distances, ThreadPool* pool) {
   constexpr int kCopyThreads = 8;
+  constexpr std::int64_t kCopyRows = std::int64_t{1} << 20;
   const std::int64_t C = shape_.memory.chunkRows, chunks = (held_ + C - 1) / C;
-  auto copyChunks = [&](std::int64_t c0, std::int64_t step) {
-    for (std::int64_t ci = c0; ci < chunks; ci += step) {
-      const std::int64_t first = ci * C;
-      const std::size_t rows = std::size_t(std::min(C, held_ - first));
+  const std::int64_t perChunk = (C + kCopyRows - 1) / kCopyRows, pieces = chunks * perChunk;
+  auto copyPieces = [&](std::int64_t p0, std::int64_t step) {
+    for (std::int64_t p = p0; p < pieces; p += step) {
+      const std::int64_t ci = p / perChunk, first = ci * C + (p % perChunk) * kCopyRows;
+      const std::int64_t end = std::min({first + kCopyRows, (ci + 1) * C, held_});
+      if (first >= end) continue;
+      const std::size_t rows = std::size_t(end - first);
       check(cudaEventSynchronize(chunkDownloaded_[std::size_t(ci)]), "D2H");
       std::memcpy(labels + first, hostLabels_ + first, sizeof(int) * rows);
       if (distances) std::memcpy(distances + first, hostDist_ + first, sizeof(float) * rows);
     }
   };
-  const int threads = pool ? static_cast<int>(std::min<std::int64_t>({pool->size(), kCopyThreads, chunks})) : 1;
-  if (threads <= 1) return copyChunks(0, 1);
+  const int threads = pool ? static_cast<int>(std::min<std::int64_t>({pool->size(), kCopyThreads, pieces})) : 1;
+  if (threads <= 1) return copyPieces(0, 1);
   pool->run([&](int tid, int) {
     if (tid >= threads) return;
-    if (tid == 0) return copyChunks(tid, threads);  // the calling thread, on the device already
+    if (tid == 0) return copyPieces(tid, threads);  // the calling thread, on the device already
     DeviceScope on(shape_.device);                  // the pool's own threads
-    copyChunks(tid, threads);
+    copyPieces(tid, threads);
   });
 }
 
