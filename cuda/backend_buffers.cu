@@ -27,6 +27,7 @@ void CudaBackend::allocate() {
   overlap_.allocate();
   steps_.allocate();
   resident_.allocate();
+  bounds_.allocate();
   slots_.allocate(shape_.memory.slots, chunk, shape_.rowBytes);
 }
 
@@ -36,6 +37,7 @@ void CudaBackend::release() noexcept {
   farthest_.release();
   stages_.release();
   resident_.release();
+  bounds_.release();
   exact_.release();
   overlap_.release();
   steps_.release();

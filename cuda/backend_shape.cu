@@ -33,6 +33,7 @@ BackendShape BackendShape::onCurrentDevice(const EngineConfig& cfg) {
   s.rows16 = keepsRows16(s.input, s.cosine);
   s.stats = cfg.stats;
   s.settings = cfg.cuda;
+  s.rowBounds = cfg.rowBounds && s.memory.op == OpKind::F16x3 && s.memory.residentRows > 0;
   s.kernel = AssignKernel{cfg.cuda.portableKernel, cfg.cuda.sharedMemoryLimit};
   s.plan.backend = BackendKind::Cuda;
   // the device and the assignment kernel its rows run on (a portable build, or CudaSettings.portableKernel, says so)
@@ -68,12 +69,15 @@ RowOps allocRowOps(const BackendShape& shape, std::size_t rows, const char* what
     o.screenRef = devAlloc<float>(rows, what);
     check(cudaMemset(o.screenRef, 0, rows * sizeof(float)), "memset");
   }
+  // resident rows with bounds: ‖fl(x − μ)‖², which turns the kernels' d' into distances (RowOps.rowSqNorm)
+  if (shape.rowBounds && !streamed) o.rowSqNorm = devAlloc<float>(rows, what);
   return o;
 }
 
 void freeRowOps(RowOps& o) noexcept {
   for (void* p : {static_cast<void*>(o.xf), o.ahi, o.alo, static_cast<void*>(o.rowScale),
-                  static_cast<void*>(o.rowNorm), static_cast<void*>(o.rowNormLo), static_cast<void*>(o.screenRef), o.x16})
+                  static_cast<void*>(o.rowNorm), static_cast<void*>(o.rowNormLo), static_cast<void*>(o.screenRef), o.x16,
+                  static_cast<void*>(o.rowSqNorm)})
     if (p) cudaFree(p);
   o = RowOps{};
 }

@@ -35,6 +35,8 @@ struct BackendShape {
   std::size_t rowBytes = 0;     // an input row
   bool cosine = false;
   bool rows16 = false;  // 16-bit rows kept as they are (types.h keepsRows16)
+  // Hamerly's bounds on the resident rows (resident_bounds.h): EngineConfig.rowBounds, exact mode, rows resident
+  bool rowBounds = false;
 
   // Chunks of the resident rows (whole chunks of the plan's chunk rows).
   std::int64_t residentChunks() const { return (memory.residentRows + memory.chunkRows - 1) / memory.chunkRows; }

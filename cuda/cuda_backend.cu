@@ -26,6 +26,7 @@ CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool, std::int64_t
       stages_(cfg.stats),
       centroids_(shape_),
       resident_(shape_),
+      bounds_(shape_),
       steps_(shape_),
       overlap_(shape_),
       farthest_(shape_) {
@@ -102,6 +103,7 @@ void CudaBackend::abortPass() noexcept {
   steps_.clear();
   for (ChunkSlot& s : slots_) s.pending = false;
   resident_.abortPass();  // resident rows are only held once a whole pass retained them all
+  bounds_.forget();
   farthest_.clear();
   farthestDeferred_ = false;
   stages_.reset();

@@ -31,6 +31,7 @@
 //   CentroidSide     (centroid_side.h)     the centroids up, μ, their operands and statistics, the fit update
 //   ExactStatistics  (exact_statistics.h)  the passes' exact integer statistics and the move-or-add decision
 //   ResidentRows     (resident_rows.h)     the resident rows, their labels, distances, staging, changed-label count
+//   ResidentBounds   (resident_bounds.h)   exact mode: the resident rows' bounds, the rows they settle in a pass
 //   ResidentSteps    (resident_steps.h)    an overlapped pass's resident work queued a few steps ahead
 //   OverlapPartials  (overlap_partials.h)  an overlapped pass's chunk-stream scratch and per-chunk partials
 //   FarthestRows     (farthest_rows.h)     the pass's farthest rows: heap, resident candidates, gathered values
@@ -72,6 +73,7 @@
 #include "kernels/types.h"
 #include "overlap_partials.h"
 #include "planner.h"
+#include "resident_bounds.h"
 #include "resident_rows.h"
 #include "resident_steps.h"
 #include "stage_timer.h"
@@ -151,6 +153,7 @@ class CudaBackend final : public Backend {
 
   // resident_pass.cu
   void processResidentWhole();
+  void assignOpenRows();
   void accumulateResidentRows(bool wantDist);
   void pumpResident(bool all);
   void residentStep(std::int64_t i);
@@ -191,6 +194,7 @@ class CudaBackend final : public Backend {
   CentroidSide centroids_;
   ExactStatistics exact_;
   ResidentRows resident_;
+  ResidentBounds bounds_;
   ResidentSteps steps_;
   OverlapPartials overlap_;
   FarthestRows farthest_;

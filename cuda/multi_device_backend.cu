@@ -277,7 +277,10 @@ PassTotals MultiDeviceBackend::finishPass() {
     for (const Lane& lane : lanes_) std::fprintf(stderr, " | held %.3f finished at %.3f", lane.heldMs, lane.finishMs);
     std::fprintf(stderr, "\n");
   }
-  for (std::size_t i = 1; i < lanes_.size(); ++i) t.rowsSeen += totals[i].rowsSeen;
+  for (std::size_t i = 1; i < lanes_.size(); ++i) {
+    t.rowsSeen += totals[i].rowsSeen;
+    t.rowsSettled += totals[i].rowsSettled;
+  }
   for (const Lane& lane : lanes_) {
     t.rowsFromHost += lane.rowsFromHost;
     t.fedRowsSkipped += lane.fedRowsSkipped;

@@ -103,6 +103,7 @@ bool CudaBackend::waitForFlagsAndTotals(bool countChanges) {
   check(cudaMemcpyAsync(totals_.hostFlags + 3, totals_.flaggedTotal, 2 * word, cudaMemcpyDeviceToHost, s), "D2H");
   if (countChanges)
     check(cudaMemcpyAsync(totals_.hostFlags + 5, resident_.changedCount(), word, cudaMemcpyDeviceToHost, s), "D2H");
+  bounds_.queueOpenCount(s);
   const bool totalsQueued = ring_.queue({totals_.counts, totals_.inertia}, shape_.k, s);
   check(cudaStreamSynchronize(s), "compute");
   check(cudaStreamSynchronize(streams_.d2h), "D2H");
@@ -144,9 +145,10 @@ PassTotals CudaBackend::takeTotals(bool totalsQueued) {
   return t;
 }
 
-// The exact screen's record of this pass (the policy decides the next passes from it).
+// The exact screen's record of this pass (the policy decides the next passes from it); a pass that assigned only the
+// rows its bounds left open ran no screen.
 void CudaBackend::recordScreen() {
-  if (shape_.memory.op == OpKind::F16x3)
+  if (shape_.memory.op == OpKind::F16x3 && !bounds_.listedThisPass())
     screenPolicy_.record(rowsSeen_, static_cast<std::int64_t>(totals_.hostFlags[4]), screenRelativeThisPass_);
   screenRefsWritten_ = screenRefsWritten_ || (screenThisPass_ && resident_.all().screenRef);
 }
@@ -178,14 +180,18 @@ void CudaBackend::closePass(PassTotals& t, bool countChanges) {
     t.changed += streamed_.changed;
   }
   exact_.recordChangedShare(countChanges && resident_.held() > 0 ? double(t.changed) / double(resident_.held()) : 0);
+  const bool listed = bounds_.listedThisPass();
+  t.rowsSettled = bounds_.finishPass();
   if (stages_.enabled()) {
     const unsigned long long flagged = totals_.hostFlags[3];
     const std::array<float, 3> ms = stages_.stageMilliseconds();
     std::fprintf(stderr,
-                 "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) screen=%s%s passed on=%.2f%% "
-                 "device ms: assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
+                 "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) settled=%.2f%% screen=%s%s "
+                 "passed on=%.2f%% device ms: assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
                  static_cast<long long>(rowsSeen_), static_cast<long long>(resident_.held()), stages_.chunks(), flagged,
-                 rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0, screenThisPass_ ? "on" : "off",
+                 rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0,
+                 rowsSeen_ ? 100.0 * double(t.rowsSettled) / double(rowsSeen_) : 0.0,
+                 listed ? "bounds" : screenThisPass_ ? "on" : "off",
                  screenRelativeThisPass_ ? " (relative)" : "",
                  rowsSeen_ ? 100.0 * double(totals_.hostFlags[4]) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);
   }

@@ -8,6 +8,7 @@
 #include "kernels/accumulate.cuh"
 #include "kernels/exact_sums.cuh"
 #include "kernels/far_rows.cuh"
+#include "kernels/row_bounds.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -51,6 +52,13 @@ OpKind opFor(Precision p) {
   }
 }
 
+// Exact mode's resident-row bounds (resident_bounds.h): the centroids they hold for, the drift, and up to
+// kNeighbourK centroids each one's neighbours (five K×K arrays and the sort's scratch, about as large again).
+std::size_t boundsBytes(std::int64_t k, std::int64_t d) {
+  const std::size_t K = k;
+  return K * d * 4 + K * 4 + (k >= 2 && k <= kNeighbourK ? K * K * 4 * 5 + K * K * 8 + kMiB : 0);
+}
+
 std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op) {
   const std::size_t dp = padDims(d), kp = padCentroids(k), K = k, D = d;
   return K * D * 4 * 2                 // fp32 centroids: the pass's and the next (centroid_update.cu)
@@ -58,8 +66,8 @@ std::size_t fixedBytes(std::int64_t d, std::int64_t k, OpKind op) {
          + kp * 4 + D * 4              // ‖c‖², μ
          + K * D * 8 + K * 16          // fp64 sums, counts, inertia
          + K * 16 + D * 8              // the update's shift and scatter per cluster, fp64 data mean
-         + 8 * kMiB;                   // small buffers, allocator slack
-  (void)op;
+         + 8 * kMiB                    // small buffers, allocator slack
+         + (op == OpKind::F16x3 ? boundsBytes(k, d) : 0);
 }
 
 bool keepsRows16(DType t, Metric m) { return t != DType::F32 && m == Metric::L2; }
@@ -75,9 +83,10 @@ std::size_t residentRowBytes(std::int64_t d, OpKind op, DType t, Metric m) {
   // values (16-bit rows as they are, else fp32) + operands + scale/norm + label/distance outputs (device)
   // + the fp64 distance kept for the pass's farthest rows (asked for only when a cluster came out empty)
   // + the previous pass's label (changed rows counted on the device)
-  // + exact mode: the row's best from the last screened pass (the next screen's guess, RowOps.screenRef)
+  // + exact mode: the row's best from the last screened pass (the next screen's guess, RowOps.screenRef), and its
+  //   bounds (resident_bounds.h: ‖x − μ‖², upper, lower, its place in the open rows' list)
   return std::size_t(d) * (keepsRows16(t, m) ? 2 : 4) + operandRowBytes(d, op) + 8 + 8 + 4 +
-         (op == OpKind::F16x3 ? 4 : 0);
+         (op == OpKind::F16x3 ? 4 + 16 : 0);
 }
 
 std::size_t chunkBytes(std::int64_t rows, std::int64_t d, std::int64_t k, DType t, OpKind op, Metric m,

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cuda_backend.h"
+#include "kernels/recheck.cuh"
 #include "thread_pool.h"
 
 namespace kmfleet {
@@ -51,17 +52,53 @@ void CudaBackend::processResidentWhole() {
   // assignment (a persistent kernel) then yields the SMs to a landed chunk within ~one chunk's compute, so the two
   // slots keep cycling
   const std::int64_t piece = overlap_.active() ? std::min(R, C) : std::min(R, shape_.memory.residentPiece);
-  for (std::int64_t first = 0; first < R; first += piece) {
-    if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
-    const std::int64_t rows = std::min(piece, R - first);
-    assignPiece(resident_.from(first, screenRelativeThisPass_), rows, resident_.labels() + first,
-                shape_.memory.op == OpKind::F16x3 ? resident_.pieceFlags() : scratch_.flags);
-    // labels are final here: their copies overlap the rest (with distances, they go down after the sums)
-    if (!wantDist) resident_.download(first / C, (first + rows + C - 1) / C, false, streams_.compute, streams_.d2h);
+  // the bounds: every resident row in this one go, after a pass that renewed them all (resident_bounds.h)
+  const bool bounded = bounds_.kept() && !overlap_.active() && R == shape_.memory.residentRows;
+  if (bounded)
+    bounds_.beginPass(centroids_.current(), resident_.previousLabelsHeld() ? resident_.previousLabels() : nullptr,
+                      resident_.labels(), R, streams_.compute);
+  else
+    bounds_.forget();
+  if (bounded && bounds_.lists()) {
+    assignOpenRows();
+  } else {
+    for (std::int64_t first = 0; first < R; first += piece) {
+      if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+      const std::int64_t rows = std::min(piece, R - first);
+      RowOps ops = resident_.from(first, screenRelativeThisPass_);
+      if (bounded) bounds_.attach(ops, first);
+      assignPiece(ops, rows, resident_.labels() + first,
+                  shape_.memory.op == OpKind::F16x3 ? resident_.pieceFlags() : scratch_.flags);
+      // labels are final here: their copies overlap the rest (with distances, they go down after the sums)
+      if (!wantDist) resident_.download(first / C, (first + rows + C - 1) / C, false, streams_.compute, streams_.d2h);
+    }
+    if (bounded) bounds_.assigned(resident_.all().rowSqNorm, R, streams_.compute);
   }
   accumulateResidentRows(wantDist);
   rowsSeen_ += R;
   resident_.markOutputsPending();
+}
+
+// A pass with the resident rows' bounds (resident_bounds.h): the rows they settle keep their previous label; the others
+// take the three products and the recheck.
+void CudaBackend::assignOpenRows() {
+  const std::int64_t R = resident_.held(), C = shape_.memory.chunkRows;
+  const cudaStream_t s = streams_.compute;
+  const FlagScratch& f = resident_.pieceFlags();
+  unsigned* count = totals_.flaggedCount;
+  RowOps ops = resident_.from(0, false);
+  bounds_.attach(ops, 0);
+  check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
+  assignListedRows(shape_.kernel, ops, R, shape_.d, centroids_.ops(), shape_.k, bounds_.open(), bounds_.openCount(),
+                   resident_.labels(), f.flagged, count, f.thr, s);
+  check(cudaGetLastError(), "assignListedRows");
+  bounds_.assigned(ops.rowSqNorm, R, s);
+  candidateRows(shape_.kernel, ops, R, shape_.d, centroids_.ops(), shape_.k, f.flagged, count, f.thr, f.candCount,
+                f.cand, s);
+  recheckRows(rowValues(ops), shape_.d, centroids_.current(), shape_.k, f.flagged, count, R, f.candCount, f.cand,
+              resident_.labels(), s);
+  totals_.addFlagged(s, count);
+  if (spec_.distances == nullptr) resident_.download(0, (R + C - 1) / C, false, s, streams_.d2h);
 }
 
 // All resident rows' sums in one go once their labels are final (same additions as chunk by chunk), then their

@@ -134,7 +134,7 @@ export interface EngineOptions {
   update?: 'auto' | 'host';
   /**
    * rows whose bounds prove their label unchanged skip the distance work: 'auto' (where the backend keeps bounds: the
-   * CPU's) or 'off'; the same bits either way (tests and benchmarks compare the two)
+   * CPU's; CUDA's resident rows in exact fp32) or 'off'; the same bits either way (tests and benchmarks compare the two)
    */
   bounds?: 'auto' | 'off';
   /** settings of the CUDA backend for tests and measurements (ignored by the CPU backend); the defaults are production's */

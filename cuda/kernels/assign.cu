@@ -51,6 +51,7 @@
 
 #include "assign.cuh"
 #include "device_facts.cuh"
+#include "row_bounds.cuh"
 #ifdef KMFLEET_HOPPER
 #include "assign_wgmma.cuh"
 #endif
@@ -96,6 +97,9 @@ struct AssignArgs {
   // The screen: ε_r += epsL·‖xl_r‖ (assign_wgmma.cuh ExactBound)
   const float* rowNormLo;
   float epsL;
+  // Margin modes, resident rows with bounds (types.h RowOps): the rows' bounds out (row_bounds.cuh recordRawBounds)
+  float* boundUpper;
+  float* boundLower;
 };
 
 // What a launch computes (as assign_wgmma.cu's modes): one product and the label; one product with best and second
@@ -449,7 +453,9 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
       const float m = xn / sx + p.cmax;
       float eps = p.epsX * xn + p.epsC + gr_ * (p.epsG + p.epsM * m * m);
       if (MODE == kScreenMode && p.epsL > 0.f) eps += p.epsL * p.rowNormLo[gr];
-      if (!(c2 - c1 > 2.f * eps)) {
+      const bool decided = c2 - c1 > 2.f * eps;
+      recordRawBounds(p.boundUpper, p.boundLower, gr, decided, gr_, c1 + eps, c2 - eps);
+      if (!decided) {
         const unsigned slot = atomicAdd(p.flaggedCount, 1u);
         p.flagged[slot] = gr;
         if (MODE == kExactMode) {
@@ -496,6 +502,8 @@ AssignArgs makeArgs(const AssignKernel& kernel, const RowOps& rows, std::int64_t
   a.alo = static_cast<const unsigned short*>(rows.alo);
   a.rowScale = rows.rowScale;
   a.rowNorm = rows.rowNorm;
+  a.boundUpper = rows.boundUpper;
+  a.boundLower = rows.boundLower;
   a.bhi = static_cast<const unsigned short*>(c.bhi);
   a.blo = static_cast<const unsigned short*>(c.blo);
   a.cnorm = c.cnorm;
@@ -604,6 +612,31 @@ void assignRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, 
                 OpKind op, std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                 std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
   assign(kernel, rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr, screened, screenedCount, false, s);
+}
+
+void assignListedRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c,
+                      int k, const std::int32_t* rowIds, const unsigned int* rowCount, std::int32_t* labels,
+                      std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr, cudaStream_t s) {
+  if (maxRows <= 0) return;
+  std::size_t smemBytes = 0;
+  AssignArgs a = makeArgs(kernel, rows, maxRows, d, c, k, OpKind::F16x3, &smemBytes);
+  std::int32_t* ids = const_cast<std::int32_t*>(rowIds);
+  unsigned* count = const_cast<unsigned*>(rowCount);
+#ifdef KMFLEET_HOPPER
+  if (!kernel.portable &&
+      assignRowsHopper(rows, maxRows, d, c, k, OpKind::F16x3, labels, flagged, flaggedCount, flaggedThr,
+                       ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax},
+                       ExactScreen{ids, count, ExactBound{}, false, true}, s))
+    return;
+#endif
+  a.labels = labels;
+  a.flagged = flagged;
+  a.flaggedCount = flaggedCount;
+  a.flaggedThr = flaggedThr;
+  a.rowIds = ids;
+  a.nDevice = count;
+  const std::int64_t blocks = std::min<std::int64_t>((maxRows + BM - 1) / BM, 4LL * currentDeviceFacts().sms);
+  launch<false, kExactMode, false, true>(a, smemBytes, s, dim3(static_cast<unsigned>(blocks)));
 }
 
 void screenRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,

@@ -28,6 +28,13 @@ void assignRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, 
                 OpKind op, std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                 std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s);
 
+// Exact mode over the rows listed in rowIds (their count *rowCount on the device, at most maxRows): the three products
+// and the margin test, as assignRows's second launch after a screen — the rows whose bounds could not settle them
+// (resident_bounds.h). Flagged rows as assignRows: candidateRows and recheckRows follow.
+void assignListedRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c,
+                      int k, const std::int32_t* rowIds, const unsigned int* rowCount, std::int32_t* labels,
+                      std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr, cudaStream_t s);
+
 // Exact mode's one-product screen alone — the first launch of a screened F16x3 assignRows: labels from the hi·hi
 // product and the rows its bound can't decide (screened, *screenedCount). Its labels are NOT exact: the tools' checks
 // (that the screen decides rows) and timing splits only; no pass runs it alone.

@@ -40,6 +40,7 @@
 
 #include "assign_wgmma.cuh"
 #include "device_facts.cuh"
+#include "row_bounds.cuh"
 
 namespace kmfleet {
 namespace cuda {
@@ -93,6 +94,9 @@ struct HopperArgs {
   // from refIn by the next pass's kScreenRef
   const float* refIn;
   float* refOut;
+  // margin modes, resident rows with bounds (types.h RowOps): each row's bounds (row_bounds.cuh recordRawBounds)
+  float* boundUpper;
+  float* boundLower;
   ExactBound bound;
 };
 
@@ -699,6 +703,7 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             if (p.refOut) p.refOut[r] = (REF ? best[i] + rho[i] : best[i]) / gr;
           }
           bool decided;
+          float up, lo;  // bounds on d' of the label's centroid and of every other one (row_bounds.cuh)
           if constexpr (REF) {
             // Keys k1 ≤ k2 of t = d' − ρ: the best column's t is at most k1 + Δ(k1) and every other column's at
             // least k2 − Δ(k2), Δ(k) = 2⁻³·|k| widened by 1/16 for fp32's rounding here, plus 2⁻¹²⁰ for keys among
@@ -711,13 +716,23 @@ __global__ void __launch_bounds__(kThreadsH, 1)
             const float e2 = 2.f * (eps + start) * (1.f + 0x1p-10f);
             const float up1 = k1 + (0x1.1p-3f * fabsf(k1) + 0x1p-120f), lo2 = k2 - (0x1.1p-3f * fabsf(k2) + 0x1p-120f);
             decided = fabsf(k1) < 0x1p127f && k2 > -0x1p127f && lo2 - up1 > e2;
+            // d' = t + ρ, the additions' rounding allowed for
+            const float slack = 0.5f * e2 + 0x1p-20f * (fabsf(rho[i]) + fabsf(up1) + fminf(fabsf(lo2), 0x1p100f));
+            up = rho[i] + up1 + slack;
+            lo = rho[i] + lo2 - slack;
           } else {
             // keys: each of best and second is within 32 units in the last place of its value, i.e. 2⁻¹⁸ of it, and
             // |second| ≤ |best| + gap; so the values' gap exceeds 2ε when gap·(1 − 2⁻¹⁷) > 2ε + 2⁻¹⁷·|best|
             // (2⁻¹⁷ rather than 2⁻¹⁸: room for this test's own rounding). An infinite gap (K = 1) passes.
             const float gap = second[i] - best[i];
             decided = kKeys ? gap * (1.f - 0x1p-17f) > 2.f * eps + 0x1p-17f * fabsf(best[i]) : gap > 2.f * eps;
+            // a key is within 2⁻¹⁷ of its value (2⁻¹⁴⁰: among the subnormals); an infinite second (K = 1) stays one
+            const float kb = kKeys ? 0x1p-16f * fabsf(best[i]) + 0x1p-140f : 0.f;
+            const float ks = kKeys ? 0x1p-16f * fminf(fabsf(second[i]), 0x1p100f) + 0x1p-140f : 0.f;
+            up = best[i] + kb + eps;
+            lo = second[i] - ks - eps;
           }
+          recordRawBounds(p.boundUpper, p.boundLower, r, decided, gr, up, lo);
           if (!decided) {
             const unsigned slot = atomicAdd(p.flaggedCount, 1u);
             p.flagged[slot] = r;
@@ -844,6 +859,8 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   a.flagged = flagged;
   a.flaggedCount = flaggedCount;
   a.flaggedThr = flaggedThr;
+  a.boundUpper = rows.boundUpper;
+  a.boundLower = rows.boundLower;
   a.n = static_cast<int>(n);
   a.dp = dp;
   a.nTiles = static_cast<int>(kp / kTileN);
@@ -865,10 +882,12 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     sa.rowBlocks = static_cast<int>((n + blockRowsH(2) - 1) / blockRowsH(2));
     sa.refOut = rows.screenRef;
     sa.refIn = rows.screenRelative ? rows.screenRef : nullptr;
-    if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
-    if (sa.refIn) launchHopper<false, kScreenRef, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
-    else launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
-    if (screen.alone) return true;
+    if (!screen.listed) {
+      if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
+      if (sa.refIn) launchHopper<false, kScreenRef, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
+      else launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
+      if (screen.alone) return true;
+    }
     // 2. the exact products over those rows only (gathered; their count is on the device)
     a.rowIds = screen.rows;
     a.nDevice = screen.count;

@@ -27,6 +27,7 @@ struct ExactScreen {
   unsigned* count = nullptr;
   ExactBound bound;
   bool alone = false;  // the screen only, no three products after it (assign.cuh screenRows: its labels are not exact)
+  bool listed = false;  // rows and count already list the rows to take (assign.cuh assignListedRows): no screen runs
 };
 
 // Labels for n rows, as assignRows: F16x1, BF16x1 and, with the margin test against `bound` that appends the rows

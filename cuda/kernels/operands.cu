@@ -131,6 +131,8 @@ __global__ void prepareKernel(const void* raw, long long n, int d, int dp, int o
     rows.rowScale[r] = sx;
     rows.rowNorm[r] = static_cast<float>(sqrt(sn));
     if (loNorm) rows.rowNormLo[r] = roundUpNorm(sl);
+    // ‖fl(x − μ)‖²: sn is its square scaled by sx² (a power of two), so the division is exact
+    if (rows.rowSqNorm) rows.rowSqNorm[r] = static_cast<float>(sn / (static_cast<double>(sx) * sx));
   }
 }
 

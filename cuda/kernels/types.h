@@ -69,6 +69,13 @@ struct RowOps {
   // only pass more rows on.
   float* screenRef = nullptr;
   bool screenRelative = false;
+  // Exact mode, resident rows with bounds (resident_bounds.h; each may be null): prepareRows writes rowSqNorm, the
+  // row's ‖fl(x − μ)‖² in fp64 rounded to fp32 — the term that turns the kernels' d' into a distance; the margin
+  // modes write for every row they decide an upper bound on its distance to its label's centroid (boundUpper) and a
+  // lower bound on its distance to every other centroid (boundLower), +inf / 0 for the rows they leave to the recheck.
+  float* rowSqNorm = nullptr;
+  float* boundUpper = nullptr;
+  float* boundLower = nullptr;
   void* x16 = nullptr;         // n × D raw 16-bit input rows (f16/bf16 data, l2) when xf is null
   InType x16Type = InType::F16;
 };
