@@ -198,17 +198,22 @@ void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64
 }
 
 // Labels of `rows` rows (exact mode: margin test, candidates, fp64 recheck, with flagged-row scratch for at
-// least `rows` rows: a chunk's, or ResidentRows::pieceFlags for a piece of resident rows).
+// least `rows` rows: a chunk's, or ResidentRows::pieceFlags for a piece of resident rows), or exact mode over only the
+// rows `listed` lists (their count *listedCount on the device: the rows the bounds left open, resident_bounds.h).
 // On stream s with its own flagged-row counter (streams_.compute: totals_.flaggedCount; streams_.chunk: the overlap's).
 void CudaBackend::assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
-                              cudaStream_t s, unsigned* count) {
+                              cudaStream_t s, unsigned* count, const std::int32_t* listed, const unsigned* listedCount) {
   if (!s) s = streams_.compute;
   if (!count) count = totals_.flaggedCount;
   check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
-  // exact mode: candCount (candidateRows fills it later on this stream) holds the screened rows until then
-  assignRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, shape_.memory.op, labels, f.flagged, count,
-             f.thr,
-             screenThisPass_ ? f.candCount : nullptr, count + 1, s);
+  if (listed) {
+    assignListedRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, listed, listedCount, labels,
+                     f.flagged, count, f.thr, s);
+  } else {
+    // exact mode: candCount (candidateRows fills it later on this stream) holds the screened rows until then
+    assignRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, shape_.memory.op, labels, f.flagged,
+               count, f.thr, screenThisPass_ ? f.candCount : nullptr, count + 1, s);
+  }
   check(cudaGetLastError(), "assignRows");
   if (shape_.memory.op == OpKind::F16x3) {
     candidateRows(shape_.kernel, ops, rows, shape_.d, centroids_.ops(), shape_.k, f.flagged, count, f.thr, f.candCount,

@@ -144,7 +144,8 @@ class CudaBackend final : public Backend {
                     cudaStream_t s = nullptr);
   void ensureFarBuffers(ChunkSlot& s, int f);
   void assignPiece(const RowOps& ops, std::int64_t rows, std::int32_t* labels, const FlagScratch& f,
-                   cudaStream_t s = nullptr, unsigned* count = nullptr);
+                   cudaStream_t s = nullptr, unsigned* count = nullptr, const std::int32_t* listed = nullptr,
+                   const unsigned* listedCount = nullptr);
   // Rows [firstRow, firstRow + rows) with their labels into exact_ — resident rows moved from their previous labels or
   // added — and, when dist is not null, their fp64 distances (sumsDistances: the bits accumulate() gives them) for the
   // farthest rows or the pass's distances, rounded to fp32 into dist32 too when it is not null.
@@ -153,7 +154,6 @@ class CudaBackend final : public Backend {
 
   // resident_pass.cu
   void processResidentWhole();
-  void assignOpenRows();
   void accumulateResidentRows(bool wantDist);
   void pumpResident(bool all);
   void residentStep(std::int64_t i);

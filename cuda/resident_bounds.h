@@ -1,13 +1,14 @@
 // Hamerly's bounds of the resident rows in exact mode (kernels/row_bounds.cuh; DESIGN.md "Numerics": bounds), so that a
 // pass skips the products of the rows whose label the centroids' movement cannot have changed. Per row an upper bound
-// on its distance to its label's centroid and a lower bound on its distance to every other, 8 bytes, written by the
-// assignment for every row it decides and valid for the centroids of that pass.
+// on its distance to its label's centroid and a lower bound on its distance to every other (8 bytes; 16 with the row's
+// ‖x − μ‖² and its place in the open rows' list), written by the assignment for every row it decides and valid for
+// the centroids of that pass.
 //
 // A pass whose resident rows all run in one go (resident_pass.cu) first moves every row's bounds to its centroids and
-// lists the rows they do not settle: by Hamerly's test, and where it fails by the label's centroid's neighbours
-// (only the centroids within twice the row's distance of its label's can take it: theirs is the drift that counts). When the last such list was short (kListedShare), only the listed rows take the
-// assignment (assign.cuh assignListedRows: three products, no screen, then the recheck); the others keep their previous
-// label. Otherwise every row is assigned as without bounds — the list is a probe then — and every row's bounds are
+// lists the rows they do not settle: by Hamerly's test, and where it fails by the label's centroid's neighbours (only
+// the centroids within twice the row's distance of its label's can take it: theirs is the drift that counts). When the
+// last such list was short (kListedShare), only the listed rows take the assignment (assign.cuh assignListedRows: three
+// products, no screen, then the recheck); the others keep their previous label. Otherwise every row is assigned as without bounds — the list is a probe then — and every row's bounds are
 // renewed. Either way the labels, and so the statistics and centroids, are the bits of a pass without bounds.
 #pragma once
 

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "cuda_backend.h"
-#include "kernels/recheck.cuh"
 #include "thread_pool.h"
 
 namespace kmfleet {
@@ -60,7 +59,13 @@ void CudaBackend::processResidentWhole() {
   else
     bounds_.forget();
   if (bounded && bounds_.lists()) {
-    assignOpenRows();
+    // the rows the bounds settle keep their previous label (the settle wrote it); the others take the three products
+    RowOps ops = resident_.from(0, false);
+    bounds_.attach(ops, 0);
+    assignPiece(ops, R, resident_.labels(), resident_.pieceFlags(), nullptr, nullptr, bounds_.open(),
+                bounds_.openCount());
+    bounds_.assigned(ops.rowSqNorm, R, streams_.compute);
+    if (!wantDist) resident_.download(0, (R + C - 1) / C, false, streams_.compute, streams_.d2h);
   } else {
     for (std::int64_t first = 0; first < R; first += piece) {
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
@@ -77,28 +82,6 @@ void CudaBackend::processResidentWhole() {
   accumulateResidentRows(wantDist);
   rowsSeen_ += R;
   resident_.markOutputsPending();
-}
-
-// A pass with the resident rows' bounds (resident_bounds.h): the rows they settle keep their previous label; the others
-// take the three products and the recheck.
-void CudaBackend::assignOpenRows() {
-  const std::int64_t R = resident_.held(), C = shape_.memory.chunkRows;
-  const cudaStream_t s = streams_.compute;
-  const FlagScratch& f = resident_.pieceFlags();
-  unsigned* count = totals_.flaggedCount;
-  RowOps ops = resident_.from(0, false);
-  bounds_.attach(ops, 0);
-  check(cudaMemsetAsync(count, 0, 2 * sizeof(unsigned), s), "memset");
-  assignListedRows(shape_.kernel, ops, R, shape_.d, centroids_.ops(), shape_.k, bounds_.open(), bounds_.openCount(),
-                   resident_.labels(), f.flagged, count, f.thr, s);
-  check(cudaGetLastError(), "assignListedRows");
-  bounds_.assigned(ops.rowSqNorm, R, s);
-  candidateRows(shape_.kernel, ops, R, shape_.d, centroids_.ops(), shape_.k, f.flagged, count, f.thr, f.candCount,
-                f.cand, s);
-  recheckRows(rowValues(ops), shape_.d, centroids_.current(), shape_.k, f.flagged, count, R, f.candCount, f.cand,
-              resident_.labels(), s);
-  totals_.addFlagged(s, count);
-  if (spec_.distances == nullptr) resident_.download(0, (R + C - 1) / C, false, s, streams_.d2h);
 }
 
 // All resident rows' sums in one go once their labels are final (same additions as chunk by chunk), then their

@@ -559,10 +559,11 @@ const char* assignKernelName(const AssignKernel& kernel, int d) {
 }
 
 namespace {
-// assignRows and screenRows: screenAlone stops after the screen's launch (its labels are not exact)
+// assignRows, screenRows and assignListedRows: screenAlone stops after the screen's launch (its labels are not exact);
+// listed: screened/screenedCount already list the rows, and no screen runs
 void assign(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
             OpKind op, std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
-            std::int32_t* screened, unsigned int* screenedCount, bool screenAlone, cudaStream_t s) {
+            std::int32_t* screened, unsigned int* screenedCount, bool screenAlone, bool listed, cudaStream_t s) {
   if (n <= 0) return;
   std::size_t smemBytes = 0;
   AssignArgs a = makeArgs(kernel, rows, n, d, c, k, op, &smemBytes);
@@ -574,7 +575,7 @@ void assign(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int 
       assignRowsHopper(rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr,
                        ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax},
                        ExactScreen{screened, screenedCount, ExactBound{sb.epsX, sb.epsC, sb.epsG, sb.epsM, sb.cmax, sb.epsL},
-                                   screenAlone},
+                                   screenAlone, listed},
                        s))
     return;
 #endif
@@ -584,15 +585,17 @@ void assign(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int 
   a.flaggedThr = flaggedThr;
   if (op == OpKind::F16x3 && screened && screenedCount) {
     // 1. one product (the hi operands, 64-dim stages) over every row: labels, and the rows its bound can't decide
-    std::size_t screenSmem = 0;
-    AssignArgs sa = withScreenBound(makeArgs(kernel, rows, n, d, c, k, OpKind::F16x1, &screenSmem), c, rows);
-    sa.labels = labels;
-    sa.flagged = screened;
-    sa.flaggedCount = screenedCount;
-    sa.flaggedThr = nullptr;
-    cudaMemsetAsync(screenedCount, 0, sizeof(unsigned), s);
-    launch<false, kScreenMode>(sa, screenSmem, s);
-    if (screenAlone) return;
+    if (!listed) {
+      std::size_t screenSmem = 0;
+      AssignArgs sa = withScreenBound(makeArgs(kernel, rows, n, d, c, k, OpKind::F16x1, &screenSmem), c, rows);
+      sa.labels = labels;
+      sa.flagged = screened;
+      sa.flaggedCount = screenedCount;
+      sa.flaggedThr = nullptr;
+      cudaMemsetAsync(screenedCount, 0, sizeof(unsigned), s);
+      launch<false, kScreenMode>(sa, screenSmem, s);
+      if (screenAlone) return;
+    }
     // 2. the three products for those rows (their count is on the device: a few waves of blocks loop over them)
     a.rowIds = screened;
     a.nDevice = screenedCount;
@@ -611,37 +614,21 @@ void assign(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int 
 void assignRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
                 OpKind op, std::int32_t* labels, std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr,
                 std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
-  assign(kernel, rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr, screened, screenedCount, false, s);
+  assign(kernel, rows, n, d, c, k, op, labels, flagged, flaggedCount, flaggedThr, screened, screenedCount, false, false,
+         s);
 }
 
 void assignListedRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c,
                       int k, const std::int32_t* rowIds, const unsigned int* rowCount, std::int32_t* labels,
                       std::int32_t* flagged, unsigned int* flaggedCount, float* flaggedThr, cudaStream_t s) {
-  if (maxRows <= 0) return;
-  std::size_t smemBytes = 0;
-  AssignArgs a = makeArgs(kernel, rows, maxRows, d, c, k, OpKind::F16x3, &smemBytes);
-  std::int32_t* ids = const_cast<std::int32_t*>(rowIds);
-  unsigned* count = const_cast<unsigned*>(rowCount);
-#ifdef KMFLEET_HOPPER
-  if (!kernel.portable &&
-      assignRowsHopper(rows, maxRows, d, c, k, OpKind::F16x3, labels, flagged, flaggedCount, flaggedThr,
-                       ExactBound{a.epsX, a.epsC, a.epsG, a.epsM, a.cmax},
-                       ExactScreen{ids, count, ExactBound{}, false, true}, s))
-    return;
-#endif
-  a.labels = labels;
-  a.flagged = flagged;
-  a.flaggedCount = flaggedCount;
-  a.flaggedThr = flaggedThr;
-  a.rowIds = ids;
-  a.nDevice = count;
-  const std::int64_t blocks = std::min<std::int64_t>((maxRows + BM - 1) / BM, 4LL * currentDeviceFacts().sms);
-  launch<false, kExactMode, false, true>(a, smemBytes, s, dim3(static_cast<unsigned>(blocks)));
+  assign(kernel, rows, maxRows, d, c, k, OpKind::F16x3, labels, flagged, flaggedCount, flaggedThr,
+         const_cast<std::int32_t*>(rowIds), const_cast<unsigned*>(rowCount), false, true, s);
 }
 
 void screenRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k,
                 std::int32_t* labels, std::int32_t* screened, unsigned int* screenedCount, cudaStream_t s) {
-  assign(kernel, rows, n, d, c, k, OpKind::F16x3, labels, nullptr, nullptr, nullptr, screened, screenedCount, true, s);
+  assign(kernel, rows, n, d, c, k, OpKind::F16x3, labels, nullptr, nullptr, nullptr, screened, screenedCount, true,
+         false, s);
 }
 
 void candidateRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t maxRows, int d, const CentroidOps& c, int k,
