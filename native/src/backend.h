@@ -6,7 +6,7 @@
 //                                  backend offers it, the backend's updateOnDevice with the same bits), empty-
 //                                  cluster re-seeding, shift, data variance, k-means++ init, the cancel flag.
 //   Backend (this file)            what touches the data: host buffers, resident rows, fused distance + argmin,
-//                                  exactness recheck, deterministic per-cluster fp64 accumulation.
+//                                  exactness recheck, deterministic per-cluster statistics.
 // Implementations: native/src/cpu/cpu_backend.* (makeCpuBackend) and cuda/ (makeCudaBackend, see cuda_bridge.h).
 //
 // Threading: the Engine calls a Backend from ONE thread (the engine thread), never concurrently. A backend may use

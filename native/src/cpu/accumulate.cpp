@@ -1,11 +1,11 @@
-// Deterministic accumulation (DESIGN.md "Numerics"): each task owns a range of whole clusters and walks the chunk in
-// row order adding its rows into fp64 sums. For any cluster the additions thus happen in global row order — the same
-// bits for one chunk or a thousand, one thread or sixteen, whichever thread takes which task.
+// A pass's statistics (cpu_internal.h Accumulator): exact integer statistics, so neither the order in which rows
+// arrive nor which thread adds them changes a bit (DESIGN.md "Numerics"), and the resident rows' persist, moved only
+// by the rows whose label changed.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <new>
+#include <stdexcept>
+#include <string>
 
 #include "../row_math.h"
 #include "cpu_internal.h"
@@ -18,35 +18,73 @@ namespace {
 inline bool better(double da, std::int64_t ra, double db, std::int64_t rb) { return da > db || (da == db && ra < rb); }
 }  // namespace
 
-void Accumulator::reset(const KernelTable& kt, std::int64_t K, std::int64_t D, Metric metric, int threads,
-                        int farthest, std::int64_t chunkRows) {
-  kt_ = &kt;
-  K_ = K;
-  D_ = D;
-  metric_ = metric;
-  threads_ = threads;
+void Accumulator::beginPass(ThreadPool& pool, std::int64_t K, std::int64_t D, Metric metric, int farthest,
+                            std::int64_t rows, std::int64_t residentRows) {
+  const int threads = pool.size();
+  const bool squares = metric == Metric::L2;
+  if (!resident_.allocated()) {
+    K_ = K;
+    D_ = D;
+    metric_ = metric;
+    residentRows_ = residentRows;
+    resident_.allocate(K, D, squares);
+    if (residentRows < rows) streamed_.allocate(K, D, squares);
+    inStats_.allocate(static_cast<std::size_t>(residentRows), "the resident rows' clusters in the statistics");
+    threads_ = threads;
+    tasks_ = static_cast<int>(std::min<std::int64_t>(K, 4 * threads));
+    moves_.resize(static_cast<std::size_t>(threads * tasks_));
+    heaps_.resize(static_cast<std::size_t>(threads));
+    std::fill(inStats_.data(), inStats_.data() + residentRows, -1);
+  }
+  // The resident statistics survive a pass that fails: a piece whose assignment failed moves nothing, and a row's
+  // move and its inStats_ entry change in the same task. The next pass moves the rows from wherever they are.
+  if (streamedUsed_) streamed_.zero(pool);
+  streamedUsed_ = false;
   farthest_ = farthest;
   rowsSeen_ = 0;
-  try {
-    sums_.assign(static_cast<std::size_t>(K * D), 0.0);
-    inertia_.assign(static_cast<std::size_t>(K), 0.0);
-    counts_.assign(static_cast<std::size_t>(K), 0);
-    heaps_.resize(static_cast<std::size_t>(threads));
-  } catch (const std::bad_alloc&) {
-    throw EngineError(ErrorCode::OutOfMemory, "cannot allocate " + std::to_string(K * D * 8) +
-                                                  " bytes for the per-cluster fp64 sums (k=" + std::to_string(K) +
-                                                  ", dims=" + std::to_string(D) + ")");
-  }
-  order_.resize(static_cast<std::size_t>(threads));
-  dist_.resize(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    order_[static_cast<std::size_t>(t)].allocate(static_cast<std::size_t>(chunkRows + 1), "the per-thread row lists");
-    dist_[static_cast<std::size_t>(t)].allocate(static_cast<std::size_t>(chunkRows + 1), "the per-thread row lists");
-  }
   for (auto& h : heaps_) {
     h.h.clear();
     h.h.reserve(static_cast<std::size_t>(farthest));
     h.values.allocate(static_cast<std::size_t>(farthest) * static_cast<std::size_t>(D), "the re-seeding candidates");
+  }
+}
+
+void Accumulator::startPiece(int tid) {
+  for (int t = 0; t < tasks_; ++t) moves_[static_cast<std::size_t>(tid * tasks_ + t)].clear();
+}
+
+void Accumulator::collect(int tid, bool resident, std::int64_t first, std::int64_t b, std::int64_t e,
+                          const std::int32_t* labels) {
+  std::vector<Move>* mine = moves_.data() + tid * tasks_;
+  const std::int32_t* held = resident ? inStats_.data() + first : nullptr;
+  for (std::int64_t r = b; r < e; ++r) {
+    const std::int32_t to = labels[r], from = held ? held[r] : -1;
+    if (to == from) continue;
+    if (from >= 0) mine[std::int64_t{from} * tasks_ / K_].push_back({static_cast<std::int32_t>(r), from, true});
+    mine[std::int64_t{to} * tasks_ / K_].push_back({static_cast<std::int32_t>(r), to, false});
+  }
+}
+
+void Accumulator::moveTask(int task, bool resident, std::int64_t first, const float* x) {
+  ExactStatistics& stats = resident ? resident_ : streamed_;
+  std::int32_t* held = resident ? inStats_.data() + first : nullptr;
+  for (int t = 0; t < threads_; ++t) {
+    const std::vector<Move>& list = moves_[static_cast<std::size_t>(t * tasks_ + task)];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      // the rows come from memory in no order the prefetcher sees: every line of the row 4 moves ahead
+      if (i + 4 < list.size()) {
+        const char* ahead = reinterpret_cast<const char*>(x + static_cast<std::int64_t>(list[i + 4].row) * D_);
+        for (std::int64_t b = 0; b < D_ * 4 && b < 1024; b += 64) __builtin_prefetch(ahead + b);
+      }
+      const Move& m = list[i];
+      const float* row = x + static_cast<std::int64_t>(m.row) * D_;
+      if (m.subtract) {
+        stats.subtract(m.cluster, row);
+      } else {
+        stats.add(m.cluster, row);
+        if (held) held[m.row] = m.cluster;
+      }
+    }
   }
 }
 
@@ -68,119 +106,51 @@ void Accumulator::offer(Heap& heap, double dist, std::int64_t row, std::int32_t 
   std::push_heap(heap.h.begin(), heap.h.end(), cmp);
 }
 
-namespace {
-
-// One row into its cluster: s += x (fp64) and the row's distance. Elementwise fp64 work plus 8 interleaved partial
-// sums combined in a fixed tree (row_math.h): vectorizing it (the clones below) changes no bit, because nothing is
-// reassociated and -ffp-contract=off keeps products and sums apart.
-template <bool L2>
-__attribute__((always_inline)) inline double addRow(double* __restrict s, const float* __restrict x,
-                                                    const float* __restrict c, std::int64_t D) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::int64_t d = 0;
-  for (; d + 8 <= D; d += 8)
-    for (int j = 0; j < 8; ++j) {
-      const double v = static_cast<double>(x[d + j]), w = static_cast<double>(c[d + j]);
-      s[d + j] += v;
-      if (L2) {
-        const double t = v - w;
-        acc[j] += t * t;
-      } else {
-        acc[j] += v * w;
-      }
-    }
-  for (int j = 0; d + j < D; ++j) {
-    const double v = static_cast<double>(x[d + j]), w = static_cast<double>(c[d + j]);
-    s[d + j] += v;
-    if (L2) {
-      const double t = v - w;
-      acc[j] += t * t;
-    } else {
-      acc[j] += v * w;
-    }
-  }
-  return combine8(acc);
-}
-
-// The rows `mine[0..m)` (in row order) into their clusters' sums; out[j] = Σ(x − c)² (L2) or x·c (cosine).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void addRows(
-    bool l2, const std::int32_t* mine, std::int64_t m, const std::int32_t* labels, const float* x, const float* cents,
-    double* sums, std::int64_t D, double* out) {
-  for (std::int64_t j = 0; j < m; ++j) {
-    const std::int64_t r = mine[j];
-    // the rows come from L3 (the piece outgrows L2, and the other thread assigned half of them): every line of the
-    // row 8 ahead (the prefetcher sees no stream in a cluster's scattered rows)
-    if (j + 8 < m) {
-      const char* ahead = reinterpret_cast<const char*>(x + static_cast<std::int64_t>(mine[j + 8]) * D);
-      for (std::int64_t b = 0; b < D * 4 && b < 512; b += 64) __builtin_prefetch(ahead + b);
-    }
-    const std::int64_t k = labels[r];
-    out[j] = l2 ? addRow<true>(sums + k * D, x + r * D, cents + k * D, D)
-                : addRow<false>(sums + k * D, x + r * D, cents + k * D, D);
-  }
-}
-
-}  // namespace
-
-int Accumulator::tasks() const { return static_cast<int>(std::min<std::int64_t>(K_, 4 * threads_)); }
-
-void Accumulator::addTask(int task, int tid, const CentroidPack& pack, const float* x, const double* norm2,
-                          std::int64_t n, std::int64_t firstRow, const std::int32_t* labels, float* distances) {
-  const std::int64_t K = K_, D = D_, R = tasks();
-  const std::int64_t k0 = K * task / R, k1 = K * (task + 1) / R;
-  if (k0 >= k1) return;
-  // this task's rows, in order (a branch-free compaction; the buffer has one spare slot for the last write)
-  std::int32_t* mine = order_[static_cast<std::size_t>(tid)].data();
-  double* md = dist_[static_cast<std::size_t>(tid)].data();
-  std::int64_t m = 0;
-  const std::uint32_t span = static_cast<std::uint32_t>(k1 - k0);
-  for (std::int64_t r = 0; r < n; ++r) {
-    mine[m] = static_cast<std::int32_t>(r);
-    m += static_cast<std::uint32_t>(labels[r] - k0) < span;
-  }
-  const bool l2 = metric_ == Metric::L2;
-  if (l2 && kt_->addRowsL2) kt_->addRowsL2(mine, m, labels, x, pack.c, sums_.data(), D, md);
-  else addRows(l2, mine, m, labels, x, pack.c, sums_.data(), D, md);
+void Accumulator::distances(int tid, const CentroidPack& pack, const float* x, const double* norm2, std::int64_t first,
+                            std::int64_t b, std::int64_t e, const std::int32_t* labels, float* out, bool farthest) {
   Heap& heap = heaps_[static_cast<std::size_t>(tid)];
-  for (std::int64_t j = 0; j < m; ++j) {
-    const std::int64_t r = mine[j], k = labels[r];
-    double dd = md[j];
-    if (!l2) {
+  const bool l2 = metric_ == Metric::L2;
+  for (std::int64_t r = b; r < e; ++r) {
+    const std::int64_t k = labels[r];
+    const float* xr = x + r * D_;
+    double dd;
+    if (l2) {
+      dd = sqDist64(xr, pack.c + k * D_, D_);
+    } else {
       const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
-      dd = denom > 0 ? 1.0 - dd / denom : 1.0;
+      dd = denom > 0 ? 1.0 - dot64(xr, pack.c + k * D_, D_) / denom : 1.0;
       dd = dd < 0 ? 0 : (dd > 2 ? 2 : dd);
     }
-    inertia_[static_cast<std::size_t>(k)] += dd;
-    ++counts_[static_cast<std::size_t>(k)];
-    if (distances) distances[r] = static_cast<float>(dd);
+    if (out) out[r] = static_cast<float>(dd);
     // most rows are nearer than the farthest kept so far: test before the call
-    if (farthest_ > 0 && (static_cast<int>(heap.h.size()) < farthest_ || dd >= heap.h.front().dist))
-      offer(heap, dd, firstRow + r, static_cast<std::int32_t>(k), x + r * D);
+    if (farthest && farthest_ > 0 && (static_cast<int>(heap.h.size()) < farthest_ || dd >= heap.h.front().dist))
+      offer(heap, dd, first + r, static_cast<std::int32_t>(k), xr);
   }
 }
 
-void Accumulator::addChunk(ThreadPool& pool, const CentroidPack& pack, const float* x, const double* norm2,
-                           std::int64_t n, std::int64_t firstRow, const std::int32_t* labels, float* distances) {
-  std::atomic<int> next{0};
-  pool.run([&](int tid, int) {
-    for (int t = next.fetch_add(1); t < tasks(); t = next.fetch_add(1))
-      addTask(t, tid, pack, x, norm2, n, firstRow, labels, distances);
-  });
-  addRowsSeen(n);
-}
-
-PassTotals Accumulator::finish() {
+PassTotals Accumulator::finish(ThreadPool& pool, const CentroidPack& pack, const float* resident,
+                               const double* residentNorm2, std::int64_t residentHeld, const std::int32_t* labels) {
   PassTotals out;
-  out.sums = std::move(sums_);
-  out.counts = std::move(counts_);
-  out.inertia = std::move(inertia_);
+  // the streamed rows' statistics are this pass's alone: the resident ones go into them, not the other way round
+  ExactStatistics& stats = streamedUsed_ ? streamed_ : resident_;
+  if (streamedUsed_) streamed_.addFrom(resident_, pool);
+  stats.finish(pack.c, metric_, pool, out.sums, out.counts, out.inertia);
+  std::int64_t held = 0;
+  for (auto c : out.counts) held += c;
+  if (held != rowsSeen_)
+    throw std::logic_error("the pass's statistics hold " + std::to_string(held) + " rows but it saw " +
+                           std::to_string(rowsSeen_));
   out.rowsSeen = rowsSeen_;
-  // backend.h: the farthest rows only when a cluster came out empty (the heaps fill as rows pass by: the
-  // streamed rows are gone by now)
+  // backend.h: the farthest rows only when a cluster came out empty; the resident rows' distances only then
   const bool anyEmpty = std::find(out.counts.begin(), out.counts.end(), 0) != out.counts.end();
+  if (!anyEmpty || farthest_ == 0) return out;
+  pool.run([&](int tid, int nt) {
+    std::int64_t b, e;
+    ThreadPool::range(residentHeld, tid, nt, 1, b, e);
+    distances(tid, pack, resident, residentNorm2, 0, b, e, labels, nullptr, true);
+  });
   std::vector<std::pair<const Entry*, const Heap*>> all;
-  if (anyEmpty)
-    for (const auto& h : heaps_)
+  for (const auto& h : heaps_)
     for (const auto& e : h.h) all.push_back({&e, &h});
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
     return better(a.first->dist, a.first->row, b.first->dist, b.first->row);
@@ -195,10 +165,6 @@ PassTotals Accumulator::finish() {
     f.values.assign(v, v + D_);
     out.farthest.push_back(std::move(f));
   }
-  sums_.clear();
-  inertia_.clear();
-  counts_.clear();
-  for (auto& h : heaps_) h.h.clear();
   return out;
 }
 

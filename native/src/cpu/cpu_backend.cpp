@@ -1,6 +1,6 @@
 // The CPU backend: host buffers, resident rows (host memory, so `kmfleet fit` does not re-read the file on later
 // passes; retained by the first pass or loaded ahead of it, backend.h loadRows), input conversion and checks, then
-// the exact assignment (assign.cpp) and the deterministic accumulation (accumulate.cpp) on the engine's thread pool.
+// the exact assignment (assign.cpp) and the exact statistics (accumulate.cpp) on the engine's thread pool.
 #include "cpu_backend.h"
 
 #include <unistd.h>
@@ -90,7 +90,7 @@ class CpuBackend final : public Backend {
                         "kernel scratch");
       s.row.allocate(static_cast<std::size_t>(pack_.kpad), "kernel scratch");
     }
-    acc_.reset(kt_, cfg_.k, cfg_.dims, cfg_.metric, pool_.size(), spec.farthest, plan_.chunkRows);
+    acc_.beginPass(pool_, cfg_.k, cfg_.dims, cfg_.metric, spec.farthest, cfg_.rows, plan_.residentRows);
     if (cfg_.rowBounds) bounds_.beginPass(pool_, spec.centroids, cfg_.k, cfg_.dims, cfg_.rows);
     counts_ = AssignCounts();
   }
@@ -100,14 +100,18 @@ class CpuBackend final : public Backend {
     for (std::int64_t r0 = 0; r0 < R; r0 += plan_.chunkRows) {
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
       const std::int64_t n = std::min(plan_.chunkRows, R - r0);
-      compute(resident_.data() + r0 * D, residentNorm2_.data() + r0, r0, n);
+      compute(resident_.data() + r0 * D, residentNorm2_.data() + r0, r0, n, true);
     }
   }
 
   void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) override {
     const float* x = prepare(data, firstRow, rows);
     retain(x, norm2_.data(), firstRow, rows);
-    compute(x, norm2_.data(), firstRow, rows);
+    // the rows it retained are resident from now on: their statistics persist; the rest are this pass's
+    const std::int64_t resident = std::clamp<std::int64_t>(plan_.residentRows - firstRow, 0, rows);
+    if (resident > 0) compute(x, norm2_.data(), firstRow, resident, true);
+    if (resident < rows)
+      compute(x + resident * cfg_.dims, norm2_.data() + resident, firstRow + resident, rows - resident, false);
   }
 
   PassTotals finishPass() override {
@@ -120,7 +124,7 @@ class CpuBackend final : public Backend {
                    static_cast<long long>(counts_.screened), static_cast<long long>(counts_.pairs),
                    static_cast<long long>(counts_.fp32), static_cast<long long>(counts_.rechecked));
     rowsSeen_ = 0;
-    PassTotals t = acc_.finish();
+    PassTotals t = acc_.finish(pool_, pack_, resident_.data(), residentNorm2_.data(), residentHeld(), spec_.labels);
     t.rowsSettled = counts_.skipped;
     return t;
   }
@@ -263,19 +267,28 @@ class CpuBackend final : public Backend {
     held_.add(firstRow, end);
   }
 
-  // Assignment then accumulation, in pieces of ~1 MiB of rows so that the accumulation finds them in cache (a fifth
-  // faster than whole 16 MiB chunks at N=1M, D=32, K=100), all in one pool.run: the
-  // threads take blocks of rows, then ranges of clusters, meeting at barriers (pass_sync.h: a short spin, then sleep).
-  void compute(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n) {
-    const std::int64_t D = cfg_.dims;
-    std::int64_t piece = std::max<std::int64_t>(32 * pool_.size(), (std::int64_t{1} << 20) / (D * 4));
-    piece = (piece + 31) / 32 * 32;
+  // Pieces of ~1 MiB of rows, so that the statistics find the moved rows in cache, in whole kernel blocks of 32.
+  std::int64_t pieceRows() const {
+    const std::int64_t piece = std::max<std::int64_t>(32 * pool_.size(), (std::int64_t{1} << 20) / (cfg_.dims * 4));
+    return (piece + 31) / 32 * 32;
+  }
+
+  // Assignment then the statistics, piece by piece, all in one pool.run: the threads take blocks of rows (assigning
+  // them, noting the rows the statistics must take in and, where asked, their distances), then the clusters' tasks
+  // (moving the noted rows), meeting at barriers (pass_sync.h: a short spin, then sleep). `resident`: rows of the
+  // resident range, whose statistics persist; else streamed rows, added afresh.
+  void compute(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n, bool resident) {
+    const std::int64_t D = cfg_.dims, piece = pieceRows();
     // blocks of rows (whole kernel blocks of 32): ~2M multiply-adds each, but at least 4 per thread and piece
     const std::int64_t units = std::max<std::int64_t>(1, (std::int64_t{1} << 21) / (32 * D * pack_.kpad));
     const std::int64_t block = 32 * std::max<std::int64_t>(1, std::min(units, piece / (4 * 32 * pool_.size())));
     const std::int64_t pieces = (n + piece - 1) / piece;
     const int tasks = acc_.tasks();
     RowBounds* bounds = cfg_.rowBounds && bounds_.usable() ? &bounds_ : nullptr;
+    // distances: those asked for, and the streamed rows' in a fit pass (re-seeding candidates: they are gone later)
+    const bool farthest = !resident && acc_.farthestWanted();
+    const bool distances = spec_.distances != nullptr || farthest;
+    if (!resident) acc_.streaming();
     PassSync sync(pool_.size());
     std::vector<AssignCounts> part(static_cast<std::size_t>(pool_.size()));
     pool_.run([&](int tid, int) {
@@ -286,14 +299,20 @@ class CpuBackend final : public Backend {
           const int a = 2 * static_cast<int>(p & 1), b = a + 1;  // this piece's task counters
           std::int32_t* labels = spec_.labels + row;
           const float* xp = x + p0 * D;
-          for (std::int64_t t = sync.take(a); t * block < m; t = sync.take(a))
-            assignRange(kt_, screen_, s, pack_, xp, norm2 + p0, t * block, std::min(m, (t + 1) * block), assignWork_,
-                        labels, part[static_cast<std::size_t>(tid)], bounds, row);
+          acc_.startPiece(tid);
+          for (std::int64_t t = sync.take(a); t * block < m; t = sync.take(a)) {
+            const std::int64_t r0 = t * block, r1 = std::min(m, (t + 1) * block);
+            assignRange(kt_, screen_, s, pack_, xp, norm2 + p0, r0, r1, assignWork_, labels,
+                        part[static_cast<std::size_t>(tid)], bounds, row);
+            acc_.collect(tid, resident, row, r0, r1, labels);
+            if (distances)
+              acc_.distances(tid, pack_, xp, norm2 + p0, row, r0, r1, labels,
+                             spec_.distances ? spec_.distances + row : nullptr, farthest);
+          }
           if (!sync.barrier()) return;
           if (tid == 0) sync.reset(a);
           for (std::int64_t t = sync.take(b); t < tasks; t = sync.take(b))
-            acc_.addTask(static_cast<int>(t), tid, pack_, xp, norm2 + p0, m, row, labels,
-                         spec_.distances ? spec_.distances + row : nullptr);
+            acc_.moveTask(static_cast<int>(t), resident, row, xp);
           if (!sync.barrier()) return;
           if (tid == 0) sync.reset(b);
         }

@@ -1,5 +1,5 @@
-// Pieces of the CPU backend shared by its units: the centroid pack, the exact assignment, the deterministic
-// accumulation. Baseline code only (no ISA flags): the ISA-specific work happens behind KernelTable pointers.
+// Pieces of the CPU backend shared by its units: the centroid pack, the exact assignment, the exact statistics of
+// a pass. Baseline code only (no ISA flags): the ISA-specific work happens behind KernelTable pointers.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include "../backend.h"
 #include "../memory.h"
 #include "../thread_pool.h"
+#include "exact_statistics.h"
 #include "kernels.h"
 #include "row_bounds.h"
 
@@ -81,25 +82,48 @@ void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& p
                 const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n, AssignWork& work,
                 std::int32_t* labels, AssignCounts& counts);
 
-// Per-cluster fp64 sums, counts and inertia, each cluster's rows added in global row order (each thread owns whole
-// clusters and walks the chunk in row order), and the farthest rows for re-seeding.
+// A pass's per-cluster statistics (exact_statistics.h: sums, counts and inertia, exact) and the farthest rows for
+// re-seeding. The resident rows' statistics persist across passes: a pass moves only the rows whose label changed
+// (subtracted from their old cluster, added to their new one); the rows the caller streams go into a fresh set each
+// pass. A pass runs in pieces of rows: collect (any thread, the rows it assigned: each change noted for the task
+// that owns its cluster) → barrier → moveTask (each task a set of whole clusters, one thread each, so no cluster's
+// words move between cores) → barrier. The rows' distances are computed only where they are asked for
+// (PassSpec.distances) or needed (the farthest rows: the streamed ones as they pass in a fit pass, the resident ones
+// once a cluster came out empty).
 class Accumulator {
  public:
-  void reset(const KernelTable& kt, std::int64_t K, std::int64_t D, Metric metric, int threads, int farthest,
-             std::int64_t chunkRows);
-  // x: n rows (fp32, normalized for cosine), norm2: their ‖x‖² in fp64, labels: their labels.
-  // distances: n-long output or nullptr.
-  void addChunk(ThreadPool& pool, const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n,
-                std::int64_t firstRow, const std::int32_t* labels, float* distances);
-  // The same in tasks (0 ≤ task < tasks(), each a range of clusters), run by any thread (tid: its index) in any
-  // order, each task once per chunk, all of a chunk's tasks before any of the next's; then addRowsSeen(n) once.
-  int tasks() const;
-  void addTask(int task, int tid, const CentroidPack& pack, const float* x, const double* norm2, std::int64_t n,
-               std::int64_t firstRow, const std::int32_t* labels, float* distances);
+  // Before each pass. Rows [0, residentRows) are the resident ones; K, D and the metric are fixed for an engine.
+  void beginPass(ThreadPool& pool, std::int64_t K, std::int64_t D, Metric metric, int farthest, std::int64_t rows,
+                 std::int64_t residentRows);
+
+  // Before rows the caller streamed (not resident).
+  void streaming() { streamedUsed_ = true; }
+  // At the start of each piece, by every thread.
+  void startPiece(int tid);
+  // Rows [b, e) of the piece that begins at global row `first` (labels: the piece's), just assigned: notes what the
+  // statistics must take in — the resident rows that changed cluster, every streamed row.
+  void collect(int tid, bool resident, std::int64_t first, std::int64_t b, std::int64_t e, const std::int32_t* labels);
+  // After every collect of the piece: tasks() tasks, each once, by any thread. x: the piece's rows.
+  int tasks() const { return tasks_; }
+  void moveTask(int task, bool resident, std::int64_t first, const float* x);
+  // Rows [b, e) of a chunk (x, norm2: the chunk's; first: its global row): their distances to their centroid into
+  // out (when not null) and, with `farthest`, into this thread's candidates for re-seeding.
+  void distances(int tid, const CentroidPack& pack, const float* x, const double* norm2, std::int64_t first,
+                 std::int64_t b, std::int64_t e, const std::int32_t* labels, float* out, bool farthest);
   void addRowsSeen(std::int64_t n) { rowsSeen_ += n; }
-  PassTotals finish();
+  bool farthestWanted() const { return farthest_ > 0; }
+
+  // After the pass's last chunk. The resident rows held (x, norm2, labels from row 0) give their distances when a
+  // cluster came out empty.
+  PassTotals finish(ThreadPool& pool, const CentroidPack& pack, const float* resident, const double* residentNorm2,
+                    std::int64_t residentHeld, const std::int32_t* labels);
 
  private:
+  struct Move {
+    std::int32_t row;      // in its piece
+    std::int32_t cluster;  // where it goes in (add) or out of (subtract)
+    bool subtract;
+  };
   struct Entry {
     double dist;
     std::int64_t row;
@@ -112,15 +136,15 @@ class Accumulator {
   };
   void offer(Heap& heap, double dist, std::int64_t row, std::int32_t label, const float* x);
 
-  const KernelTable* kt_ = nullptr;
-  std::int64_t K_ = 0, D_ = 0, rowsSeen_ = 0;
+  std::int64_t K_ = 0, D_ = 0, rowsSeen_ = 0, residentRows_ = 0;
   Metric metric_ = Metric::L2;
-  int threads_ = 1, farthest_ = 0;
-  std::vector<double> sums_, inertia_;
-  std::vector<std::int64_t> counts_;
-  std::vector<Array<std::int32_t>> order_;  // per thread, chunkRows + 1: a task's rows, in order
-  std::vector<Array<double>> dist_;         // per thread: their distances (or dot products)
-  std::vector<Heap> heaps_;     // one per thread
+  int farthest_ = 0, tasks_ = 1, threads_ = 1;
+  bool streamedUsed_ = false;   // this pass added streamed rows
+  ExactStatistics resident_;    // the resident rows, under inStats_
+  ExactStatistics streamed_;    // this pass's streamed rows
+  Array<std::int32_t> inStats_; // per resident row, the cluster resident_ holds it in (−1: none)
+  std::vector<std::vector<Move>> moves_;  // [thread · tasks_ + task]: this piece's moves
+  std::vector<Heap> heaps_;     // per thread
 };
 
 }  // namespace cpu

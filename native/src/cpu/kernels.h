@@ -44,10 +44,6 @@ struct KernelTable {
   // fp32 → fp16 rounded to nearest, ties to even, subnormals and overflow to ±inf as IEEE 754 says: the same bits from
   // every table (F16C's conversion is that rounding).
   void (*f32ToF16)(const float* in, std::uint16_t* out, std::int64_t n);
-  // Optional (nullptr: cpu/accumulate.cpp's portable loop): the rows rows[0..m) into their clusters' fp64 sums,
-  // sums[label*D + d] += x[d], and out[j] = Σ(x − c_label)² with row_math.h's 8 partial sums and tree, bit for bit.
-  void (*addRowsL2)(const std::int32_t* rows, std::int64_t m, const std::int32_t* labels, const float* x,
-                    const float* c, double* sums, std::int64_t D, double* out);
 };
 
 // Floats of per-thread scratch the assign kernel needs for dimension D (any table).

@@ -155,7 +155,7 @@ void f32ToF16(const float* in, std::uint16_t* out, std::int64_t n) {
   for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-const KernelTable kTable = {"avx2", CB, RB, assign, rowDistances, transpose32, dots32x8, f16ToF32, f32ToF16, nullptr};
+const KernelTable kTable = {"avx2", CB, RB, assign, rowDistances, transpose32, dots32x8, f16ToF32, f32ToF16};
 
 }  // namespace
 

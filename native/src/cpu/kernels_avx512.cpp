@@ -155,41 +155,6 @@ void rowDistancesRL(const float* x, std::int64_t D, const float* panels, const f
   }
 }
 
-// kernels.h addRowsL2: one row is D/8 zmm of fp64, its 8 lanes row_math.h's 8 partial sums (a product and a sum,
-// never fused), so the bits are the portable loop's; the compiler's clone of that loop used half-width vectors.
-void addRowsL2(const std::int32_t* rows, std::int64_t m, const std::int32_t* labels, const float* x, const float* c,
-               double* sums, std::int64_t D, double* out) {
-  const std::int64_t full = D / 8 * 8;
-  const __mmask8 tail = static_cast<__mmask8>((1u << (D - full)) - 1u);
-  for (std::int64_t j = 0; j < m; ++j) {
-    if (j + 8 < m) {  // every line of the row 8 ahead (cpu/accumulate.cpp)
-      const char* ahead = reinterpret_cast<const char*>(x + static_cast<std::int64_t>(rows[j + 8]) * D);
-      for (std::int64_t b = 0; b < D * 4 && b < 512; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
-    }
-    const std::int64_t r = rows[j], k = labels[r];
-    const float* xr = x + r * D;
-    const float* cr = c + k * D;
-    double* s = sums + k * D;
-    __m512d acc = _mm512_setzero_pd();
-    for (std::int64_t d = 0; d < full; d += 8) {
-      const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(xr + d)), w = _mm512_cvtps_pd(_mm256_loadu_ps(cr + d));
-      _mm512_storeu_pd(s + d, _mm512_add_pd(_mm512_loadu_pd(s + d), v));
-      const __m512d t = _mm512_sub_pd(v, w);
-      acc = _mm512_add_pd(acc, _mm512_mul_pd(t, t));
-    }
-    if (tail) {
-      const __m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(tail, xr + full));
-      const __m512d w = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(tail, cr + full));
-      _mm512_mask_storeu_pd(s + full, tail, _mm512_add_pd(_mm512_maskz_loadu_pd(tail, s + full), v));
-      const __m512d t = _mm512_sub_pd(v, w);
-      acc = _mm512_mask_add_pd(acc, tail, acc, _mm512_mul_pd(t, t));
-    }
-    alignas(64) double a[8];
-    _mm512_store_pd(a, acc);
-    out[j] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  }
-}
-
 void f32ToF16(const float* in, std::uint16_t* out, std::int64_t n) {
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -198,8 +163,7 @@ void f32ToF16(const float* in, std::uint16_t* out, std::int64_t n) {
   for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-const KernelTable kTable = {"avx512", CB, RB, assignRL, rowDistancesRL, transposeBlock, dots32x8, f16ToF32, f32ToF16,
-                            addRowsL2};
+const KernelTable kTable = {"avx512", CB, RB, assignRL, rowDistancesRL, transposeBlock, dots32x8, f16ToF32, f32ToF16};
 
 }  // namespace
 

@@ -116,7 +116,7 @@ void f32ToF16(const float* in, std::uint16_t* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = floatToHalf(in[i]);
 }
 
-const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32, f32ToF16, nullptr};
+const KernelTable kTable = {"generic", NR, 1, assign, rowDistances, transpose32, dots32x8, f16ToF32, f32ToF16};
 
 }  // namespace
 

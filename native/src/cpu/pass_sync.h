@@ -1,5 +1,5 @@
 // Synchronisation inside one ThreadPool::run that covers a whole chunk of a pass (cpu_backend.cpp compute): the
-// phases of its pieces (assignment, accumulation) meet at a barrier instead of a pool.run each. Work inside a phase is
+// phases of its pieces (assignment, statistics) meet at a barrier instead of a pool.run each. Work inside a phase is
 // taken in small tasks from a counter, so a thread that is descheduled holds up at most the task it has.
 #pragma once
 
