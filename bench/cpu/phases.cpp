@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       s.kernel.allocate(std::max(scratchFloats(D), screenScratchFloats(D, pack.kpad)), "k");
       s.row.allocate(pack.kpad, "k");
     }
-    acc.reset(kt, K, D, Metric::L2, threads, 0, piece);
+    acc.beginPass(pool, K, D, Metric::L2, 0, N, N);  // every row resident: its statistics move with its label
     double t1 = cpuNow();
     tPack += t1 - t0;
     for (std::int64_t p0 = 0; p0 < N; p0 += piece) {
@@ -65,19 +65,28 @@ int main(int argc, char** argv) {
       assignRows(kt, screen, pool, scratch, pack, x.data() + p0 * D, norm2.data() + p0, m, work, labels.data() + p0,
                  counts);
       double b = cpuNow();
-      acc.addChunk(pool, pack, x.data() + p0 * D, norm2.data() + p0, m, p0, labels.data() + p0, nullptr);
+      pool.run([&](int tid, int nt) {
+        std::int64_t rb, re;
+        ThreadPool::range(m, tid, nt, 32, rb, re);
+        acc.startPiece(tid);
+        acc.collect(tid, true, p0, rb, re, labels.data() + p0);
+      });
+      pool.run([&](int tid, int nt) {
+        for (int t = tid; t < acc.tasks(); t += nt) acc.moveTask(t, true, p0, x.data() + p0 * D);
+      });
+      acc.addRowsSeen(m);
       double e = cpuNow();
       tAssign += b - a;
       tAcc += e - b;
     }
-    PassTotals t = acc.finish();
+    PassTotals t = acc.finish(pool, pack, x.data(), norm2.data(), N, labels.data());
     for (std::int64_t k = 0; k < K; ++k)
       if (t.counts[k] > 0)
         for (std::int64_t d = 0; d < D; ++d) c[k * D + d] = float(t.sums[k * D + d] / double(t.counts[k]));
   }
   const double flops = 2.0 * N * D * K * iters;
   const double rows = double(N) * iters;
-  std::printf("%s N=%lld D=%lld K=%lld threads=%d: pack %.1f ms  assign %.1f ms (%.0f GFLOP/s per cpu-s)  accumulate %.1f ms"
+  std::printf("%s N=%lld D=%lld K=%lld threads=%d: pack %.1f ms  assign %.1f ms (%.0f GFLOP/s per cpu-s)  statistics %.1f ms"
               "  [per iteration, cpu time summed over threads]\n  rows: screen %.2f%%, pair %.2f%%, fp32 %.2f%%, fp64 "
               "recheck %.3f%%\n",
               screen ? screen->isa : kt.isa, (long long)N, (long long)D, (long long)K, threads, tPack * 1e3 / iters,

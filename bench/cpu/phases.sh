@@ -9,5 +9,5 @@ g++ $F -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma -mf16c -Wno-maybe
 g++ $F -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mavx2 -mfma -Wno-maybe-uninitialized -c $S/cpu/kernels_avx512bf16.cpp -o build-cpu/phases-obj/kbf.o &
 g++ $F -mavx2 -mfma -mf16c -c $S/cpu/kernels_avx2.cpp -o build-cpu/phases-obj/k2.o
 wait
-g++ $F bench/cpu/phases.cpp $S/cpu/assign.cpp $S/cpu/accumulate.cpp $S/cpu/kernels_generic.cpp $S/thread_pool.cpp \
+g++ $F bench/cpu/phases.cpp $S/cpu/assign.cpp $S/cpu/accumulate.cpp $S/cpu/exact_statistics.cpp $S/cpu/row_bounds.cpp $S/cpu/kernels_generic.cpp $S/thread_pool.cpp \
   build-cpu/phases-obj/k512.o build-cpu/phases-obj/kbf.o build-cpu/phases-obj/k2.o -o build-cpu/phases
