@@ -37,6 +37,10 @@ void RowBounds::beginPass(ThreadPool& pool, const float* centroids, std::int64_t
     std::fill(label_.data(), label_.data() + rows, -1);
   }
   const std::size_t n = static_cast<std::size_t>(K * D);
+  if (cumDrift_.size() != static_cast<std::size_t>(K)) {
+    cumDrift_.assign(static_cast<std::size_t>(K), 0.0);
+    cumOther_.assign(static_cast<std::size_t>(K), 0.0);
+  }
   if (last_.size() == n) {
     // how far each centroid moved, rounded up: fp64 of fp32 values, (D + 4)·2^-52 relative at most
     std::vector<double> drift(static_cast<std::size_t>(K));
@@ -50,17 +54,12 @@ void RowBounds::beginPass(ThreadPool& pool, const float* centroids, std::int64_t
     for (std::int64_t k = 0; k < K; ++k)
       if (k != top) second = std::max(second, drift[static_cast<std::size_t>(k)]);
     const double first = drift[static_cast<std::size_t>(top)];
-    if (first > 0) {
-      pool.run([&](int tid, int nt) {
-        std::int64_t b, e;
-        ThreadPool::range(rows, tid, nt, 1, b, e);
-        for (std::int64_t r = b; r < e; ++r) {
-          const std::int32_t a = label_[static_cast<std::size_t>(r)];
-          if (a < 0) continue;
-          upper_[static_cast<std::size_t>(r)] = (upper_[static_cast<std::size_t>(r)] + drift[static_cast<std::size_t>(a)]) * up;
-          lower_[static_cast<std::size_t>(r)] = (lower_[static_cast<std::size_t>(r)] - (a == top ? second : first)) * (1 - rel_);
-        }
-      });
+    // every row's bounds move with its label's sums, rounded up at each step so that a difference of two of them is
+    // never less than the drift between
+    for (std::int64_t k = 0; k < K; ++k) {
+      const std::size_t i = static_cast<std::size_t>(k);
+      cumDrift_[i] = (cumDrift_[i] + drift[i]) * up;
+      cumOther_[i] = (cumOther_[i] + (k == top ? second : first)) * up;
     }
   }
   last_.assign(centroids, centroids + n);
@@ -72,7 +71,7 @@ std::int64_t RowBounds::settle(std::int64_t firstRow, std::int64_t b, std::int64
   for (std::int64_t i = b; i < e; ++i) {
     const std::size_t r = static_cast<std::size_t>(firstRow + i);
     const std::int32_t a = label_[r];
-    if (a >= 0 && upper_[r] * (1 + kMargin) < lower_[r]) {
+    if (a >= 0 && upper(r, a) * (1 + kMargin) < lower(r, a)) {
       labels[i] = a;
       ++settled;
     } else {
