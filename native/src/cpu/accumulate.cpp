@@ -36,8 +36,9 @@ void Accumulator::beginPass(ThreadPool& pool, std::int64_t K, std::int64_t D, Me
     heaps_.resize(static_cast<std::size_t>(threads));
     std::fill(inStats_.data(), inStats_.data() + residentRows, -1);
   }
-  // The resident statistics survive a pass that fails: a piece whose assignment failed moves nothing, and a row's
-  // move and its inStats_ entry change in the same task. The next pass moves the rows from wherever they are.
+  // The resident statistics survive a pass that fails: a piece's moves all run or none do (its tasks start once its
+  // whole assignment succeeded, and cannot fail), and inStats_ changes with them. The next pass moves the rows from
+  // wherever they are.
   if (streamedUsed_) streamed_.zero(pool);
   streamedUsed_ = false;
   farthest_ = farthest;
