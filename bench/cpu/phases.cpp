@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       s.kernel.allocate(std::max(scratchFloats(D), screenScratchFloats(D, pack.kpad)), "k");
       s.row.allocate(pack.kpad, "k");
     }
-    acc.beginPass(pool, K, D, Metric::L2, 0, N, N);  // every row resident: its statistics move with its label
+    acc.beginPass(pool, K, D, Metric::L2, 0, N);
     double t1 = cpuNow();
     tPack += t1 - t0;
     for (std::int64_t p0 = 0; p0 < N; p0 += piece) {
@@ -69,10 +69,10 @@ int main(int argc, char** argv) {
         std::int64_t rb, re;
         ThreadPool::range(m, tid, nt, 32, rb, re);
         acc.startPiece(tid);
-        acc.collect(tid, true, p0, rb, re, labels.data() + p0);
+        acc.collect(tid, p0, rb, re, labels.data() + p0);
       });
       pool.run([&](int tid, int nt) {
-        for (int t = tid; t < acc.tasks(); t += nt) acc.moveTask(t, true, p0, x.data() + p0 * D);
+        for (int t = tid; t < acc.tasks(); t += nt) acc.moveTask(t, p0, x.data() + p0 * D);
       });
       acc.addRowsSeen(m);
       double e = cpuNow();

@@ -1,8 +1,9 @@
 // The CPU backend's per-cluster statistics are exact (native/src/cpu/exact_statistics.h): a pass's sums are the fp64
 // nearest to the exact sum of its rows' values on the 2^-96 grid, its inertia the fp64 nearest to the exact
 // Σ‖x̃ − c̃‖², whatever the order, the threads or the residency — checked against BigInt references on values where
-// fp64 additions lose bits in any order. The resident rows' statistics persist across passes, moved by the rows whose
-// label changed; a pass that fails half-way leaves them to be rebuilt, with the same bits.
+// fp64 additions lose bits in any order. The statistics persist across passes, moved by the rows whose label changed,
+// resident or streamed; after a pass that fails half-way, or one that sees only some rows, the next passes move the
+// rows from wherever they were left.
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { Engine, type EngineOptions, type PassResult } from '../../native/index.js';
@@ -144,6 +145,26 @@ describe('exact statistics (CPU backend)', () => {
       expect(r.inertia, `inertia of pass ${i + 1}`).toBe(want[i]!.inertia);
       expect(r.reassigned, `reassigned in pass ${i + 1}`).toBe(want[i]!.reassigned);
     });
+  });
+
+  it('a pass that sees some of the rows counts the others under the label they kept', async () => {
+    // the engine keeps the unseen rows' labels (finishPass); the statistics keep them where the last pass put them
+    const n = 1200, d = 4, k = 6;
+    const x = awkward(n, d, 9);
+    const e = await open(n, d, k, { threads: 2, chunkRows: 100, memoryBudget: 0 });
+    e.setCentroids(x.slice(0, k * d));
+    await runPass<PassResult>(e, bytesOf(x), n, 'fit');
+    const c = e.centroids();
+    e.beginPass('fit', { distances: false, dataVariance: false });
+    for (let first = 0; first < 700; first += 100) {
+      e.buffer(0).set(bytesOf(x).subarray(first * d * 4, (first + 100) * d * 4));
+      await e.feed(0, first, 100);
+    }
+    const r = await e.finishPass();
+    expect(r.counts.reduce((a, b) => a + b, 0)).toBe(n);
+    const ref = reference(x, d, c, k, e.labels());
+    expect(same(e.centroids(), ref.next)).toBe(true);
+    expect(r.inertia).toBe(ref.inertia);
   });
 
   it('is exactly 0 where every row sits on its centroid', async () => {

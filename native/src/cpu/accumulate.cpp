@@ -1,6 +1,6 @@
 // A pass's statistics (cpu_internal.h Accumulator): exact integer statistics, so neither the order in which rows
-// arrive nor which thread adds them changes a bit (DESIGN.md "Numerics"), and the resident rows' persist, moved only
-// by the rows whose label changed.
+// arrive nor which thread adds them changes a bit (DESIGN.md "Numerics"), persisting across passes, moved only by the
+// rows whose label changed.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,31 +16,36 @@ namespace cpu {
 namespace {
 // (dist desc, row asc): a total order, so "the top E" is one set whatever the order rows are offered in.
 inline bool better(double da, std::int64_t ra, double db, std::int64_t rb) { return da > db || (da == db && ra < rb); }
+
+// out[r − b] = Σ(x_r − c_label)² for rows [b, e), with row_math.h's 8 partial sums and tree: the clones keep each
+// partial sum in a lane (a product and a sum, never fused), so every one gives the portable loop's bits.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void sqDistances(
+    const float* x, const float* c, const std::int32_t* labels, std::int64_t b, std::int64_t e, std::int64_t D,
+    double* out) {
+  for (std::int64_t r = b; r < e; ++r) out[r - b] = sqDist64(x + r * D, c + static_cast<std::int64_t>(labels[r]) * D, D);
+}
 }  // namespace
 
 void Accumulator::beginPass(ThreadPool& pool, std::int64_t K, std::int64_t D, Metric metric, int farthest,
-                            std::int64_t rows, std::int64_t residentRows) {
+                            std::int64_t rows) {
   const int threads = pool.size();
   const bool squares = metric == Metric::L2;
-  if (!resident_.allocated()) {
+  if (!stats_.allocated()) {
     K_ = K;
+    rows_ = rows;
     D_ = D;
     metric_ = metric;
-    residentRows_ = residentRows;
-    resident_.allocate(K, D, squares);
-    if (residentRows < rows) streamed_.allocate(K, D, squares);
-    inStats_.allocate(static_cast<std::size_t>(residentRows), "the resident rows' clusters in the statistics");
+    stats_.allocate(K, D, squares);
+    inStats_.allocate(static_cast<std::size_t>(rows), "the rows' clusters in the statistics");
     threads_ = threads;
     tasks_ = static_cast<int>(std::min<std::int64_t>(K, 4 * threads));
     moves_.resize(static_cast<std::size_t>(threads * tasks_));
     heaps_.resize(static_cast<std::size_t>(threads));
-    std::fill(inStats_.data(), inStats_.data() + residentRows, -1);
+    std::fill(inStats_.data(), inStats_.data() + rows, -1);
   }
-  // The resident statistics survive a pass that fails: a piece's moves all run or none do (its tasks start once its
-  // whole assignment succeeded, and cannot fail), and inStats_ changes with them. The next pass moves the rows from
-  // wherever they are.
-  if (streamedUsed_) streamed_.zero(pool);
-  streamedUsed_ = false;
+  // The statistics survive a pass that fails: a piece's moves all run or none do (its tasks start once its whole
+  // assignment succeeded, and cannot fail), and inStats_ changes with them. The next pass moves the rows from wherever
+  // they are.
   farthest_ = farthest;
   rowsSeen_ = 0;
   for (auto& h : heaps_) {
@@ -54,21 +59,19 @@ void Accumulator::startPiece(int tid) {
   for (int t = 0; t < tasks_; ++t) moves_[static_cast<std::size_t>(tid * tasks_ + t)].clear();
 }
 
-void Accumulator::collect(int tid, bool resident, std::int64_t first, std::int64_t b, std::int64_t e,
-                          const std::int32_t* labels) {
+void Accumulator::collect(int tid, std::int64_t first, std::int64_t b, std::int64_t e, const std::int32_t* labels) {
   std::vector<Move>* mine = moves_.data() + tid * tasks_;
-  const std::int32_t* held = resident ? inStats_.data() + first : nullptr;
+  const std::int32_t* held = inStats_.data() + first;
   for (std::int64_t r = b; r < e; ++r) {
-    const std::int32_t to = labels[r], from = held ? held[r] : -1;
+    const std::int32_t to = labels[r], from = held[r];
     if (to == from) continue;
     if (from >= 0) mine[std::int64_t{from} * tasks_ / K_].push_back({static_cast<std::int32_t>(r), from, true});
     mine[std::int64_t{to} * tasks_ / K_].push_back({static_cast<std::int32_t>(r), to, false});
   }
 }
 
-void Accumulator::moveTask(int task, bool resident, std::int64_t first, const float* x) {
-  ExactStatistics& stats = resident ? resident_ : streamed_;
-  std::int32_t* held = resident ? inStats_.data() + first : nullptr;
+void Accumulator::moveTask(int task, std::int64_t first, const float* x) {
+  std::int32_t* held = inStats_.data() + first;
   for (int t = 0; t < threads_; ++t) {
     const std::vector<Move>& list = moves_[static_cast<std::size_t>(t * tasks_ + task)];
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -80,10 +83,10 @@ void Accumulator::moveTask(int task, bool resident, std::int64_t first, const fl
       const Move& m = list[i];
       const float* row = x + static_cast<std::int64_t>(m.row) * D_;
       if (m.subtract) {
-        stats.subtract(m.cluster, row);
+        stats_.subtract(m.cluster, row);
       } else {
-        stats.add(m.cluster, row);
-        if (held) held[m.row] = m.cluster;
+        stats_.add(m.cluster, row);
+        held[m.row] = m.cluster;
       }
     }
   }
@@ -111,36 +114,39 @@ void Accumulator::distances(int tid, const CentroidPack& pack, const float* x, c
                             std::int64_t b, std::int64_t e, const std::int32_t* labels, float* out, bool farthest) {
   Heap& heap = heaps_[static_cast<std::size_t>(tid)];
   const bool l2 = metric_ == Metric::L2;
-  for (std::int64_t r = b; r < e; ++r) {
-    const std::int64_t k = labels[r];
-    const float* xr = x + r * D_;
-    double dd;
-    if (l2) {
-      dd = sqDist64(xr, pack.c + k * D_, D_);
-    } else {
-      const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
-      dd = denom > 0 ? 1.0 - dot64(xr, pack.c + k * D_, D_) / denom : 1.0;
-      dd = dd < 0 ? 0 : (dd > 2 ? 2 : dd);
+  double dist[256];
+  for (std::int64_t r0 = b; r0 < e; r0 += 256) {
+    const std::int64_t r1 = std::min(e, r0 + 256);
+    if (l2) sqDistances(x, pack.c, labels, r0, r1, D_, dist);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t k = labels[r];
+      const float* xr = x + r * D_;
+      double dd;
+      if (l2) {
+        dd = dist[r - r0];
+      } else {
+        const double denom = std::sqrt(norm2[r] * pack.cc64[k]);
+        dd = denom > 0 ? 1.0 - dot64(xr, pack.c + k * D_, D_) / denom : 1.0;
+        dd = dd < 0 ? 0 : (dd > 2 ? 2 : dd);
+      }
+      if (out) out[r] = static_cast<float>(dd);
+      // most rows are nearer than the farthest kept so far: test before the call
+      if (farthest && farthest_ > 0 && (static_cast<int>(heap.h.size()) < farthest_ || dd >= heap.h.front().dist))
+        offer(heap, dd, first + r, static_cast<std::int32_t>(k), xr);
     }
-    if (out) out[r] = static_cast<float>(dd);
-    // most rows are nearer than the farthest kept so far: test before the call
-    if (farthest && farthest_ > 0 && (static_cast<int>(heap.h.size()) < farthest_ || dd >= heap.h.front().dist))
-      offer(heap, dd, first + r, static_cast<std::int32_t>(k), xr);
   }
 }
 
 PassTotals Accumulator::finish(ThreadPool& pool, const CentroidPack& pack, const float* resident,
                                const double* residentNorm2, std::int64_t residentHeld, const std::int32_t* labels) {
   PassTotals out;
-  // the streamed rows' statistics are this pass's alone: the resident ones go into them, not the other way round
-  ExactStatistics& stats = streamedUsed_ ? streamed_ : resident_;
-  if (streamedUsed_) streamed_.addFrom(resident_, pool);
-  stats.finish(pack.c, metric_, pool, out.sums, out.counts, out.inertia);
+  stats_.finish(pack.c, metric_, pool, out.sums, out.counts, out.inertia);
+  // every row the pass saw is in them once; rows earlier passes saw and this one did not, under their last label
   std::int64_t held = 0;
   for (auto c : out.counts) held += c;
-  if (held != rowsSeen_)
-    throw std::logic_error("the pass's statistics hold " + std::to_string(held) + " rows but it saw " +
-                           std::to_string(rowsSeen_));
+  if (held < rowsSeen_ || held > rows_)
+    throw std::logic_error("the statistics hold " + std::to_string(held) + " rows after a pass that saw " +
+                           std::to_string(rowsSeen_) + " of " + std::to_string(rows_));
   out.rowsSeen = rowsSeen_;
   // backend.h: the farthest rows only when a cluster came out empty; the resident rows' distances only then
   const bool anyEmpty = std::find(out.counts.begin(), out.counts.end(), 0) != out.counts.end();

@@ -90,7 +90,7 @@ class CpuBackend final : public Backend {
                         "kernel scratch");
       s.row.allocate(static_cast<std::size_t>(pack_.kpad), "kernel scratch");
     }
-    acc_.beginPass(pool_, cfg_.k, cfg_.dims, cfg_.metric, spec.farthest, cfg_.rows, plan_.residentRows);
+    acc_.beginPass(pool_, cfg_.k, cfg_.dims, cfg_.metric, spec.farthest, cfg_.rows);
     if (cfg_.rowBounds) bounds_.beginPass(pool_, spec.centroids, cfg_.k, cfg_.dims, cfg_.rows);
     counts_ = AssignCounts();
   }
@@ -107,7 +107,7 @@ class CpuBackend final : public Backend {
   void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) override {
     const float* x = prepare(data, firstRow, rows);
     retain(x, norm2_.data(), firstRow, rows);
-    // the rows it retained are resident from now on: their statistics persist; the rest are this pass's
+    // the rows it retained are resident from now on: their distances can be computed later; the rest's only now
     const std::int64_t resident = std::clamp<std::int64_t>(plan_.residentRows - firstRow, 0, rows);
     if (resident > 0) compute(x, norm2_.data(), firstRow, resident, true);
     if (resident < rows)
@@ -276,7 +276,7 @@ class CpuBackend final : public Backend {
   // Assignment then the statistics, piece by piece, all in one pool.run: the threads take blocks of rows (assigning
   // them, noting the rows the statistics must take in and, where asked, their distances), then the clusters' tasks
   // (moving the noted rows), meeting at barriers (pass_sync.h: a short spin, then sleep). `resident`: rows of the
-  // resident range, whose statistics persist; else streamed rows, added afresh.
+  // resident range (their re-seeding distances can wait for an empty cluster); else streamed rows.
   void compute(const float* x, const double* norm2, std::int64_t firstRow, std::int64_t n, bool resident) {
     const std::int64_t D = cfg_.dims, piece = pieceRows();
     // blocks of rows (whole kernel blocks of 32): ~2M multiply-adds each, but at least 4 per thread and piece
@@ -288,7 +288,6 @@ class CpuBackend final : public Backend {
     // distances: those asked for, and the streamed rows' in a fit pass (re-seeding candidates: they are gone later)
     const bool farthest = !resident && acc_.farthestWanted();
     const bool distances = spec_.distances != nullptr || farthest;
-    if (!resident) acc_.streaming();
     PassSync sync(pool_.size());
     std::vector<AssignCounts> part(static_cast<std::size_t>(pool_.size()));
     pool_.run([&](int tid, int) {
@@ -304,7 +303,7 @@ class CpuBackend final : public Backend {
             const std::int64_t r0 = t * block, r1 = std::min(m, (t + 1) * block);
             assignRange(kt_, screen_, s, pack_, xp, norm2 + p0, r0, r1, assignWork_, labels,
                         part[static_cast<std::size_t>(tid)], bounds, row);
-            acc_.collect(tid, resident, row, r0, r1, labels);
+            acc_.collect(tid, row, r0, r1, labels);
             if (distances)
               acc_.distances(tid, pack_, xp, norm2 + p0, row, r0, r1, labels,
                              spec_.distances ? spec_.distances + row : nullptr, farthest);
@@ -312,7 +311,7 @@ class CpuBackend final : public Backend {
           if (!sync.barrier()) return;
           if (tid == 0) sync.reset(a);
           for (std::int64_t t = sync.take(b); t < tasks; t = sync.take(b))
-            acc_.moveTask(static_cast<int>(t), resident, row, xp);
+            acc_.moveTask(static_cast<int>(t), row, xp);
           if (!sync.barrier()) return;
           if (tid == 0) sync.reset(b);
         }

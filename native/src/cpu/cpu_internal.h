@@ -83,29 +83,26 @@ void assignRows(const KernelTable& kt, const ScreenKernel* screen, ThreadPool& p
                 std::int32_t* labels, AssignCounts& counts);
 
 // A pass's per-cluster statistics (exact_statistics.h: sums, counts and inertia, exact) and the farthest rows for
-// re-seeding. The resident rows' statistics persist across passes: a pass moves only the rows whose label changed
-// (subtracted from their old cluster, added to their new one); the rows the caller streams go into a fresh set each
-// pass. A pass runs in pieces of rows: collect (any thread, the rows it assigned: each change noted for the task
-// that owns its cluster) → barrier → moveTask (each task a set of whole clusters, one thread each, so no cluster's
-// words move between cores) → barrier. The rows' distances are computed only where they are asked for
+// re-seeding. The statistics persist across passes, each row in them under the label it had when a pass last saw it:
+// a pass moves only the rows whose label changed (subtracted from their old cluster, added to their new one), whether
+// they are resident or streamed. A pass runs in pieces of rows: collect (any thread, the rows it assigned: each change
+// noted for the task that owns its cluster) → barrier → moveTask (each task a set of whole clusters, one thread each,
+// so no cluster's words move between cores) → barrier. The rows' distances are computed only where they are asked for
 // (PassSpec.distances) or needed (the farthest rows: the streamed ones as they pass in a fit pass, the resident ones
 // once a cluster came out empty).
 class Accumulator {
  public:
-  // Before each pass. Rows [0, residentRows) are the resident ones; K, D and the metric are fixed for an engine.
-  void beginPass(ThreadPool& pool, std::int64_t K, std::int64_t D, Metric metric, int farthest, std::int64_t rows,
-                 std::int64_t residentRows);
+  // Before each pass. K, D, the metric and the rows are fixed for an engine.
+  void beginPass(ThreadPool& pool, std::int64_t K, std::int64_t D, Metric metric, int farthest, std::int64_t rows);
 
-  // Before rows the caller streamed (not resident).
-  void streaming() { streamedUsed_ = true; }
   // At the start of each piece, by every thread.
   void startPiece(int tid);
-  // Rows [b, e) of the piece that begins at global row `first` (labels: the piece's), just assigned: notes what the
-  // statistics must take in — the resident rows that changed cluster, every streamed row.
-  void collect(int tid, bool resident, std::int64_t first, std::int64_t b, std::int64_t e, const std::int32_t* labels);
+  // Rows [b, e) of the piece that begins at global row `first` (labels: the piece's), just assigned: notes the rows
+  // whose cluster in the statistics is not their label.
+  void collect(int tid, std::int64_t first, std::int64_t b, std::int64_t e, const std::int32_t* labels);
   // After every collect of the piece: tasks() tasks, each once, by any thread. x: the piece's rows.
   int tasks() const { return tasks_; }
-  void moveTask(int task, bool resident, std::int64_t first, const float* x);
+  void moveTask(int task, std::int64_t first, const float* x);
   // Rows [b, e) of a chunk (x, norm2: the chunk's; first: its global row): their distances to their centroid into
   // out (when not null) and, with `farthest`, into this thread's candidates for re-seeding.
   void distances(int tid, const CentroidPack& pack, const float* x, const double* norm2, std::int64_t first,
@@ -136,13 +133,11 @@ class Accumulator {
   };
   void offer(Heap& heap, double dist, std::int64_t row, std::int32_t label, const float* x);
 
-  std::int64_t K_ = 0, D_ = 0, rowsSeen_ = 0, residentRows_ = 0;
+  std::int64_t K_ = 0, D_ = 0, rows_ = 0, rowsSeen_ = 0;
   Metric metric_ = Metric::L2;
   int farthest_ = 0, tasks_ = 1, threads_ = 1;
-  bool streamedUsed_ = false;   // this pass added streamed rows
-  ExactStatistics resident_;    // the resident rows, under inStats_
-  ExactStatistics streamed_;    // this pass's streamed rows
-  Array<std::int32_t> inStats_; // per resident row, the cluster resident_ holds it in (−1: none)
+  ExactStatistics stats_;
+  Array<std::int32_t> inStats_; // per row, the cluster stats_ holds it in (−1: none)
   std::vector<std::vector<Move>> moves_;  // [thread · tasks_ + task]: this piece's moves
   std::vector<Heap> heaps_;     // per thread
 };

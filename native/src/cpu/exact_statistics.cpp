@@ -260,20 +260,6 @@ void ExactStatistics::allocate(std::int64_t K, std::int64_t D, bool squares) {
   if (squares) std::memset(sq_.data(), 0, static_cast<std::size_t>(K) * kSqWords * 8);
 }
 
-void ExactStatistics::zero(ThreadPool& pool) {
-  const std::int64_t windows = K_ * D_ * kWindows;
-  pool.run([&](int tid, int nt) {
-    std::int64_t b, e;
-    ThreadPool::range(windows, tid, nt, 1, b, e);
-    if (b < e) {
-      std::memset(lo_.data() + b, 0, static_cast<std::size_t>(e - b) * 8);
-      std::memset(hi_.data() + b, 0, static_cast<std::size_t>(e - b) * 8);
-    }
-  });
-  if (squares_) std::memset(sq_.data(), 0, static_cast<std::size_t>(K_) * kSqWords * 8);
-  std::fill(count_.begin(), count_.end(), 0);
-}
-
 void ExactStatistics::update(std::int64_t k, const float* x, bool subtract) {
   RowScratch& r = tlsRow;
   if (static_cast<std::int64_t>(r.m.size()) < D_) {
@@ -296,23 +282,6 @@ void ExactStatistics::update(std::int64_t k, const float* x, bool subtract) {
     }
   }
   count_[static_cast<std::size_t>(k)] += subtract ? -1 : 1;
-}
-
-void ExactStatistics::addFrom(const ExactStatistics& o, ThreadPool& pool) {
-  pool.run([&](int tid, int nt) {
-    std::int64_t b, e;
-    ThreadPool::range(K_, tid, nt, 1, b, e);
-    for (std::int64_t k = b; k < e; ++k) {
-      const std::size_t from = static_cast<std::size_t>(k * D_) * kWindows, to = from + static_cast<std::size_t>(D_) * kWindows;
-      for (std::size_t i = from; i < to; ++i) {
-        const u64 l = lo_[i] + o.lo_[i];
-        hi_[i] += o.hi_[i] + (l < o.lo_[i] ? 1 : 0);
-        lo_[i] = l;
-      }
-      if (squares_) addWide<kSqWords>(sq_.data() + k * kSqWords, o.sq_.data() + k * kSqWords);
-      count_[static_cast<std::size_t>(k)] += o.count_[static_cast<std::size_t>(k)];
-    }
-  });
 }
 
 void ExactStatistics::finish(const float* centroids, Metric metric, ThreadPool& pool, std::vector<double>& sums,

@@ -37,15 +37,11 @@ class ExactStatistics {
   // K clusters of D values; Σ‖x̃‖² only when `squares` (l2: the inertia needs it, cosine does not). Zeroed.
   void allocate(std::int64_t K, std::int64_t D, bool squares);
   bool allocated() const { return K_ > 0; }
-  void zero(ThreadPool& pool);
 
   // Row x (D fp32 values) into cluster k, or out of it. Callers own whole clusters per thread: no two threads touch
   // one cluster at once.
   void add(std::int64_t k, const float* x) { update(k, x, false); }
   void subtract(std::int64_t k, const float* x) { update(k, x, true); }
-
-  // this += other (the same K, D and squares)
-  void addFrom(const ExactStatistics& other, ThreadPool& pool);
 
   std::int64_t count(std::int64_t k) const { return count_[static_cast<std::size_t>(k)]; }
 
