@@ -167,6 +167,16 @@ describe('exact statistics (CPU backend)', () => {
     expect(r.inertia).toBe(ref.inertia);
   });
 
+  it('keeps a row of 2^19 values whose squares all sit at the top of one 64-bit window', async () => {
+    // (2^24 − 1)·2^-33: m²·2^62 (of the 2^-192 grid) for every value, ~2^129 for the row's Σ‖x̃‖²
+    const n = 1, d = 1 << 19;
+    const x = new Float32Array(n * d).fill(Math.fround((2 ** 24 - 1) * 2 ** -33));
+    const e = await open(n, d, 1, { threads: 2 });
+    e.setCentroids(new Float32Array(d));
+    const r = await runPass<PassResult>(e, bytesOf(x), n, 'fit');
+    expect(r.inertia).toBe(reference(x, d, new Float32Array(d), 1, e.labels()).inertia);
+  });
+
   it('is exactly 0 where every row sits on its centroid', async () => {
     const n = 40, d = 3;
     const x = awkward(n, d, 3);

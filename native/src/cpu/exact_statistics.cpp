@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <string>
 
 namespace kmfleet {
 namespace cpu {
@@ -36,7 +35,7 @@ inline GridValue onGrid(float x) {
 
 inline bool finite(float x) { return std::isfinite(x); }
 
-// a += m·2^s or a −= m·2^s, m < 2^48, the result's words wrapping (two's complement). s < 64·(W − 1).
+// a += m·2^s, m < 2^48, the result's words wrapping (two's complement). s < 64·(W − 1).
 template <int W>
 inline void addShifted(u64* a, u64 m, int s) {
   const int w = s >> 6;
@@ -50,21 +49,6 @@ inline void addShifted(u64* a, u64 m, int s) {
   carry = a[w + 1] < old;
   for (int i = w + 2; carry && i < W; ++i) carry = ++a[i] == 0;
 }
-template <int W>
-inline void subShifted(u64* a, u64 m, int s) {
-  const int w = s >> 6;
-  const u128 t = static_cast<u128>(m) << (s & 63);
-  const u64 lo = static_cast<u64>(t), hi = static_cast<u64>(t >> 64);
-  u64 old = a[w];
-  a[w] = old - lo;
-  u64 borrow = old < lo;
-  old = a[w + 1];
-  const u64 take = hi + borrow;
-  a[w + 1] = old - take;
-  borrow = old < take;
-  for (int i = w + 2; borrow && i < W; ++i) borrow = a[i]-- == 0;
-}
-
 template <int W>
 inline void addWide(u64* a, const u64* b) {
   u64 carry = 0;
@@ -176,8 +160,8 @@ void ExactStatistics::canonical(const std::uint64_t* lo, const std::uint64_t* hi
 namespace {
 
 // One row into (or out of) a cluster: its values' windows (lo/hi: [kWindows][D], 128-bit two's complement each) and,
-// with q, the row's Σ‖x̃‖² per window w2 of 2s (q[2·w2], q[2·w2 + 1]: the low and high words of Σ m²·2^(2s mod 64),
-// summed as 32-bit limbs that no carry links). Lane-wise passes over the row with no carries between values, so the
+// with q, the row's Σ‖x̃‖² per window w2 of 2s (q[4·w2 + i]: limb i of Σ m²·2^(2s mod 64), the 32-bit limbs summed
+// apart, so that no carry links them and D < 2^24 values fit 64 bits). Lane-wise passes over the row with no carries between values, so the
 // compiler vectorizes them; only the windows the row's values use are visited.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void updateRow(
     u64* __restrict lo, u64* __restrict hi, const float* __restrict x, std::int64_t D, bool subtract,
@@ -230,11 +214,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void updateRow(
       a2 += ch & 0xffffffffu;
       a3 += ch >> 32;
     }
-    // the window's total is below D·2^111 < 2^127, so its limbs recombine without loss in 128 bits
-    const u128 total = static_cast<u128>(a0) + (static_cast<u128>(a1) << 32) + (static_cast<u128>(a2) << 64) +
-                       (static_cast<u128>(a3) << 96);
-    q[2 * w2] = static_cast<u64>(total);
-    q[2 * w2 + 1] = static_cast<u64>(total >> 64);
+    q[4 * w2] = a0;
+    q[4 * w2 + 1] = a1;
+    q[4 * w2 + 2] = a2;
+    q[4 * w2 + 3] = a3;
   }
 }
 
@@ -267,18 +250,22 @@ void ExactStatistics::update(std::int64_t k, const float* x, bool subtract) {
     r.sh.resize(static_cast<std::size_t>(D_));
     r.neg.resize(static_cast<std::size_t>(D_));
   }
-  u64 q[2 * kSqRowWindows] = {};
+  u64 q[4 * kSqRowWindows] = {};
   const std::size_t at = static_cast<std::size_t>(k * D_) * kWindows;
   updateRow(lo_.data() + at, hi_.data() + at, x, D_, subtract, squares_ ? q : nullptr, r.m.data(), r.sh.data(),
             r.neg.data());
   if (squares_) {
-    // window w2 weighs 2^(64·w2)
+    // limbs 0 and 1 of window w2 weigh 2^(64·w2) and 2^(64·w2 + 32), limbs 2 and 3 one word higher: each pair
+    // recombines in 128 bits (below 2^89), whatever D
     u64* sq = sq_.data() + static_cast<std::size_t>(k) * kSqWords;
     for (int w2 = 0; w2 < kSqRowWindows; ++w2) {
-      const u128 v = static_cast<u128>(q[2 * w2]) | static_cast<u128>(q[2 * w2 + 1]) << 64;
-      if (v == 0) continue;
-      if (subtract) subShifted128<kSqWords>(sq, v, w2);
-      else addShifted128<kSqWords>(sq, v, w2);
+      const u64* l = q + 4 * w2;
+      for (int half = 0; half < 2; ++half) {
+        const u128 v = static_cast<u128>(l[2 * half]) + (static_cast<u128>(l[2 * half + 1]) << 32);
+        if (v == 0) continue;
+        if (subtract) subShifted128<kSqWords>(sq, v, w2 + half);
+        else addShifted128<kSqWords>(sq, v, w2 + half);
+      }
     }
   }
   count_[static_cast<std::size_t>(k)] += subtract ? -1 : 1;

@@ -13,8 +13,8 @@
 //   count[c]   its rows
 // Integer additions are exact and commute, so the statistics are the same bits whatever the order, the threads, the
 // chunking or the history of the additions: a row leaving one cluster for another is subtracted there and added here.
-// The words cover every finite fp32 value (|x̃| < 2^224) for fewer than 2^39 rows and D ≤ 2^16; the CUDA backend's
-// fewer words cover |x| < 2^64 and fewer rows (the same integers wherever both apply).
+// The words cover every finite fp32 value (|x̃| < 2^224) for fewer than 2^39 rows and any D the engine takes (< 2^24);
+// the CUDA backend's fewer words cover |x| < 2^64 and fewer rows (the same integers wherever both apply).
 #pragma once
 
 #include <cstdint>
@@ -42,8 +42,6 @@ class ExactStatistics {
   // one cluster at once.
   void add(std::int64_t k, const float* x) { update(k, x, false); }
   void subtract(std::int64_t k, const float* x) { update(k, x, true); }
-
-  std::int64_t count(std::int64_t k) const { return count_[static_cast<std::size_t>(k)]; }
 
   // From the statistics and the pass's centroids c (K×D fp32, truncated onto the same grid: c̃), each rounded once to
   // the nearest fp64 (ties to even):
