@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine, type EngineOptions, type PassMode } from '../../native/index.js';
@@ -16,8 +17,11 @@ import { createS3 } from '../../worker/s3/client.js';
 import { delay, startS3FaultProxy, type S3FaultProxy } from '../helpers/s3-fault-proxy.js';
 import { startStack, type Stack } from './pipeline-fixture.js';
 
-/** the real engine; `assignDone` gets the time each assign pass finished; `failAssign` makes the final one fail */
-function engineWith(hooks: { assignDone: number[]; failAssign?: boolean }) {
+/**
+ * the real engine; `assignDone` gets the time each assign pass finished, `assignMs` lengthens each, `failAssign`
+ * makes the final one fail
+ */
+function engineWith(hooks: { assignDone: number[]; assignMs?: number; failAssign?: boolean }) {
   return async (o: EngineOptions) => {
     const engine = await Engine.open(o);
     let mode: PassMode | undefined;
@@ -30,6 +34,9 @@ function engineWith(hooks: { assignDone: number[]; failAssign?: boolean }) {
     engine.finishPass = async () => {
       const r = await finishPass();
       if (mode === 'assign') {
+        // a final pass as long as a large job's, whatever this one took: an upload that waited for the pass to end
+        // would still arrive after it
+        await sleep(hooks.assignMs ?? 0);
         hooks.assignDone.push(Date.now());
         if (hooks.failAssign) throw new Error('injected: the final assign pass failed');
       }
@@ -49,9 +56,8 @@ describe('final outputs beside the final assign pass', () => {
   beforeAll(async () => {
     stack = await startStack({ clientJobOptions: { attempts: 1 } });
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-final-'));
-    // enough rows that the final assign pass (one thread) outlasts the centroids' PUT reaching the proxy: at 120,000
-    // the pass took a few ms and a loaded CI box once saw the PUT arrive 1 ms after it ended
-    const blobs = await generateDataset(join(dir, 'blobs.npy'), { kind: 'blobs', rows: 600_000, dims: 16, centers: 8, seed: 4, clusterStd: 2 });
+    // the first test holds the final assign pass open (assignMs), so its length does not hang on the data's size
+    const blobs = await generateDataset(join(dir, 'blobs.npy'), { kind: 'blobs', rows: 120_000, dims: 16, centers: 8, seed: 4, clusterStd: 2 });
     await stack.s3.put('data', 'blobs.npy', readFileSync(blobs.path));
     proxy = await startS3FaultProxy(stack.s3, {
       fault: (r) => {
@@ -70,7 +76,7 @@ describe('final outputs beside the final assign pass', () => {
 
   it('centroids.npy reaches S3 before the final assign pass ends; the outputs are whole', async () => {
     const s3 = createS3(proxy.settings);
-    const hooks = { assignDone: [] as number[] };
+    const hooks = { assignDone: [] as number[], assignMs: 300 };
     const worker = await stack.startWorker({ KMFLEET_THREADS: '1', KMFLEET_CHUNK_ROWS: '4096' }, { s3, openEngine: engineWith(hooks) });
     try {
       await stack.client.enqueue(spec, { jobId: 'final-1' });
