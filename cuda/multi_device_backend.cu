@@ -143,6 +143,7 @@ void MultiDeviceBackend::beginPass(const PassSpec& spec) {
     s.labels = spec.labels + lane.first;
     s.previousLabels = spec.previousLabels ? spec.previousLabels + lane.first : nullptr;
     s.distances = spec.distances ? spec.distances + lane.first : nullptr;
+    s.labelsAsChanges = false;  // a lane's changes would need its offset and a merge: every lane writes its labels
     if (i > 0) {
       if (broadcast) lane.backend->takeCentroidsFrom(*lanes_.front().backend);
       s.centroidsFromUpdate = false;

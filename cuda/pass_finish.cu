@@ -37,6 +37,7 @@ PassTotals CudaBackend::finishPass(const LaneStatistics& lanes) {
   const bool totalsQueued = waitForFlagsAndTotals(countChanges);
   throwOnBadRows();
   PassTotals t = takeTotals(totalsQueued);
+  takeLabelChanges(t);
   recordScreen();
   const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
   farthestDeferred_ = deferFarthest_ && fit_ && spec_.farthest > 0 && anyEmpty;
@@ -131,6 +132,21 @@ void CudaBackend::throwOnBadRows() const {
                           "takes it)");
 }
 
+// A pass that reports its resident labels as changes: their list down, or the labels whole into the engine's array
+// after all when more rows changed than it holds or a cluster came out empty (the farthest rows take their labels
+// from that array).
+void CudaBackend::takeLabelChanges(PassTotals& t) {
+  if (!resident_.reportsChanges()) return;
+  const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
+  if (!anyEmpty && resident_.takeChanges(totals_.hostFlags[5], t.labelChanges, streams_.compute)) {
+    t.labelsAsChanges = true;
+    return;
+  }
+  const std::int64_t C = shape_.memory.chunkRows;
+  resident_.download(0, (resident_.held() + C - 1) / C, false, streams_.compute, streams_.d2h);
+  resident_.copyOutputs(spec_.labels, nullptr, pool_);
+}
+
 // Counts and inertia; the sums too unless they stay on the device for updateOnDevice (not when the host must re-seed
 // an empty cluster).
 PassTotals CudaBackend::takeTotals(bool totalsQueued) {
@@ -179,7 +195,10 @@ void CudaBackend::closePass(PassTotals& t, bool countChanges) {
     t.changedRows += streamed_.rows;
     t.changed += streamed_.changed;
   }
-  exact_.recordChangedShare(countChanges && resident_.held() > 0 ? double(t.changed) / double(resident_.held()) : 0);
+  const bool counted = countChanges && resident_.held() > 0;
+  const double changedShare = counted ? double(t.changed) / double(resident_.held()) : 0;
+  exact_.recordChangedShare(changedShare);
+  resident_.recordChangedShare(counted ? changedShare : 1);  // not counted: no reason to expect few changes
   const bool listed = bounds_.listedThisPass();
   t.rowsSettled = bounds_.finishPass();
   if (stages_.enabled()) {

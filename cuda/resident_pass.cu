@@ -53,6 +53,8 @@ void CudaBackend::processResidentWhole() {
   const std::int64_t piece = overlap_.active() ? std::min(R, C) : std::min(R, shape_.memory.residentPiece);
   // the bounds: every resident row in this one go, after a pass that renewed them all (resident_bounds.h)
   const bool bounded = bounds_.kept() && !overlap_.active() && R == shape_.memory.residentRows;
+  // labels reported as the rows that changed (finishPass lists them): none come down here
+  const bool whole = !resident_.beginChanges(spec_.labelsAsChanges && !wantDist && !overlap_.active());
   if (bounded)
     bounds_.beginPass(centroids_.current(), resident_.previousLabelsHeld() ? resident_.previousLabels() : nullptr,
                       resident_.labels(), R, streams_.compute);
@@ -65,7 +67,7 @@ void CudaBackend::processResidentWhole() {
     assignPiece(ops, R, resident_.labels(), resident_.pieceFlags(), nullptr, nullptr, bounds_.open(),
                 bounds_.openCount());
     bounds_.assigned(ops.rowSqNorm, R, streams_.compute);
-    if (!wantDist) resident_.download(0, (R + C - 1) / C, false, streams_.compute, streams_.d2h);
+    if (!wantDist && whole) resident_.download(0, (R + C - 1) / C, false, streams_.compute, streams_.d2h);
   } else {
     for (std::int64_t first = 0; first < R; first += piece) {
       if (spec_.cancel && spec_.cancel->load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
@@ -75,13 +77,14 @@ void CudaBackend::processResidentWhole() {
       assignPiece(ops, rows, resident_.labels() + first,
                   shape_.memory.op == OpKind::F16x3 ? resident_.pieceFlags() : scratch_.flags);
       // labels are final here: their copies overlap the rest (with distances, they go down after the sums)
-      if (!wantDist) resident_.download(first / C, (first + rows + C - 1) / C, false, streams_.compute, streams_.d2h);
+      if (!wantDist && whole)
+        resident_.download(first / C, (first + rows + C - 1) / C, false, streams_.compute, streams_.d2h);
     }
     if (bounded) bounds_.assigned(resident_.all().rowSqNorm, R, streams_.compute);
   }
   accumulateResidentRows(wantDist);
   rowsSeen_ += R;
-  resident_.markOutputsPending();
+  if (whole) resident_.markOutputsPending();
 }
 
 // All resident rows' sums in one go once their labels are final (same additions as chunk by chunk), then their

@@ -134,13 +134,35 @@ void ResidentRows::copyOutputs(std::int32_t* labels, float* distances, ThreadPoo
 
 void ResidentRows::queueChangeCount(cudaStream_t s) {
   check(cudaMemsetAsync(changedCount_, 0, sizeof(unsigned long long), s), "memset");
-  countLabelChanges(labels_, previousLabels_, held_, changedCount_, s);
+  if (asChanges_)
+    listLabelChanges(labels_, previousLabels_, held_, reinterpret_cast<int2*>(dist32_), changeCapacity(), changedCount_, s);
+  else
+    countLabelChanges(labels_, previousLabels_, held_, changedCount_, s);
   check(cudaGetLastError(), "countLabelChanges");
+}
+
+bool ResidentRows::beginChanges(bool accepted) {
+  asChanges_ = accepted && held_ == shape_.n && held_ < (std::int64_t{1} << 31) && previousLabelsHeld_ &&
+               lastChangedShare_ < 1.0 / 16;
+  return asChanges_;
+}
+
+bool ResidentRows::takeChanges(std::uint64_t count, std::vector<LabelChange>& out, cudaStream_t s) {
+  static_assert(sizeof(LabelChange) == sizeof(int2), "a LabelChange is the list's (row, label) pair");
+  if (count > std::uint64_t(changeCapacity())) return false;
+  out.resize(std::size_t(count));
+  if (count == 0) return true;
+  // through the pinned distance staging (unused without distances, and as large as the list)
+  check(cudaMemcpyAsync(hostDist_, dist32_, sizeof(int2) * count, cudaMemcpyDeviceToHost, s), "D2H");
+  check(cudaStreamSynchronize(s), "D2H");
+  std::memcpy(out.data(), hostDist_, sizeof(int2) * count);
+  return true;
 }
 
 // A pass that fed the resident rows as streamed chunks (or retained them) gave the engine labels the device does not
 // hold: nothing to compare with next time.
 void ResidentRows::finishPass() {
+  asChanges_ = false;
   if (ranThisPass_) std::swap(labels_, previousLabels_);
   previousLabelsHeld_ = ranThisPass_;
   ranThisPass_ = false;

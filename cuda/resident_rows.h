@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend.h"
 #include "backend_shape.h"
 #include "chunk_slots.h"
 #include "flag_scratch.h"
@@ -72,12 +73,22 @@ class ResidentRows {
   bool countsChanges() const { return ranThisPass_ && previousLabelsHeld_; }
   void queueChangeCount(cudaStream_t s);
   const unsigned long long* changedCount() const { return changedCount_; }
+  // Whether this pass reports its labels as changes (backend.h PassTotals.labelsAsChanges), decided before its rows
+  // run: the engine takes them (`accepted`), every row is held and compared, no distances come down, and the last
+  // counted pass changed few enough rows (a sixteenth) that they likely fit the list. Else, or when more changed than
+  // the list holds (takeChanges), the labels come down whole.
+  bool beginChanges(bool accepted);
+  bool reportsChanges() const { return asChanges_; }
+  // The changed rows' list (queueChangeCount wrote it) down into out, `count` of them; false when they overflowed it.
+  bool takeChanges(std::uint64_t count, std::vector<LabelChange>& out, cudaStream_t s);
+  void recordChangedShare(double share) { lastChangedShare_ = share; }
   // The pass is done: its labels become the previous ones (when it ran the rows), and the rows are held once a whole
   // pass retained them.
   void finishPass();
   // The pass was dropped: nothing of it pending; rows retained so far are forgotten unless complete.
   void abortPass() {
     outputsPending_ = false;
+    asChanges_ = false;
     ranThisPass_ = false;
     retainedThisPass_ = 0;
   }
@@ -92,6 +103,10 @@ class ResidentRows {
   std::int32_t* previousLabels_ = nullptr;
   bool previousLabelsHeld_ = false;
   unsigned long long* changedCount_ = nullptr;
+  bool asChanges_ = false;
+  double lastChangedShare_ = 1;
+  // the changed rows' list is dist32_'s memory (a pass without distances leaves it unused), so it holds half the rows
+  std::int64_t changeCapacity() const { return held_ / 2; }
   float* dist32_ = nullptr;
   double* dist64_ = nullptr;
   cuda::ResidentAccumulateScratch accumulate_;  // rows > 0: the one-go path planned

@@ -224,6 +224,11 @@ export interface PassResult {
   rowsFrom: { resident: number; host: number; fed: number };
   /** rows whose label the backend's bounds proved unchanged, so that no distance of theirs was computed */
   rowsSettled: number;
+  /**
+   * the labels that came to the host from where the backend computed them: every row's, or only the changed rows'
+   * (CUDA, every row resident and few changed: the others are the previous pass's, already in the engine's array)
+   */
+  labelsDown: 'every' | 'changed';
   /** rows the engine holds from row 0 after this pass (resident, then host tier): where the next pass's feeds start */
   heldRows: number;
   /** of heldRows, those in the host tier */

@@ -461,6 +461,7 @@ class NativeEngine : public Napi::ObjectWrap<NativeEngine> {
             rows.Set("fed", static_cast<double>(result->fedRows));
             o.Set("rowsFrom", rows);
             o.Set("rowsSettled", static_cast<double>(result->rowsSettled));
+            o.Set("labelsDown", result->labelsAsChanges ? "changed" : "every");
             o.Set("heldRows", static_cast<double>(result->heldRows));
             o.Set("hostRowsHeld", static_cast<double>(result->hostRowsHeld));
             if (!result->hostTierWarning.empty()) o.Set("hostTierWarning", result->hostTierWarning);

@@ -124,6 +124,9 @@ struct PassSpec {
   // Engine-owned, `rows` long, or nullptr: the labels of the last completed pass (-1 where a row has none), read only.
   // A backend may count the rows whose label changed as it writes them (PassTotals.changedRows).
   const std::int32_t* previousLabels = nullptr;
+  // The engine takes this pass's labels as changes (PassTotals.labelsAsChanges): a backend that holds every row's
+  // labels of the last pass itself may report only the rows whose label changed instead of writing `labels`.
+  bool labelsAsChanges = false;
   // Engine-owned, `rows` long, or nullptr: the backend writes the row's distance to its label's centroid
   // (squared L2, or 1 − cos for cosine), computed in fp64 and rounded to fp32.
   float* distances = nullptr;
@@ -170,6 +173,12 @@ struct FarRow {
   std::vector<float> values;   // the row as the kernels saw it (fp32, unit length for cosine), D values
 };
 
+// A row whose label a pass changed, and its new label (PassTotals.labelChanges).
+struct LabelChange {
+  std::uint32_t row;
+  std::int32_t label;
+};
+
 // What a pass accumulated. Everything in fp64 and in a FIXED order: for each cluster the rows are added in
 // global row order, whatever the chunking, the thread count or the resident/streamed split. This is what
 // makes centroids bitwise reproducible (DESIGN.md "Numerics").
@@ -189,6 +198,12 @@ struct PassTotals {
   // (PassSpec.previousLabels), so no host walk over every label waits at the end of the pass.
   std::int64_t changedRows = 0;
   std::int64_t changed = 0;
+  // PassSpec.labelsAsChanges was set and the backend took it: it wrote no labels into PassSpec.labels; every row the
+  // pass saw was compared (changedRows == rowsSeen), and those whose label changed are in labelChanges (any order,
+  // `changed` of them). Where rows' labels live on the device, late passes of a converging run then bring a few
+  // thousand rows' labels to the host instead of every row's.
+  bool labelsAsChanges = false;
+  std::vector<LabelChange> labelChanges;
   // Fit passes with PassSpec.keepSums and every cluster non-empty: `sums` is left empty and the backend kept them
   // for updateOnDevice. A pass that left a cluster empty always brings its sums (the host re-seeds).
   bool sumsKept = false;

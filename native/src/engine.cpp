@@ -390,6 +390,8 @@ void Engine::runBegin(std::uint64_t gen, PassMode mode, bool distances, bool dat
     spec.centroids = centroidsForPass;
     spec.labels = next_.data();
     spec.previousLabels = labels_.data();
+    // labels_ stays the last completed pass's until this one finishes, so changes can be applied to it in place
+    spec.labelsAsChanges = true;
     spec.distances = distances ? distances_.data() : nullptr;
     spec.farthest = static_cast<int>(far);
     spec.cancel = &cancelFlag_;
@@ -511,8 +513,14 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   r.mode = mode_;
   // Labels: rows of this pass vs the previous one; unseen rows keep their previous label. Rows the backend already
   // compared (PassTotals.changedRows: the CUDA backend's, on the device and as chunks came down) are not compared
-  // again.
-  if (seen < N) std::memcpy(next_.data() + seen, labels_.data() + seen, static_cast<std::size_t>(N - seen) * 4);
+  // again. A backend that reported its labels as changes wrote none: they are applied to labels_ at the end.
+  const bool asChanges = totals.labelsAsChanges;
+  if (asChanges && (totals.changedRows != seen || totals.changed != static_cast<std::int64_t>(totals.labelChanges.size())))
+    throw EngineError(ErrorCode::Device, "the backend reported " + str(totals.labelChanges.size()) +
+                                             " label changes for " + str(totals.changedRows) + " compared rows, " +
+                                             str(seen) + " seen: expected every seen row compared");
+  if (seen < N && !asChanges)
+    std::memcpy(next_.data() + seen, labels_.data() + seen, static_cast<std::size_t>(N - seen) * 4);
   const std::int64_t compared = totals.changedRows > 0 && totals.changedRows <= seen ? totals.changedRows : 0;
   if (compared > 0) r.reassigned = totals.changed;
   std::vector<std::int64_t> changed(static_cast<std::size_t>(pool_->size()), 0);
@@ -541,7 +549,11 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::swap(labels_, next_);
+    if (asChanges) {
+      for (const LabelChange& c : totals.labelChanges) labels_[c.row] = c.label;
+    } else {
+      std::swap(labels_, next_);
+    }
   }
   const double tf4 = nowMs();
   r.ms = tf4 - passStartMs_;
@@ -556,6 +568,7 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   r.hostRowsUsed = hostUsed_ + totals.rowsFromHost;
   r.fedRows = fed_ - totals.fedRowsSkipped;
   r.rowsSettled = totals.rowsSettled;
+  r.labelsAsChanges = asChanges;
   r.heldRows = heldRows();
   r.hostRowsHeld = std::max<std::int64_t>(0, r.heldRows - plan_.residentRows) + totals.hostRowsHeld;
   r.hostTierWarning = tier_.warning();

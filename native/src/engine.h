@@ -1,6 +1,7 @@
 // The Engine: what every backend shares (backend.h). It validates, keeps the pass state machine, owns labels
-// (double-buffered, for the reassigned count), distances and centroids, turns a backend's fp64 totals into new
-// centroids (empty clusters re-seeded with the farthest rows), and runs k-means++ on a sample.
+// (double-buffered, for the reassigned count, or changed in place where a backend reports changes), distances and
+// centroids, turns a backend's fp64 totals into new centroids (empty clusters re-seeded with the farthest rows), and
+// runs k-means++ on a sample.
 //
 // Threads: methods marked [js] are called on the JS thread; [engine] ones on the engine thread (one at a time,
 // in submission order). Shared state between the two is guarded (centroids, labels) or atomic (cancel).
@@ -41,6 +42,7 @@ struct PassResult {
   // Where the rows of this pass came from: the backend's resident rows, the engine's host tier, the caller's feeds.
   std::int64_t residentRowsUsed = 0, hostRowsUsed = 0, fedRows = 0;
   std::int64_t rowsSettled = 0;  // rows the backend's bounds settled without a distance (PassTotals.rowsSettled)
+  bool labelsAsChanges = false;  // the backend reported only the changed rows' labels (PassTotals.labelsAsChanges)
   // After it: rows the engine holds from row 0 (the resident rows, then the host tier's), where the next pass's feeds
   // start; of them, the host tier's; and why the host tier is not what was planned, if it is not (host_tier.h).
   std::int64_t heldRows = 0, hostRowsHeld = 0;

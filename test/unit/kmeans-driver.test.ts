@@ -181,7 +181,7 @@ class ContractEngine implements KmeansEngine {
     this.passes++;
     const resident = this.plan.residentRows;
     return {
-      mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0, update: mode === 'fit' ? 'host' : 'none', chained: false, begunByEngine: false,
+      mode, inertia, reassigned, shift, emptyReseeded, counts, dataVariance: mean, ms: 0, update: mode === 'fit' ? 'host' : 'none', chained: false, begunByEngine: false, labelsDown: 'every',
       rowsFrom: { resident: this.passes > 1 ? resident : 0, host: 0, fed: this.passes > 1 ? n - resident : n }, heldRows: resident, hostRowsHeld: 0, rowsSettled: 0,
     };
   }
