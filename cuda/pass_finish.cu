@@ -205,11 +205,12 @@ void CudaBackend::closePass(PassTotals& t, bool countChanges) {
     const unsigned long long flagged = totals_.hostFlags[3];
     const std::array<float, 3> ms = stages_.stageMilliseconds();
     std::fprintf(stderr,
-                 "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) settled=%.2f%% screen=%s%s "
-                 "passed on=%.2f%% device ms: assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
+                 "[kmfleet cuda] pass rows=%lld resident=%lld chunks=%zu recheck=%llu (%.4f%%) settled=%.2f%% near=%.2f%% "
+                 "screen=%s%s passed on=%.2f%% device ms: assign+recheck=%.3f sums+distances=%.3f farthest=%.3f\n",
                  static_cast<long long>(rowsSeen_), static_cast<long long>(resident_.held()), stages_.chunks(), flagged,
                  rowsSeen_ ? 100.0 * double(flagged) / double(rowsSeen_) : 0.0,
                  rowsSeen_ ? 100.0 * double(t.rowsSettled) / double(rowsSeen_) : 0.0,
+                 rowsSeen_ && listed ? 100.0 * double(bounds_.lastNearRows()) / double(rowsSeen_) : 0.0,
                  listed ? "bounds" : screenThisPass_ ? "on" : "off",
                  screenRelativeThisPass_ ? " (relative)" : "",
                  rowsSeen_ ? 100.0 * double(totals_.hostFlags[4]) / double(rowsSeen_) : 0.0, ms[0], ms[1], ms[2]);

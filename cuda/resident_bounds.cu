@@ -22,8 +22,8 @@ void ResidentBounds::allocate() {
   upper_ = devAlloc<float>(r, "resident row bounds");
   lower_ = devAlloc<float>(r, "resident row bounds");
   open_ = devAlloc<std::int32_t>(r, "resident row bounds");
-  openCount_ = devAlloc<unsigned>(1, "resident row bounds");
-  hostOpenCount_ = hostAlloc<unsigned>(1, "resident row bounds");
+  openCount_ = devAlloc<unsigned>(2, "resident row bounds");  // open rows, near rows
+  hostOpenCount_ = hostAlloc<unsigned>(2, "resident row bounds");
   last_ = devAlloc<float>(k * shape_.d, "resident row bounds");
   drift_ = devAlloc<float>(k + 2, "resident row bounds");
   top_ = drift_ + k;
@@ -71,12 +71,19 @@ void ResidentBounds::beginPass(const float* now, const std::int32_t* previousLab
     centroidDrift(now, last_, shape_.k, shape_.d, drift_, top_, topIndex_, s);
     if (neighbours_.dist) centroidNeighbours(now, shape_.k, shape_.d, drift_, neighbours_, s);
     settleRows(upper_, lower_, previousLabels, labels, rows, drift_, top_, topIndex_, neighbours_, shape_.k, open_,
-               openCount_, s);
+               openCount_, openCount_ + 1, s);
     check(cudaGetLastError(), "settleRows");
   }
   check(cudaMemcpyAsync(last_, now, sizeof(float) * std::size_t(shape_.k) * shape_.d, cudaMemcpyDeviceToDevice, s),
         "D2D");
   valid_ = false;  // until the pass completes
+}
+
+void ResidentBounds::assignNear(RowValues values, const float* centroids, const std::int32_t* previousLabels,
+                                std::int32_t* labels, cudaStream_t s) {
+  assignNearRows(values, shape_.d, centroids, shape_.k, neighbours_, previousLabels, labels, upper_, lower_, open_,
+                 openCount_ + 1, rows_, s);
+  check(cudaGetLastError(), "assignNearRows");
 }
 
 void ResidentBounds::assigned(const float* sqNorm, std::int64_t rows, cudaStream_t s) {
@@ -86,14 +93,16 @@ void ResidentBounds::assigned(const float* sqNorm, std::int64_t rows, cudaStream
 
 void ResidentBounds::queueOpenCount(cudaStream_t s) {
   if (ran_ && settled_)
-    check(cudaMemcpyAsync(hostOpenCount_, openCount_, sizeof(unsigned), cudaMemcpyDeviceToHost, s), "D2H");
+    check(cudaMemcpyAsync(hostOpenCount_, openCount_, 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, s), "D2H");
 }
 
 std::int64_t ResidentBounds::finishPass() {
   valid_ = ran_;
   std::int64_t settledRows = 0;
   if (ran_ && settled_) {
-    const std::int64_t open = std::int64_t(*hostOpenCount_);
+    // near rows count as open here: their few distances are still distances
+    const std::int64_t open = std::int64_t(hostOpenCount_[0]) + std::int64_t(hostOpenCount_[1]);
+    lastNear_ = listed_ ? std::int64_t(hostOpenCount_[1]) : 0;
     openShare_ = rows_ > 0 ? double(open) / double(rows_) : 1.0;
     if (listed_) settledRows = rows_ - open;
     if (openShare_ > kProbeOpenShare) {

@@ -7,8 +7,10 @@
 // A pass whose resident rows all run in one go (resident_pass.cu) first moves every row's bounds to its centroids and
 // lists the rows they do not settle: by Hamerly's test, and where it fails by the label's centroid's neighbours (only
 // the centroids within twice the row's distance of its label's can take it: theirs is the drift that counts). When the
-// last such list was short (kListedShare), only the listed rows take the assignment (assign.cuh assignListedRows: three
-// products, no screen, then the recheck); the others keep their previous label. Otherwise every row is assigned as without bounds — the list is a probe then — and every row's bounds are
+// last such list was short (kListedShare), only the listed rows are assigned; the others keep their previous label.
+// A listed row with few centroids that close (row_bounds.cuh kNearMax, mostly near ties between two centroids of one
+// blob) takes the fp64 argmin over just those (assignNear); the rest take the assignment (assign.cuh
+// assignListedRows: three products, no screen, then the recheck). Otherwise every row is assigned as without bounds — the list is a probe then — and every row's bounds are
 // renewed. Either way the labels, and so the statistics and centroids, are the bits of a pass without bounds.
 #pragma once
 
@@ -39,6 +41,7 @@ class ResidentBounds {
   void allocate();  // throws EngineError (OutOfMemory); nothing when the shape keeps no bounds
   void release() noexcept;
   bool kept() const { return upper_ != nullptr; }
+  std::int64_t lastNearRows() const { return lastNear_; }  // the near rows of the last listing pass (stats)
 
   // Rows [0, rows) of a pass with the centroids `now` (device, K×D), their previous labels those of the last
   // completed pass: moves the bounds to `now` and lists the rows they do not settle, whose labels it leaves alone
@@ -54,6 +57,9 @@ class ResidentBounds {
     ops.boundUpper = upper_ + firstRow;
     ops.boundLower = lower_ + firstRow;
   }
+  // A listing pass: the near rows' labels and bounds (row_bounds.cuh assignNearRows), from the pass's fp32 centroids.
+  void assignNear(cuda::RowValues values, const float* centroids, const std::int32_t* previousLabels,
+                  std::int32_t* labels, cudaStream_t s);
   // After the assignment (the listed rows, or every row): its bounds into distances, with each row's ‖x − μ‖².
   void assigned(const float* sqNorm, std::int64_t rows, cudaStream_t s);
   // The open rows' count down to the host behind the pass's work on s (before its final wait).
@@ -70,8 +76,8 @@ class ResidentBounds {
   const BackendShape& shape_;
   float* upper_ = nullptr;        // R: distances, not squared (+inf: none)
   float* lower_ = nullptr;
-  std::int32_t* open_ = nullptr;  // R: the rows the bounds did not settle, in any order
-  unsigned* openCount_ = nullptr;
+  std::int32_t* open_ = nullptr;  // R: the rows the bounds did not settle, in any order; near rows from the end
+  unsigned* openCount_ = nullptr; // 2: open rows, near rows
   unsigned* hostOpenCount_ = nullptr;  // pinned
   float* last_ = nullptr;         // K×D: the centroids the bounds hold for
   float* drift_ = nullptr;        // K, then the two largest and the index of the first
@@ -83,7 +89,8 @@ class ResidentBounds {
   bool settled_ = false;          // this pass settled rows (valid bounds at its start)
   bool listed_ = false;           // this pass assigns only the open rows
   std::int64_t rows_ = 0;
-  double openShare_ = 1;          // the last settle's open rows over its rows
+  double openShare_ = 1;          // the last settle's open rows (near ones included) over its rows
+  std::int64_t lastNear_ = 0;
   int settleOff_ = 0;             // passes left without a settle
   int wait_ = kFirstWait;         // passes without one after the next settle that leaves too many open
 };

@@ -61,8 +61,11 @@ void CudaBackend::processResidentWhole() {
   else
     bounds_.forget();
   if (bounded && bounds_.lists()) {
-    // the rows the bounds settle keep their previous label (the settle wrote it); the others take the three products
+    // the rows the bounds settle keep their previous label (the settle wrote it); near rows the fp64 argmin over their
+    // few close centroids; the others take the three products
     RowOps ops = resident_.from(0, false);
+    bounds_.assignNear(rowValues(resident_.all()), centroids_.current(), resident_.previousLabels(), resident_.labels(),
+                       streams_.compute);
     bounds_.attach(ops, 0);
     assignPiece(ops, R, resident_.labels(), resident_.pieceFlags(), nullptr, nullptr, bounds_.open(),
                 bounds_.openCount());

@@ -5,6 +5,8 @@
 
 #include <cub/device/device_segmented_sort.cuh>
 
+#include "common.cuh"
+
 namespace kmfleet {
 namespace cuda {
 namespace {
@@ -129,14 +131,40 @@ __global__ void runningDriftKernel(const int* sortedIndex, const float* drift, i
   }
 }
 
-// One thread per row; the open rows appended with one atomic per warp.
+// How many of c_a's neighbours (S its sorted distances, S[k − 1] = +inf) lie within 2u widened by 2⁻²⁰: the
+// centroids a near row computes (kNearMax).
+__device__ __forceinline__ int nearCentroids(const float* S, int k, float u) {
+  const float r2 = __fmul_ru(2.f * u, 1.f + 0x1p-20f);
+  int j = 0, hi = k - 1;
+  while (j < hi) {
+    const int mid = (j + hi) >> 1;
+    if (S[mid] <= r2) j = mid + 1;
+    else hi = mid;
+  }
+  return j;
+}
+
+// A warp's open rows appended to a list at *count: one atomic per warp. Near rows are written from the list's end.
+__device__ __forceinline__ void appendRows(bool mine, long long r, int lane, std::int32_t* list, long long end,
+                                           unsigned* count) {
+  const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+  if (!ballot) return;
+  unsigned base = 0;
+  const int leader = __ffs(ballot) - 1;
+  if (lane == leader) base = atomicAdd(count, static_cast<unsigned>(__popc(ballot)));
+  base = __shfl_sync(0xffffffffu, base, leader);
+  const unsigned at = base + __popc(ballot & ((1u << lane) - 1u));
+  if (mine) list[end < 0 ? static_cast<long long>(at) : end - at] = static_cast<std::int32_t>(r);
+}
+
+// One thread per row; the open and near rows appended with one atomic per warp each.
 __global__ void settleKernel(float* upper, float* lower, const std::int32_t* previousLabels, std::int32_t* labels,
                              long long n, const float* drift, const float* top, const int* topIndex,
                              const float* nbDist, const float* nbDrift, int k, std::int32_t* open,
-                             unsigned* openCount) {
+                             unsigned* openCount, unsigned* nearCount) {
   const long long r = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int lane = threadIdx.x & 31;
-  bool isOpen = false;
+  bool isOpen = false, isNear = false;
   if (r < n) {
     const int a = previousLabels[r];
     float u = upper[r];
@@ -161,15 +189,59 @@ __global__ void settleKernel(float* upper, float* lower, const std::int32_t* pre
     upper[r] = u;
     lower[r] = lo;
     if (u < lo) labels[r] = a;
-    else isOpen = true;
+    else if (nbDist && u < INFINITY && nearCentroids(nbDist + static_cast<std::size_t>(a) * k, k, u) <= kNearMax)
+      isNear = true;
+    else
+      isOpen = true;
   }
-  const unsigned ballot = __ballot_sync(0xffffffffu, isOpen);
-  if (!ballot) return;
-  unsigned base = 0;
-  const int leader = __ffs(ballot) - 1;
-  if (lane == leader) base = atomicAdd(openCount, static_cast<unsigned>(__popc(ballot)));
-  base = __shfl_sync(0xffffffffu, base, leader);
-  if (isOpen) open[base + __popc(ballot & ((1u << lane) - 1u))] = static_cast<std::int32_t>(r);
+  appendRows(isOpen, r, lane, open, -1, openCount);
+  appendRows(isNear, r, lane, open, n - 1, nearCount);
+}
+
+// One warp per near row (grid-stride over the device-side count). The distances are recheckKernel's, bit for bit.
+template <InType IN>
+__global__ void nearKernel(const void* xv, int d, const float* cf, int k, const float* nbDist, const int* nbIndex,
+                           const std::int32_t* previousLabels, std::int32_t* labels, float* upper, float* lower,
+                           const std::int32_t* open, const unsigned* nearCount, long long n) {
+  const int lane = threadIdx.x & 31;
+  const long long warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
+  const unsigned total = *nearCount;
+  for (long long w = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; w < total; w += warps) {
+    const int r = open[n - 1 - w];
+    const int a = previousLabels[r];
+    const std::size_t x = static_cast<std::size_t>(r) * d, list = static_cast<std::size_t>(a) * k;
+    const int m = nearCentroids(nbDist + list, k, upper[r]);  // the settle's count: ≤ kNearMax
+    double best = INFINITY, second = INFINITY, own = 0;
+    int bi = 0;
+    for (int q = 0; q <= m; ++q) {
+      const int c = q == 0 ? a : nbIndex[list + q - 1];
+      const float* y = cf + static_cast<std::size_t>(c) * d;
+      double s = 0;
+      for (int j = lane; j < d; j += 32) {
+        const double t = static_cast<double>(loadValue<IN>(xv, x + j)) - static_cast<double>(y[j]);
+        s = fma(t, t, s);
+      }
+      s = warpSum(s);
+      if (q == 0) own = s;
+      if (s < best || (s == best && c < bi)) {
+        second = best;
+        best = s;
+        bi = c;
+      } else {
+        second = fmin(second, s);
+      }
+    }
+    if (lane == 0) {
+      labels[r] = bi;
+      // fp64 sums of d squares: relative error ≤ (d + 2)·2⁻⁵³, far inside the 2⁻³⁰ widening (as driftKernel's)
+      const float u = __double2float_ru(sqrt(best) * (1 + 0x1p-30));
+      const float ownUp = __double2float_ru(sqrt(own) * (1 + 0x1p-30));
+      const float beyond = __fsub_rd(nbDist[list + m], ownUp);  // S[k − 1] = +inf when every centroid was computed
+      const float l = fminf(__double2float_rd(sqrt(second) * (1 - 0x1p-30)), beyond);
+      upper[r] = u;
+      lower[r] = fmaxf(l, 0.f);
+    }
+  }
 }
 
 // One thread per listed row (or per row): ‖x − c‖² = n2 + d'/g. One fp32 addition and n2's own rounding, each far
@@ -234,12 +306,26 @@ void centroidNeighbours(const float* now, int k, int d, const float* drift, cons
 
 void settleRows(float* upper, float* lower, const std::int32_t* previousLabels, std::int32_t* labels, std::int64_t n,
                 const float* drift, const float* top, const int* topIndex, const CentroidNeighbours& nb, int k,
-                std::int32_t* open, unsigned* openCount, cudaStream_t s) {
+                std::int32_t* open, unsigned* openCount, unsigned* nearCount, cudaStream_t s) {
   cudaMemsetAsync(openCount, 0, sizeof(unsigned), s);
+  cudaMemsetAsync(nearCount, 0, sizeof(unsigned), s);
   if (n <= 0) return;
   settleKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(upper, lower, previousLabels, labels, n, drift,
                                                                       top, topIndex, nb.dist, nb.drift, k, open,
-                                                                      openCount);
+                                                                      openCount, nearCount);
+}
+
+void assignNearRows(RowValues x, int d, const float* centroids, int k, const CentroidNeighbours& nb,
+                    const std::int32_t* previousLabels, std::int32_t* labels, float* upper, float* lower,
+                    const std::int32_t* open, const unsigned* nearCount, std::int64_t n, cudaStream_t s) {
+  if (n <= 0 || !nb.dist) return;
+  // enough warps to fill the GPU (as recheckRows); the device-side count bounds the work
+  const long long warps = std::min<long long>(n, 132LL * 64);
+  const unsigned blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
+  withValueType(x.type, [&](auto inTag) {
+    nearKernel<decltype(inTag)::value><<<blocks, 256, 0, s>>>(x.p, d, centroids, k, nb.dist, nb.sortedIndex,
+                                                              previousLabels, labels, upper, lower, open, nearCount, n);
+  });
 }
 
 }  // namespace cuda

@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 
+#include "types.h"
+
 namespace kmfleet {
 namespace cuda {
 
@@ -39,14 +41,30 @@ std::size_t neighbourSortBytes(int k);
 // The lists of the centroids `now` (device, K×D) with their drift (centroidDrift's).
 void centroidNeighbours(const float* now, int k, int d, const float* drift, const CentroidNeighbours& nb, cudaStream_t s);
 
+// A row both of settleRows' tests leave open, with at most kNearMax centroids within 2u(1 + 2⁻²⁰) of its label's
+// (nearCentroids), is a near row: every other centroid is farther from it than its label's by a relative 2⁻¹⁹ or more
+// (‖x − c_k‖ ≥ ‖c_k − c_a‖ − u), far beyond fp64's rounding, so the fp64 argmin over those few and the label's is the
+// fp64 argmin over all K — what the recheck finds, and what the margin test's label is when it decides. Clustered data
+// in late passes: mostly rows between two centroids of one blob, whose near ties the recheck would take every pass.
+constexpr int kNearMax = 32;
+
 // Rows [0, n): each row's bounds moved to the new centroids; a row they settle takes its previous label into labels,
-// the others are appended to open (count in *openCount, which the call zeroes first; in any order). Rows without
-// bounds (u = +inf) are open. Two tests, each on valid bounds: Hamerly's (l − the largest drift of the other
-// centroids), then, with the neighbour lists (nb.dist not null), the centroids within 2u of the label's: any other is
-// farther from the row than its label's (‖x − c_k‖ ≥ ‖c_k − c_a‖ − u), so only the drift of the nearer ones lowers l.
+// the others are appended to open (count in *openCount, which the call zeroes first; in any order) — near rows (with
+// the neighbour lists) from the list's end instead: open[n − 1 − i] for i < *nearCount. Rows without bounds
+// (u = +inf) are open. Two tests, each on valid bounds: Hamerly's (l − the largest drift of the other centroids),
+// then, with the neighbour lists (nb.dist not null), the centroids within 2u of the label's: any other is farther from
+// the row than its label's (‖x − c_k‖ ≥ ‖c_k − c_a‖ − u), so only the drift of the nearer ones lowers l.
 void settleRows(float* upper, float* lower, const std::int32_t* previousLabels, std::int32_t* labels, std::int64_t n,
                 const float* drift, const float* top, const int* topIndex, const CentroidNeighbours& nb, int k,
-                std::int32_t* open, unsigned* openCount, cudaStream_t s);
+                std::int32_t* open, unsigned* openCount, unsigned* nearCount, cudaStream_t s);
+
+// The near rows settleRows listed (open[n − 1 − i], i < *nearCount): each one's label, the fp64 argmin over its
+// label's centroid and the nearCentroids of it (Σ(x − c)² as recheckRows computes it, so the same bits; ties → the
+// lowest index), and its bounds from those distances: u the best, l the least of the second and of the first
+// centroid not computed (its neighbour distance less the label's). One warp a row.
+void assignNearRows(RowValues x, int d, const float* centroids, int k, const CentroidNeighbours& nb,
+                    const std::int32_t* previousLabels, std::int32_t* labels, float* upper, float* lower,
+                    const std::int32_t* open, const unsigned* nearCount, std::int64_t n, cudaStream_t s);
 
 // The rows the assignment just decided (rowIds[0..*count), or rows [0, n) when rowIds is null): their bounds from the
 // form recordRawBounds left them in, with n2 = ‖fl(x − μ)‖² of each row (RowOps.rowSqNorm).

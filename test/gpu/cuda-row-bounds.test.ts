@@ -1,6 +1,7 @@
 // Exact fp32 keeps Hamerly's bounds for the resident rows (cuda/resident_bounds.h): a pass moves them by the
 // centroids' drift (the label's centroid's neighbours' where Hamerly's test fails), and once they settle most rows
-// only the others take the products (assign.cuh assignListedRows).
+// only the others are assigned: those with few centroids close by over those in fp64 (row_bounds.cuh near rows), the
+// rest by the products (assign.cuh assignListedRows).
 // The labels are exact either way, so an engine with bounds must match one without them (bounds 'off') bit for bit,
 // pass after pass — on both kernels, screened or not, on clustered and random rows, f16 input, cosine, rows streamed
 // (no bounds there), and when the caller moves the centroids or a duplicate centroid is re-seeded — while settling
@@ -27,6 +28,7 @@ interface Case {
   name: string;
   n: number; d: number; k: number;
   data: 'random' | 'blobs';
+  centers?: number; // blobs: as many as clusters unless said
   dtype?: 'f32' | 'f16';
   metric?: 'l2' | 'cosine';
   memoryBudget?: number;
@@ -41,6 +43,9 @@ const cases: Case[] = [
   { name: 'blobs, screened every pass', n: 40_009, d: 64, k: 64, data: 'blobs', cuda: { relativeKeys: 'always' }, settles: true },
   { name: 'blobs, cosine', n: 30_007, d: 48, k: 64, data: 'blobs', metric: 'cosine', settles: true },
   { name: 'blobs, f16 input, D = 33', n: 30_007, d: 33, k: 64, data: 'blobs', dtype: 'f16', settles: true },
+  // two centroids a blob: rows between them tie within the fp32 margin pass after pass, and with only the other within
+  // reach they are near rows (row_bounds.cuh kNearMax), assigned by fp64 over the two
+  { name: 'blobs, two centroids a blob', n: 50_021, d: 32, k: 96, centers: 48, data: 'blobs', settles: true },
   { name: 'random rows, D = 128, K = 500', n: 60_013, d: 128, k: 500, data: 'random', settles: false },
   // beyond kNeighbourK (row_bounds.cuh): Hamerly's test alone
   { name: 'blobs, K = 4100 (no neighbour lists)', n: 60_013, d: 16, k: 4100, data: 'blobs', settles: false },
@@ -51,7 +56,7 @@ describe('exact fp32: the resident rows\' bounds', () => {
   for (const c of cases) {
     it(`give the bits of a run without them (${c.name})`, async () => {
       // as many blobs as clusters: with several centroids in one blob, the centroids' drift stays above most rows' margins
-      const x = c.data === 'random' ? normalData(c.n, c.d, 401 + c.d) : blobData(c.n, c.d, c.k, 402 + c.d, 8, 1);
+      const x = c.data === 'random' ? normalData(c.n, c.d, 401 + c.d) : blobData(c.n, c.d, c.centers ?? c.k, 402 + c.d, 8, 1);
       const data = c.dtype === 'f16' ? bytesOf(toF16(x)) : bytesOf(x);
       const init = pickRows(x, c.d, distinctRows(c.n, c.k, 403));
       const o = { rows: c.n, dims: c.d, k: c.k, dtype: c.dtype ?? 'f32', metric: c.metric ?? 'l2', precision: 'fp32' as const,
