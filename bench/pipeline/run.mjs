@@ -8,6 +8,10 @@
  *   npm run build:ts && node bench/pipeline/run.mjs [--rows 1000000] [--dims 32] [--k 100] [--iters 20] [--runs 2]
  *     [--init kmeans++|random] [--checkpoint-every 1] [--checkpoint-min-interval-ms N] [--read-concurrency N] [--s3-processes N] [--cache-dir DIR] [--backend cpu]
  *     [--worker-node-args='--cpu-prof --cpu-prof-dir=DIR'] [--worker-log FILE] [--worker-env NAME=VALUE ...]
+ *     [--data FILE.npy --init-file FILE.npy --tol X] [--chunk-rows N|auto]
+ *     (--data: an existing f32 .npy instead of the generated blobs, --rows and --dims then from its header;
+ *     --init-file: the initial centroids for both, uploaded beside the data for the job; --tol: the stop for both, 0 by
+ *     default so that --iters iterations run — with a tol, --iters is the maxIter and the time to converge is compared)
  *     (node flags for the worker process only, e.g. a profile or --trace-gc, which NODE_OPTIONS may not carry; the
  *     worker's own output is written to FILE when it exits; --worker-env sets a variable for the worker alone, e.g.
  *     an A/B switch, so that the in-process fit it is compared with runs unchanged)
@@ -20,7 +24,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -50,10 +54,18 @@ const { values: a } = parseArgs({
     'worker-log': { type: 'string' },
     // extra environment for the worker process only (repeatable): --worker-env NAME=VALUE
     'worker-env': { type: 'string', multiple: true },
+    data: { type: 'string' },
+    'init-file': { type: 'string' },
+    tol: { type: 'string', default: '0' },
   },
 });
-const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs);
-const chunkRows = Number(a['chunk-rows']), threads = Number(a.threads);
+const { LocalFileSource } = await import(dist('core/dataset/local-file-source.js'));
+const given = a.data ? await LocalFileSource.open(a.data) : undefined;
+const rows = given ? given.rows : Number(a.rows), dims = given ? given.dims : Number(a.dims);
+await given?.close();
+const k = Number(a.k), iters = Number(a.iters), runs = Number(a.runs), tol = Number(a.tol);
+// --chunk-rows auto: the planner's chunk in both (neither fit nor the worker is told one)
+const chunkRows = a['chunk-rows'] === 'auto' ? undefined : Number(a['chunk-rows']), threads = Number(a.threads);
 
 const { generateDataset } = await import(dist('core/dataset/synthetic.js'));
 const { KmfleetClient } = await import(dist('producer/client.js'));
@@ -91,10 +103,12 @@ const stops = [];
 let stopping = false;
 try {
   // ---- data ----
-  const path = join(dir, 'blobs.npy');
-  const tg = performance.now();
-  await generateDataset(path, { kind: 'blobs', rows, dims, centers: k, seed: 1, clusterStd: 4 });
-  console.error(`generated ${rows}×${dims} in ${((performance.now() - tg) / 1000).toFixed(1)} s`);
+  const path = a.data ?? join(dir, 'blobs.npy');
+  if (!a.data) {
+    const tg = performance.now();
+    await generateDataset(path, { kind: 'blobs', rows, dims, centers: k, seed: 1, clusterStd: 4 });
+    console.error(`generated ${rows}×${dims} in ${((performance.now() - tg) / 1000).toFixed(1)} s`);
+  }
 
   // ---- services ----
   const redis = await startLocalRedis();
@@ -104,7 +118,7 @@ try {
   const env = {
     REDIS_URL: redis.url, KMFLEET_S3_ENDPOINT: s3srv.url, KMFLEET_S3_COMPAT: 's3rver', AWS_ACCESS_KEY_ID: 'S3RVER',
     AWS_SECRET_ACCESS_KEY: 'S3RVER', AWS_REGION: 'us-east-1', KMFLEET_METRICS_PORT: '0', KMFLEET_LOG_LEVEL: 'warn',
-    KMFLEET_CHUNK_ROWS: String(chunkRows), KMFLEET_THREADS: String(threads),
+    ...(chunkRows === undefined ? {} : { KMFLEET_CHUNK_ROWS: String(chunkRows) }), KMFLEET_THREADS: String(threads),
     ...(a['cache-dir'] ? { KMFLEET_CACHE_DIR: a['cache-dir'] } : {}),
     ...(a['read-concurrency'] ? { KMFLEET_S3_READ_CONCURRENCY: a['read-concurrency'] } : {}),
     ...(a['checkpoint-min-interval-ms'] !== undefined ? { KMFLEET_CHECKPOINT_MIN_INTERVAL_MS: a['checkpoint-min-interval-ms'] } : {}),
@@ -112,9 +126,26 @@ try {
   const s3 = createS3({ endpoint: s3srv.url, compat: 's3rver', credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
   stops.push(async () => s3.destroy());
   const sink = new S3MultipartSink(s3, { bucket: 'bench', key: 'blobs.npy' });
-  const data = readFileSync(path);
-  for (let off = 0; off < data.length; off += 8 << 20) await sink.write(data.subarray(off, off + (8 << 20)));
+  // read piece by piece: a dataset past 2 GiB does not fit one Buffer
+  const fd = openSync(path, 'r');
+  try {
+    for (let off = 0; ; ) {
+      const piece = Buffer.allocUnsafe(8 << 20);
+      const got = readSync(fd, piece, 0, piece.length, off);
+      if (got === 0) break;
+      await sink.write(piece.subarray(0, got));
+      off += got;
+    }
+  } finally {
+    closeSync(fd);
+  }
   await sink.end();
+  if (a['init-file']) {
+    const initSink = new S3MultipartSink(s3, { bucket: 'bench', key: 'init.npy' });
+    await initSink.write(readFileSync(a['init-file']));
+    await initSink.end();
+  }
+  const init = a['init-file'] ?? a.init, jobInit = a['init-file'] ? 's3://bench/init.npy' : a.init;
 
   // ---- a warm worker in its own process ----
   const nodeArgs = a['worker-node-args']?.split(/\s+/).filter(Boolean) ?? [];
@@ -141,7 +172,7 @@ try {
     const out = join(dir, `fit-${run}`);
     const cpu0 = process.cpuUsage();
     const summary = await fit({
-      input: path, k, metric: 'l2', init: a.init, maxIter: iters, tol: 0, tolReassign: 0, seed: 1, precision: 'auto',
+      input: path, k, metric: 'l2', init, maxIter: iters, tol, tolReassign: 0, seed: 1, precision: 'auto',
       backend: a.backend, chunkRows, threads, out, json: true,
     });
     const cpu1 = process.cpuUsage(cpu0);
@@ -154,7 +185,7 @@ try {
     // the worker, then every s3rver process, then Redis
     const pids = [worker.p.pid, ...s3srv.pids(), redisPid()].filter(Boolean);
     const c0 = pids.map(cpuMs);
-    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, init: a.init, maxIter: iters, tol: 0, seed: 1, backend: a.backend, output: 's3://bench/runs', checkpointEvery: Number(a['checkpoint-every']) }, { jobId });
+    await client.enqueue({ dataset: { uri: 's3://bench/blobs.npy' }, k, init: jobInit, maxIter: iters, tol, tolReassign: 0, seed: 1, backend: a.backend, output: 's3://bench/runs', checkpointEvery: Number(a['checkpoint-every']) }, { jobId });
     // polled slowly: polling is work on the same 2 cores the engine computes on; the wall time comes from the job's
     // own timestamps (enqueued → finished, both taken on this machine), not from when the poll noticed
     const result = await client.wait(jobId, { pollMs: 500 });
@@ -180,7 +211,8 @@ try {
   // init + iterations + final assign as the worker ran them: S3 read waits included (downloadMs says how long reads took)
   const compute = t.initMs + t.iterateMs + t.assignMs + t.resumeMs - (t.checkpointWaitMs ?? t.checkpointMs);
   const report = {
-    dataset: `${rows}×${dims} f32 blobs (${(rows * dims * 4 / 1e6).toFixed(0)} MB)`, k, iterations: top.iterations, chunkRows, threads, device,
+    dataset: `${rows}×${dims} f32 ${a.data ? a.data : 'blobs'} (${(rows * dims * 4 / 1e6).toFixed(0)} MB)`, k, tol, iterations: top.iterations,
+    fitIterations: fitRuns[0].iterations, chunkRows, threads, device,
     s3Processes: Number(a['s3-processes']),
     fitMs: Math.round(fitMs),
     pipelineMs: Math.round(pipeMs),
