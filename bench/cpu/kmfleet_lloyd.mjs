@@ -9,8 +9,8 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const { Engine } = await import(join(root, 'dist', 'native', 'index.js'));
-const { LocalFileSource } = await import(join(root, 'dist', 'worker', 'dataset', 'local-file-source.js'));
-const { runKmeans } = await import(join(root, 'dist', 'worker', 'kmeans', 'driver.js'));
+const { LocalFileSource } = await import(join(root, 'dist', 'core', 'dataset', 'local-file-source.js'));
+const { runKmeans } = await import(join(root, 'dist', 'core', 'kmeans', 'driver.js'));
 
 const [path, n, d, initPath, k, short, long, repeat = '1'] = process.argv.slice(2);
 const [N, D, K, SHORT, LONG, REPEAT] = [n, d, k, short, long, repeat].map(Number);
