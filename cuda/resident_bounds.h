@@ -8,9 +8,9 @@
 // lists the rows they do not settle: by Hamerly's test, and where it fails by the label's centroid's neighbours (only
 // the centroids within twice the row's distance of its label's can take it: theirs is the drift that counts). When the
 // last such list was short (kListedShare), only the listed rows are assigned; the others keep their previous label.
-// A listed row with few centroids that close (row_bounds.cuh kNearMax, mostly near ties between two centroids of one
-// blob) takes the fp64 argmin over just those (assignNear); the rest take the assignment (assign.cuh
-// assignListedRows: three products, no screen, then the recheck). Otherwise every row is assigned as without bounds — the list is a probe then — and every row's bounds are
+// A listed row with few centroids that close (row_bounds.cuh kNearMax) takes the fp64 argmin over just those
+// (assignNear); the rest take the assignment (assign.cuh assignListedRows: three products, no screen, then the
+// recheck). Otherwise every row is assigned as without bounds — the list is a probe then — and every row's bounds are
 // renewed. Either way the labels, and so the statistics and centroids, are the bits of a pass without bounds.
 #pragma once
 

@@ -44,8 +44,8 @@ void centroidNeighbours(const float* now, int k, int d, const float* drift, cons
 // A row both of settleRows' tests leave open, with at most kNearMax centroids within 2u(1 + 2⁻²⁰) of its label's
 // (nearCentroids), is a near row: every other centroid is farther from it than its label's by a relative 2⁻¹⁹ or more
 // (‖x − c_k‖ ≥ ‖c_k − c_a‖ − u), far beyond fp64's rounding, so the fp64 argmin over those few and the label's is the
-// fp64 argmin over all K — what the recheck finds, and what the margin test's label is when it decides. Clustered data
-// in late passes: mostly rows between two centroids of one blob, whose near ties the recheck would take every pass.
+// fp64 argmin over all K — what the recheck finds, and what the margin test's label is when it decides. On clustered
+// data in late passes they include the near ties the recheck would otherwise take every pass.
 constexpr int kNearMax = 32;
 
 // Rows [0, n): each row's bounds moved to the new centroids; a row they settle takes its previous label into labels,
