@@ -168,7 +168,7 @@ class CudaBackend final : public Backend {
   bool waitForFlagsAndTotals(bool countChanges);
   void throwOnBadRows() const;
   PassTotals takeTotals(bool totalsQueued);
-  void takeLabelChanges(PassTotals& t);
+  void takeLabelChanges(PassTotals& t, bool anyEmpty);
   void recordScreen();
   std::vector<FarRow> farthestRows();
   void closePass(PassTotals& t, bool countChanges);

@@ -37,9 +37,9 @@ PassTotals CudaBackend::finishPass(const LaneStatistics& lanes) {
   const bool totalsQueued = waitForFlagsAndTotals(countChanges);
   throwOnBadRows();
   PassTotals t = takeTotals(totalsQueued);
-  takeLabelChanges(t);
-  recordScreen();
   const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
+  takeLabelChanges(t, anyEmpty);
+  recordScreen();
   farthestDeferred_ = deferFarthest_ && fit_ && spec_.farthest > 0 && anyEmpty;
   deferredResidentRan_ = resident_.ranThisPass();
   if (fit_ && spec_.farthest > 0 && anyEmpty && !deferFarthest_) t.farthest = farthestRows();
@@ -135,9 +135,8 @@ void CudaBackend::throwOnBadRows() const {
 // A pass that reports its resident labels as changes: their list down, or the labels whole into the engine's array
 // after all when more rows changed than it holds or a cluster came out empty (the farthest rows take their labels
 // from that array).
-void CudaBackend::takeLabelChanges(PassTotals& t) {
+void CudaBackend::takeLabelChanges(PassTotals& t, bool anyEmpty) {
   if (!resident_.reportsChanges()) return;
-  const bool anyEmpty = std::find(t.counts.begin(), t.counts.end(), 0) != t.counts.end();
   if (!anyEmpty && resident_.takeChanges(totals_.hostFlags[5], t.labelChanges, streams_.compute)) {
     t.labelsAsChanges = true;
     return;

@@ -63,5 +63,18 @@ __device__ __forceinline__ double warpSum(double v) {
   return __shfl_sync(0xffffffffu, v, 0);
 }
 
+// A warp's fp64 Σ(x − y)² over the d values of a row (xv from element `at`, any input type) and an fp32 centroid y:
+// lane-strided fmas, then warpSum. The recheck and the bounds' near rows both decide labels with it, so they agree
+// bit for bit; rowDistances reports it.
+template <InType IN>
+__device__ __forceinline__ double warpSqDist64(const void* xv, size_t at, const float* y, int d, int lane) {
+  double s = 0;
+  for (int j = lane; j < d; j += 32) {
+    const double t = static_cast<double>(loadValue<IN>(xv, at + j)) - static_cast<double>(y[j]);
+    s = fma(t, t, s);
+  }
+  return warpSum(s);
+}
+
 }  // namespace cuda
 }  // namespace kmfleet

@@ -28,13 +28,7 @@ __global__ void recheckKernel(const void* xv, int d, const float* cf, int k, con
     const int total = window ? m : k;
     for (int q = 0; q < total; ++q) {
       const int c = window ? cand[static_cast<size_t>(w) * kCandidates + q] : q;
-      const float* y = cf + static_cast<size_t>(c) * d;
-      double s = 0;
-      for (int j = lane; j < d; j += 32) {
-        const double t = static_cast<double>(loadValue<IN>(xv, x + j)) - static_cast<double>(y[j]);
-        s = fma(t, t, s);
-      }
-      s = warpSum(s);
+      const double s = warpSqDist64<IN>(xv, x, cf + static_cast<size_t>(c) * d, d, lane);
       if (s < best || (s == best && c < bi)) { best = s; bi = c; }
     }
     if (lane == 0) labels[r] = bi;

@@ -198,7 +198,7 @@ __global__ void settleKernel(float* upper, float* lower, const std::int32_t* pre
   appendRows(isNear, r, lane, open, n - 1, nearCount);
 }
 
-// One warp per near row (grid-stride over the device-side count). The distances are recheckKernel's, bit for bit.
+// One warp per near row (grid-stride over the device-side count), its distances recheckKernel's (warpSqDist64).
 template <InType IN>
 __global__ void nearKernel(const void* xv, int d, const float* cf, int k, const float* nbDist, const int* nbIndex,
                            const std::int32_t* previousLabels, std::int32_t* labels, float* upper, float* lower,
@@ -215,13 +215,7 @@ __global__ void nearKernel(const void* xv, int d, const float* cf, int k, const 
     int bi = 0;
     for (int q = 0; q <= m; ++q) {
       const int c = q == 0 ? a : nbIndex[list + q - 1];
-      const float* y = cf + static_cast<std::size_t>(c) * d;
-      double s = 0;
-      for (int j = lane; j < d; j += 32) {
-        const double t = static_cast<double>(loadValue<IN>(xv, x + j)) - static_cast<double>(y[j]);
-        s = fma(t, t, s);
-      }
-      s = warpSum(s);
+      const double s = warpSqDist64<IN>(xv, x, cf + static_cast<std::size_t>(c) * d, d, lane);
       if (q == 0) own = s;
       if (s < best || (s == best && c < bi)) {
         second = best;

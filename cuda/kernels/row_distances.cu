@@ -24,11 +24,7 @@ __global__ void distanceKernel(const void* xv, long long n, int d, const float* 
       s = fma(static_cast<double>(loadValue<IN>(xv, x + j)), static_cast<double>(y[j]), s);
     s = 1.0 - warpSum(s);
   } else {
-    for (int j = lane; j < d; j += 32) {
-      const double t = static_cast<double>(loadValue<IN>(xv, x + j)) - static_cast<double>(y[j]);
-      s = fma(t, t, s);
-    }
-    s = warpSum(s);
+    s = warpSqDist64<IN>(xv, x, y, d, lane);
   }
   if (lane == 0) {
     dist[r] = s;
