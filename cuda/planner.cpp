@@ -43,14 +43,10 @@ Precision resolvePrecision(Precision p, DType t) {
   return Precision::FP32;
 }
 
-OpKind opFor(Precision p) {
-  switch (p) {
-    case Precision::BF16: return OpKind::BF16x1;
-    case Precision::FP16:
-    case Precision::TF32: return OpKind::F16x1;
-    default: return OpKind::F16x3;
-  }
-}
+// fp16 and bf16 jobs take exact mode's operands: their labels are the exact ones of their 16-bit rows, so they converge
+// as fp32 jobs do (one-product labels flip near-ties as the centroids' roundings change, and never settle). tf32 is the
+// one-product mode.
+OpKind opFor(Precision p) { return p == Precision::TF32 ? OpKind::F16x1 : OpKind::F16x3; }
 
 // Exact mode's resident-row bounds (resident_bounds.h): the centroids they hold for, the drift, and up to
 // kNeighbourK centroids each one's neighbours (five K×K arrays and the sort's scratch, about as large again).

@@ -134,7 +134,7 @@ export interface EngineOptions {
   update?: 'auto' | 'host';
   /**
    * rows whose bounds prove their label unchanged skip the distance work: 'auto' (where the backend keeps bounds: the
-   * CPU's; CUDA's resident rows in exact fp32) or 'off'; the same bits either way (tests and benchmarks compare the two)
+   * CPU's; CUDA's resident rows in fp32, fp16 and bf16, which it labels exactly) or 'off'; the same bits either way (tests and benchmarks compare the two)
    */
   bounds?: 'auto' | 'off';
   /** settings of the CUDA backend for tests and measurements (ignored by the CPU backend); the defaults are production's */
@@ -157,10 +157,10 @@ export interface CudaOptions {
    * 166912 runs an A100's layout on a larger GPU, 101376 an A10G's or L4's (default: the device's)
    */
   sharedMemoryLimit?: number;
-  /** exact fp32: screen the rows with one product first where the screen policy expects it to pay ('auto') or never ('off') */
+  /** exact precisions (fp32, fp16, bf16): screen the rows with one product first where the screen policy expects it to pay ('auto') or never ('off') */
   exactScreen?: 'auto' | 'off';
   /**
-   * exact fp32 on the Hopper kernel: the screen's keys relative to each resident row's best of the previous pass —
+   * exact precisions on the Hopper kernel: the screen's keys relative to each resident row's best of the previous pass —
    * 'auto' (the policy decides), 'off', or 'always' (every pass once a screen wrote them)
    */
   relativeKeys?: 'auto' | 'off' | 'always';

@@ -3,7 +3,8 @@
 // centroids to tol 1e-4, on seeded blobs of unequal sizes and spreads; then the cost of the bounds where they cannot
 // help, on standard normal rows (20 iterations, tol 0). Peers: scikit-learn's lloyd and elkan on the CPU backend
 // (Debian's python3-sklearn, /usr/bin/python3); plain PyTorch Lloyd in fp32 on the GPU (x·cᵀ in row tiles, argmin,
-// index_add_; stopped by scikit-learn's rule: Σ‖shift‖² ≤ tol · the mean per-dimension variance) with --backend cuda.
+// index_add_; stopped by scikit-learn's rule: Σ‖shift‖² ≤ tol · the mean per-dimension variance) with --backend cuda,
+// where `kmfleet fit --precision fp16` and `--precision tf32` run the blobs too.
 //   npm run build:native:cpu && npm run build:ts
 //   KMFLEET_ADDON=$PWD/build-cpu/Release/kmfleet_native.node node bench/converge/run.mjs [OUT.json] [--rows N --dims D --k K
 //     --centers C --backend cpu|cuda --python PATH]
@@ -59,10 +60,10 @@ np.save('${initPath}', x[rng.choice(n, k, replace=False)])
 `]);
 }
 
-// bounds 'fit': `kmfleet fit` (its progress lines included); 'auto' and 'off': the same driver through dist's API, as
-// `kmfleet fit` runs it (bounds 'off' is not a CLI option), so that the A/B shares one harness
-function kmfleet(data, init, maxIter, tol, bounds) {
-  const out = join(work, `fit-${bounds}`);
+// bounds 'fit': `kmfleet fit` (its progress lines included) in `precision`; 'auto' and 'off': the same driver through
+// dist's API, as `kmfleet fit` runs it (bounds 'off' is not a CLI option), so that the A/B shares one harness
+function kmfleet(data, init, maxIter, tol, bounds, precision = 'auto') {
+  const out = join(work, `fit-${bounds}-${precision}`);
   const script = bounds === 'fit'
     ? null
     : `
@@ -82,7 +83,7 @@ e.close(); await source.close();`;
   const stdout = script
     ? execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', maxBuffer: 64 << 20 })
     : execFileSync(process.execPath, [join(root, 'bin', 'kmfleet.js'), 'fit', '--input', data, '--k', String(k), '--init', init, '--max-iter', String(maxIter),
-        '--tol', String(tol), '--backend', backend, '--out', out, '--json'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+        '--tol', String(tol), '--precision', precision, '--backend', backend, '--out', out, '--json'], { encoding: 'utf8', maxBuffer: 64 << 20 });
   const s = JSON.parse(stdout.trim().split('\n').at(-1));
   return {
     iterations: s.iterations, stop: s.stopReason, inertia: s.inertia, iterateMs: s.timings.iterateMs,
@@ -145,7 +146,7 @@ try {
   for (const [kind, maxIter, tol] of [['blobs', 300, 1e-4], ['normal', 20, 0]]) {
     const data = join(work, `${kind}.npy`), init = join(work, `${kind}-init.npy`);
     makeData(kind, data, init);
-    const runs = { fit: [], on: [], off: [], lloyd: [], elkan: [], torch: [] };
+    const runs = { fit: [], on: [], off: [], lloyd: [], elkan: [], torch: [], fp16: [], tf32: [] };
     for (let i = 0; i < REPEAT; i++) {
       runs.fit.push(kmfleet(data, init, maxIter, tol, 'fit'));
       runs.on.push(kmfleet(data, init, maxIter, tol, 'auto'));
@@ -154,7 +155,12 @@ try {
         runs.lloyd.push(sklearn(data, init, maxIter, tol, 'lloyd'));
         runs.elkan.push(sklearn(data, init, maxIter, tol, 'elkan'));
       }
-      if (kind === 'blobs' && backend === 'cuda') runs.torch.push(torchLloyd(data, init, maxIter, tol));
+      if (kind === 'blobs' && backend === 'cuda') {
+        runs.torch.push(torchLloyd(data, init, maxIter, tol));
+        // the rows rounded to fp16 as they are read, labelled exactly; tf32: one-product labels
+        runs.fp16.push(kmfleet(data, init, maxIter, tol, 'fit', 'fp16'));
+        runs.tf32.push(kmfleet(data, init, maxIter, tol, 'fit', 'tf32'));
+      }
     }
     const sum = (list) => list.length && {
       iterations: list[0].iterations, stop: list[0].stop, inertia: list[0].inertia,
@@ -164,6 +170,7 @@ try {
     };
     report.cases[kind] = {
       fit: sum(runs.fit), on: sum(runs.on), off: sum(runs.off), lloyd: sum(runs.lloyd), elkan: sum(runs.elkan), torch: sum(runs.torch),
+      fp16: sum(runs.fp16), tf32: sum(runs.tf32),
       sameBits: [...runs.on, ...runs.fit].every((r, i) => r.centroids === runs.off[i % REPEAT].centroids && r.iterations === runs.off[i % REPEAT].iterations && r.inertia === runs.off[i % REPEAT].inertia),
     };
   }
@@ -180,7 +187,8 @@ console.log([
   '| run | iterations | stop | iterations (s) | from the 2nd (s) | ms/iter (3rd on) | inertia |',
   '|---|---|---|---|---|---|---|',
   row('`kmfleet fit` (bounds)', b.fit), row('the same driver, bounds', b.on), row('the same driver, bounds off', b.off),
-  ...(backend === 'cpu' ? [row('scikit-learn lloyd', b.lloyd), row('scikit-learn elkan', b.elkan)] : [row('plain PyTorch Lloyd, fp32', b.torch)]),
+  ...(backend === 'cpu' ? [row('scikit-learn lloyd', b.lloyd), row('scikit-learn elkan', b.elkan)]
+    : [row('`kmfleet fit --precision fp16`', b.fp16), row('`kmfleet fit --precision tf32` (one product)', b.tf32), row('plain PyTorch Lloyd, fp32', b.torch)]),
   '',
   `bounds: the same bits as without: ${b.sameBits}; rows settled, median of the last 10 iterations: ${late(b.on.settled)} %; time to converge ${(b.off.iterateMs / b.on.iterateMs).toFixed(2)}× faster, from the 2nd iteration ${(b.off.laterMs / b.on.laterMs).toFixed(2)}× (\`kmfleet fit\`: ${(b.off.iterateMs / b.fit.iterateMs).toFixed(2)}×, ${(b.off.laterMs / b.fit.laterMs).toFixed(2)}×)`,
   `standard normal rows, 20 iterations, the same driver: ${n.on.msPerIteration.toFixed(1)} ms/iter with bounds, ${n.off.msPerIteration.toFixed(1)} without (medians from the 3rd; all 20: ${(100 * (n.on.iterateMs / n.off.iterateMs - 1)).toFixed(1)} % more time), rows settled ${late(n.on.settled)} %, same bits: ${n.sameBits}`,

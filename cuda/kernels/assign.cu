@@ -40,7 +40,6 @@
 //   epsX = 1.25·[ĉmax·(2.2·2^-11 + 1.01·(Dp/16 + 1)·2^-22 + 2^-24) + 2^-25·√Dp], epsL = 0.
 // A row whose screen margin is beyond 2ε_r keeps the screen's label (the same argument as above); the others take
 // the three products and the margin test above, then the recheck.
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -131,19 +130,11 @@ __device__ __forceinline__ void ldsm4(unsigned (&r)[4], const unsigned short* p)
                : "r"(smemAddr(p)));
 }
 
-template <bool BF16>
 __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  if constexpr (BF16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Merge (o1, o2, oi) into (b1, b2, bi): union's best by (distance, index), second best = min of the rest.
@@ -164,7 +155,7 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
 // flagged-list positions, GATHER: positions in rowIds; sRow their rows; nRows the launch's row count).
 // Long on purpose: its fragments and the per-row best two stay in registers across the tile loop (forceinline'd
 // into the three kernels that call it); the steps around the loop are the functions declared above.
-template <bool BF16, int MODE, bool CAND, bool GATHER>
+template <int MODE, bool CAND, bool GATHER>
 __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short* smem, int* sRow, int row0, int nRows,
                                             int ct0, int nTiles) {
   constexpr bool THREE = MODE == kExactMode, MARGIN = MODE != kPlainMode, LIST = CAND || GATHER;
@@ -269,7 +260,7 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
         ldsm4(ah[mi], a + swz<BK>(r, c));
         if (THREE) ldsm4(al[mi], a + TILE + swz<BK>(r, c));
       }
-      // All B fragments of this k16 step first (fp16/bf16 modes), so the MMAs don't wait on each ldmatrix;
+      // All B fragments of this k16 step first (one-product mode), so the MMAs don't wait on each ldmatrix;
       // exact mode has no registers to spare and loads them per column pair.
       unsigned bh[4][4], bl[4][4];
 #pragma unroll
@@ -288,13 +279,13 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
         }
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi) {
-          mma<BF16>(acc[mi][2 * np], ah[mi], bh[q][0], bh[q][1]);
-          mma<BF16>(acc[mi][2 * np + 1], ah[mi], bh[q][2], bh[q][3]);
+          mma(acc[mi][2 * np], ah[mi], bh[q][0], bh[q][1]);
+          mma(acc[mi][2 * np + 1], ah[mi], bh[q][2], bh[q][3]);
           if (THREE) {
-            mma<BF16>(acc[mi][2 * np], ah[mi], bl[0][0], bl[0][1]);
-            mma<BF16>(acc[mi][2 * np + 1], ah[mi], bl[0][2], bl[0][3]);
-            mma<BF16>(acc[mi][2 * np], al[mi], bh[0][0], bh[0][1]);
-            mma<BF16>(acc[mi][2 * np + 1], al[mi], bh[0][2], bh[0][3]);
+            mma(acc[mi][2 * np], ah[mi], bl[0][0], bl[0][1]);
+            mma(acc[mi][2 * np + 1], ah[mi], bl[0][2], bl[0][3]);
+            mma(acc[mi][2 * np], al[mi], bh[0][0], bh[0][1]);
+            mma(acc[mi][2 * np + 1], al[mi], bh[0][2], bh[0][3]);
           }
         }
       }
@@ -386,7 +377,7 @@ __device__ __forceinline__ void assignBlock(const AssignArgs& p, unsigned short*
 // (~0.2 % of random rows) are swept over K by many SMs instead of one or two (candidates are appended with
 // atomics in any order; the fp64 recheck decides by (distance, index), so the labels don't depend on it).
 // GATHER (the exact pass over the rows the screen listed) loops the same way over its list, all tiles per block.
-template <bool BF16, int MODE, bool CAND, bool GATHER>
+template <int MODE, bool CAND, bool GATHER>
 __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
   extern __shared__ __align__(128) unsigned short smem[];
   __shared__ int sRow[CAND || GATHER ? BM : 1];  // candidate / gather mode: the rows of this block
@@ -394,18 +385,18 @@ __global__ void __launch_bounds__(THREADS) assignKernel(AssignArgs p) {
   if constexpr (GATHER) {
     const int nRows = min(static_cast<int>(*p.nDevice), p.n);
     for (int row0 = blockIdx.x * BM; row0 < nRows; row0 += gridDim.x * BM) {
-      assignBlock<BF16, MODE, false, true>(p, smem, sRow, row0, nRows, 0, tiles);
+      assignBlock<MODE, false, true>(p, smem, sRow, row0, nRows, 0, tiles);
       cpWait<0>();      // the next row block reuses the shared memory
       __syncthreads();
     }
   } else if constexpr (!CAND) {
-    assignBlock<BF16, MODE, false, false>(p, smem, sRow, blockIdx.x * BM, p.n, 0, tiles);
+    assignBlock<MODE, false, false>(p, smem, sRow, blockIdx.x * BM, p.n, 0, tiles);
   } else {
     const int nRows = static_cast<int>(*p.flaggedCount);
     const int per = (tiles + gridDim.y - 1) / gridDim.y, ct0 = blockIdx.y * per;
     if (ct0 >= tiles) return;
     for (int row0 = blockIdx.x * BM; row0 < nRows; row0 += gridDim.x * BM) {
-      assignBlock<BF16, MODE, true, false>(p, smem, sRow, row0, nRows, ct0, min(per, tiles - ct0));
+      assignBlock<MODE, true, false>(p, smem, sRow, row0, nRows, ct0, min(per, tiles - ct0));
       cpWait<0>();      // the next row block reuses the shared memory
       __syncthreads();
     }
@@ -467,11 +458,11 @@ __device__ __forceinline__ void mergeAndWrite(const AssignArgs& p, unsigned shor
   }
 }
 
-template <bool BF16, int MODE, bool CAND = false, bool GATHER = false>
+template <int MODE, bool CAND = false, bool GATHER = false>
 void launch(const AssignArgs& a, std::size_t smemBytes, cudaStream_t s, dim3 grid = dim3(0)) {
-  allowDynamicSmem(reinterpret_cast<const void*>(assignKernel<BF16, MODE, CAND, GATHER>), smemBytes);
+  allowDynamicSmem(reinterpret_cast<const void*>(assignKernel<MODE, CAND, GATHER>), smemBytes);
   if (grid.x == 0) grid = dim3(static_cast<unsigned>((a.n + BM - 1) / BM));
-  assignKernel<BF16, MODE, CAND, GATHER><<<grid, THREADS, smemBytes, s>>>(a);
+  assignKernel<MODE, CAND, GATHER><<<grid, THREADS, smemBytes, s>>>(a);
 }
 
 }  // namespace
@@ -593,20 +584,19 @@ void assign(const AssignKernel& kernel, const RowOps& rows, std::int64_t n, int 
       sa.flaggedCount = screenedCount;
       sa.flaggedThr = nullptr;
       cudaMemsetAsync(screenedCount, 0, sizeof(unsigned), s);
-      launch<false, kScreenMode>(sa, screenSmem, s);
+      launch<kScreenMode>(sa, screenSmem, s);
       if (screenAlone) return;
     }
     // 2. the three products for those rows (their count is on the device: a few waves of blocks loop over them)
     a.rowIds = screened;
     a.nDevice = screenedCount;
     const std::int64_t blocks = std::min<std::int64_t>((n + BM - 1) / BM, 4LL * currentDeviceFacts().sms);
-    launch<false, kExactMode, false, true>(a, smemBytes, s, dim3(static_cast<unsigned>(blocks)));
+    launch<kExactMode, false, true>(a, smemBytes, s, dim3(static_cast<unsigned>(blocks)));
     return;
   }
   switch (op) {
-    case OpKind::F16x1: launch<false, kPlainMode>(a, smemBytes, s); break;
-    case OpKind::BF16x1: launch<true, kPlainMode>(a, smemBytes, s); break;
-    case OpKind::F16x3: launch<false, kExactMode>(a, smemBytes, s); break;
+    case OpKind::F16x1: launch<kPlainMode>(a, smemBytes, s); break;
+    case OpKind::F16x3: launch<kExactMode>(a, smemBytes, s); break;
   }
 }
 }  // namespace
@@ -648,7 +638,7 @@ void candidateRows(const AssignKernel& kernel, const RowOps& rows, std::int64_t 
   const int tiles = a.kp / BN;
   const int split = std::max(1, std::min(tiles / 2, 8));
   const int rowBlocks = static_cast<int>(std::min<std::int64_t>((maxRows + BM - 1) / BM, std::max(1, 264 / split)));
-  launch<false, kExactMode, true>(a, smemBytes, s, dim3(rowBlocks, split));
+  launch<kExactMode, true>(a, smemBytes, s, dim3(rowBlocks, split));
 }
 
 }  // namespace cuda

@@ -63,7 +63,7 @@ static_assert(kTileN == kBlockCentroids, "centroids are padded to whole tiles");
 static_assert(kChunk == kDimChunk, "rows are padded to whole TMA boxes");
 
 // What a launch computes (the kernel's MODE):
-//   kPlain   one product per k-step (fp16/bf16/tf32 modes): the label only.
+//   kPlain   one product per k-step (tf32 mode): the label only.
 //   kScreen  one product (the hi operands of exact mode) with best and second best: a row whose margin is beyond
 //            the one-product bound keeps its label; the others are listed in `flagged` for the exact pass.
 //   kExact   hi·hi + hi·lo + lo·hi with best and second best: the margin test of the exact bound; rows within it are
@@ -172,10 +172,8 @@ __device__ __forceinline__ void wgWait() {
       : "l"(descA), "l"(descB), "r"(accumulate))
 
 // d (64×128 fp32 fragment) = A·Bᵀ (+ d when accumulate): A 64×16, B 128×16, both K-major in shared memory.
-template <bool BF16>
 __device__ __forceinline__ void wgmma128(float (&d)[64], std::uint64_t descA, std::uint64_t descB, int accumulate) {
-  if constexpr (BF16) KMF_WGMMA_BODY("bf16");
-  else KMF_WGMMA_BODY("f16");
+  KMF_WGMMA_BODY("f16");
 }
 #undef KMF_WGMMA_BODY
 #undef KMF_ACC8
@@ -292,7 +290,7 @@ __device__ __forceinline__ void namedArrive(int id) { asm volatile("bar.arrive %
 // boxes have), and the row count is read on the device.
 // One function on purpose: the accumulators, the running best two per row and the pipeline's barriers live in
 // registers across the producer/consumer loop, and splitting it into calls the compiler does not inline spills them.
-template <bool BF16, int MODE, int M, bool GATHER>
+template <int MODE, int M, bool GATHER>
 __global__ void __launch_bounds__(kThreadsH, 1)
     assignHopperKernel(const __grid_constant__ CUtensorMap rowsHi, const __grid_constant__ CUtensorMap rowsLo,
                        const __grid_constant__ CUtensorMap centroidsHi, const __grid_constant__ CUtensorMap centroidsLo,
@@ -533,10 +531,10 @@ __global__ void __launch_bounds__(kThreadsH, 1)
           for (int m = 0; m < M; ++m) {
             const int aBytes = (m * 64 * kChunk + kk * 16) * 2;
             const std::uint64_t dah = descPlus(dA, aBytes);
-            wgmma128<BF16>(acc[m], dah, dbh, accumulate);
+            wgmma128(acc[m], dah, dbh, accumulate);
             if constexpr (THREE) {
-              wgmma128<BF16>(acc[m], dah, descPlus(dBLo, kk * 32), 1);
-              wgmma128<BF16>(acc[m], descPlus(dALo, aBytes), dbh, 1);
+              wgmma128(acc[m], dah, descPlus(dBLo, kk * 32), 1);
+              wgmma128(acc[m], descPlus(dALo, aBytes), dbh, 1);
             }
           }
         }
@@ -772,23 +770,23 @@ EncodeTiledFn encodeTiled() {
 }
 
 // A 2-D map over a row-major [outer][dp] array of 16-bit values, boxes of 64 × boxRows, 128-byte swizzle.
-bool makeMap(CUtensorMap* map, const void* base, std::int64_t outer, int dp, int boxRows, bool bf16) {
+bool makeMap(CUtensorMap* map, const void* base, std::int64_t outer, int dp, int boxRows) {
   EncodeTiledFn fn = encodeTiled();
   if (!fn) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dp), static_cast<cuuint64_t>(outer)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(dp) * 2};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(kChunk), static_cast<cuuint32_t>(boxRows)};
   const cuuint32_t elem[2] = {1, 1};
-  return fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(base),
+  return fn(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(base),
             dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 
-template <bool BF16, int MODE, int M, bool GATHER>
+template <int MODE, int M, bool GATHER>
 void launchHopper(const CUtensorMap (&maps)[4], const HopperArgs& a, std::size_t smem, int grid, cudaStream_t s) {
-  allowDynamicSmem(reinterpret_cast<const void*>(assignHopperKernel<BF16, MODE, M, GATHER>), smem);
-  assignHopperKernel<BF16, MODE, M, GATHER><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
+  allowDynamicSmem(reinterpret_cast<const void*>(assignHopperKernel<MODE, M, GATHER>), smem);
+  assignHopperKernel<MODE, M, GATHER><<<grid, kThreadsH, smem, s>>>(maps[0], maps[1], maps[2], maps[3], a);
 }
 
 // Shared memory of one launch: rows (aBufs buffers), the centroid ring, barriers. False when it can't fit.
@@ -836,15 +834,14 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
   std::size_t screenSmem = 0;
   if (screened && !sizeLaunch(screenShape, 1, 2, dev, &screenSmem)) return false;
 
-  const bool bf16 = op == OpKind::BF16x1;
   const std::int64_t kp = padCentroids(k);
   CUtensorMap maps[4];  // rows hi, rows lo, centroids hi, centroids lo (lo = hi when one product)
   const int blockRows = blockRowsH(M);
-  if (!makeMap(&maps[0], rows.ahi, n, dp, screened ? blockRowsH(2) : blockRows, bf16) ||
-      !makeMap(&maps[2], c.bhi, kp, dp, kTileN, bf16))
+  if (!makeMap(&maps[0], rows.ahi, n, dp, screened ? blockRowsH(2) : blockRows) ||
+      !makeMap(&maps[2], c.bhi, kp, dp, kTileN))
     return false;
   if (three) {
-    if (!makeMap(&maps[1], rows.alo, n, dp, blockRows, false) || !makeMap(&maps[3], c.blo, kp, dp, kTileN, false))
+    if (!makeMap(&maps[1], rows.alo, n, dp, blockRows) || !makeMap(&maps[3], c.blo, kp, dp, kTileN))
       return false;
   } else {
     maps[1] = maps[0];
@@ -884,8 +881,8 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     sa.refIn = rows.screenRelative ? rows.screenRef : nullptr;
     if (!screen.listed) {
       if (cudaMemsetAsync(screen.count, 0, sizeof(unsigned), s) != cudaSuccess) return false;
-      if (sa.refIn) launchHopper<false, kScreenRef, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
-      else launchHopper<false, kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
+      if (sa.refIn) launchHopper<kScreenRef, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
+      else launchHopper<kScreen, 2, false>(maps, sa, screenSmem, std::min(sa.rowBlocks, dev.sms), s);
       if (screen.alone) return true;
     }
     // 2. the exact products over those rows only (gathered; their count is on the device)
@@ -893,14 +890,13 @@ bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidO
     a.nDevice = screen.count;
     a.rowsHi = static_cast<const unsigned short*>(rows.ahi);
     a.rowsLo = static_cast<const unsigned short*>(rows.alo);
-    if (M == 1) launchHopper<false, kExact, 1, true>(maps, a, smem, grid, s);
-    else launchHopper<false, kExact, 2, true>(maps, a, smem, grid, s);
+    if (M == 1) launchHopper<kExact, 1, true>(maps, a, smem, grid, s);
+    else launchHopper<kExact, 2, true>(maps, a, smem, grid, s);
     return true;
   }
-  if (three && M == 1) launchHopper<false, kExact, 1, false>(maps, a, smem, grid, s);
-  else if (three) launchHopper<false, kExact, 2, false>(maps, a, smem, grid, s);
-  else if (bf16) launchHopper<true, kPlain, 2, false>(maps, a, smem, grid, s);
-  else launchHopper<false, kPlain, 2, false>(maps, a, smem, grid, s);
+  if (three && M == 1) launchHopper<kExact, 1, false>(maps, a, smem, grid, s);
+  else if (three) launchHopper<kExact, 2, false>(maps, a, smem, grid, s);
+  else launchHopper<kPlain, 2, false>(maps, a, smem, grid, s);
   return true;
 }
 

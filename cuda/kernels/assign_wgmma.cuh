@@ -30,7 +30,7 @@ struct ExactScreen {
   bool listed = false;  // rows and count already list the rows to take (assign.cuh assignListedRows): no screen runs
 };
 
-// Labels for n rows, as assignRows: F16x1, BF16x1 and, with the margin test against `bound` that appends the rows
+// Labels for n rows, as assignRows: F16x1 and, with the margin test against `bound` that appends the rows
 // to re-check to flagged/flaggedCount/flaggedThr, F16x3 (screened first when `screen` has its scratch). Returns false
 // without launching anything when this path can't take the call: not a compute capability 9.0 device, or Dp > 256.
 bool assignRowsHopper(const RowOps& rows, std::int64_t n, int d, const CentroidOps& c, int k, OpKind op,

@@ -37,13 +37,9 @@ __device__ __forceinline__ float scaleFor(float maxAbs) {
 }
 
 __device__ __forceinline__ void storeOps(unsigned short* hi, unsigned short* lo, size_t i, float v, int op) {
-  if (op == static_cast<int>(OpKind::BF16x1)) {
-    hi[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  } else {
-    const __half h = __float2half_rn(v);
-    hi[i] = __half_as_ushort(h);
-    if (op == static_cast<int>(OpKind::F16x3)) lo[i] = __half_as_ushort(__float2half_rn(v - __half2float(h)));
-  }
+  const __half h = __float2half_rn(v);
+  hi[i] = __half_as_ushort(h);
+  if (op == static_cast<int>(OpKind::F16x3)) lo[i] = __half_as_ushort(__float2half_rn(v - __half2float(h)));
 }
 
 // √s (fp64) as a float no smaller than it: a bound, not an estimate (the screen's error bound uses it).

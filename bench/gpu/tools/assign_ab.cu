@@ -1,14 +1,13 @@
 // assign_ab: the Hopper assignment kernel (assign_wgmma.cu) against the portable one (assign.cu) and a
 // float64 reference, then both timed on the same operands.
 //
-//   assign_ab check        awkward shapes, fp16 and bf16: labels vs fp64 (sampled rows) and vs the portable kernel
+//   assign_ab check        awkward shapes: labels vs fp64 (sampled rows) and vs the portable kernel
 //   assign_ab bench [N D K ...]   ms and TFLOP/s of each kernel (default: the shapes of bench/RESULTS.md)
 //
 // Operands are drawn directly as 16-bit values (rows and centroids with a per-row power-of-two scale of 1), so the
 // compared quantity is d' = ½‖c‖² − x·c with ‖c‖² in fp32 — what both kernels see in the engine.
 // A label differing from the fp64 argmin is accepted only when its fp64 d' is within the fp32-accumulation
 // tolerance of the best (a near tie); anything else is a failure. Build: scripts/gpu-pack.
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -28,15 +27,13 @@ using namespace kmfleet::cuda;
 
 namespace {
 
-float toF(unsigned short v, bool bf16) {
-  if (bf16) return __bfloat162float(__ushort_as_bfloat16(v));
+float toF(unsigned short v) {
   return __half2float(__ushort_as_half(v));
 }
 
 struct Case {
   long long n;
   int d, k;
-  bool bf16;
   int blobs;  // 0: normal random rows; else rows near `blobs` centroids (many near ties avoided, realistic)
 };
 
@@ -48,29 +45,29 @@ __device__ float hashNormal(unsigned long long i, unsigned seed) {  // Box-Mulle
   const float u1 = ((z >> 40) + 1) * (1.0f / 16777217.0f), u2 = ((z >> 16) & 0xffffff) * (1.0f / 16777216.0f);
   return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
 }
-__device__ unsigned short dFromF(float v, bool bf16) {
-  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+__device__ unsigned short dFromF(float v) {
+  return __half_as_ushort(__float2half_rn(v));
 }
-__device__ float dToF(unsigned short v, bool bf16) {
-  return bf16 ? __bfloat162float(__ushort_as_bfloat16(v)) : __half2float(__ushort_as_half(v));
+__device__ float dToF(unsigned short v) {
+  return __half2float(__ushort_as_half(v));
 }
 // centroids: N(0,1) values, zero padding; cnorm = fp32(fp64 ‖c‖²), +inf for the padding centroids
-__global__ void fillCentroids(unsigned short* b, float* cnorm, int k, int kp, int d, int dp, bool bf16, unsigned seed) {
+__global__ void fillCentroids(unsigned short* b, float* cnorm, int k, int kp, int d, int dp, unsigned seed) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= kp) return;
   double s = 0;
   for (int t = 0; t < dp; ++t) {
     unsigned short v = 0;
-    if (j < k && t < d) v = dFromF(hashNormal(static_cast<unsigned long long>(j) * dp + t, seed), bf16);
+    if (j < k && t < d) v = dFromF(hashNormal(static_cast<unsigned long long>(j) * dp + t, seed));
     b[static_cast<size_t>(j) * dp + t] = v;
-    const double f = dToF(v, bf16);
+    const double f = dToF(v);
     s += f * f;
   }
   cnorm[j] = j < k ? static_cast<float>(s) : INFINITY;
 }
 // rows: N(0,1), or a centroid plus 0.3·N(0,1) when blobs (the centroid drawn by hash); scale 1
 __global__ void fillRows(unsigned short* a, const unsigned short* b, float* scale, long long n, int d, int dp, int k,
-                         bool bf16, int blobs, unsigned seed) {
+                         int blobs, unsigned seed) {
   const long long r = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
   if (r >= n) return;
   const int near = blobs ? static_cast<int>((r * 2654435761ULL + seed) % static_cast<unsigned long long>(k)) : -1;
@@ -78,7 +75,7 @@ __global__ void fillRows(unsigned short* a, const unsigned short* b, float* scal
     unsigned short v = 0;
     if (t < d) {
       const float noise = hashNormal(static_cast<unsigned long long>(r) * dp + t, seed);
-      v = near >= 0 ? dFromF(dToF(b[static_cast<size_t>(near) * dp + t], bf16) + 0.3f * noise, bf16) : dFromF(noise, bf16);
+      v = near >= 0 ? dFromF(dToF(b[static_cast<size_t>(near) * dp + t]) + 0.3f * noise) : dFromF(noise);
     }
     a[static_cast<size_t>(r) * dp + t] = v;
   }
@@ -88,7 +85,6 @@ __global__ void fillRows(unsigned short* a, const unsigned short* b, float* scal
 struct Operands {
   long long n = 0;
   int d = 0, k = 0, dp = 0, kp = 0;
-  bool bf16 = false;
   std::vector<unsigned short> a, b;  // n×dp, kp×dp
   std::vector<float> cnorm;          // kp
   unsigned short *da = nullptr, *db = nullptr;
@@ -96,7 +92,7 @@ struct Operands {
   int *labH = nullptr, *labM = nullptr;
 
   void make(const Case& c, unsigned seed, bool keepHost) {
-    n = c.n; d = c.d; k = c.k; bf16 = c.bf16;
+    n = c.n; d = c.d; k = c.k;
     dp = static_cast<int>(padDims(d));
     kp = static_cast<int>(padCentroids(k));
     CK(cudaMalloc(&da, static_cast<size_t>(n) * dp * 2));
@@ -105,8 +101,8 @@ struct Operands {
     CK(cudaMalloc(&dscale, sizeof(float) * n));
     CK(cudaMalloc(&labH, sizeof(int) * n));
     CK(cudaMalloc(&labM, sizeof(int) * n));
-    fillCentroids<<<(kp + 127) / 128, 128>>>(db, dcn, k, kp, d, dp, bf16, seed);
-    fillRows<<<static_cast<unsigned>((n + 127) / 128), 128>>>(da, db, dscale, n, d, dp, k, bf16, c.blobs, seed + 1);
+    fillCentroids<<<(kp + 127) / 128, 128>>>(db, dcn, k, kp, d, dp, seed);
+    fillRows<<<static_cast<unsigned>((n + 127) / 128), 128>>>(da, db, dscale, n, d, dp, k, c.blobs, seed + 1);
     CK(cudaGetLastError());
     CK(cudaMemset(labH, 0xff, sizeof(int) * n));  // poisoned: every row must be written
     CK(cudaMemset(labM, 0xff, sizeof(int) * n));
@@ -133,7 +129,7 @@ struct Operands {
     c.scale = 1.f;
     return c;
   }
-  OpKind op() const { return bf16 ? OpKind::BF16x1 : OpKind::F16x1; }
+  OpKind op() const { return OpKind::F16x1; }
   bool runHopper() {
     return assignRowsHopper(rows(), n, d, cents(), k, op(), labH, nullptr, nullptr, nullptr, ExactBound{}, ExactScreen{}, 0);
   }
@@ -144,13 +140,13 @@ struct Operands {
   double dprime(long long r, int j) const {
     double dot = 0;
     for (int t = 0; t < d; ++t)
-      dot += static_cast<double>(toF(a[static_cast<size_t>(r) * dp + t], bf16)) * toF(b[static_cast<size_t>(j) * dp + t], bf16);
+      dot += static_cast<double>(toF(a[static_cast<size_t>(r) * dp + t])) * toF(b[static_cast<size_t>(j) * dp + t]);
     return 0.5 * cnorm[j] - dot;
   }
   double tolerance(long long r) const {  // fp32 accumulation of d products of magnitude ≤ |x||c|, plus ‖c‖² rounding
     double xn = 0;
     for (int t = 0; t < d; ++t) {
-      const double f = toF(a[static_cast<size_t>(r) * dp + t], bf16);
+      const double f = toF(a[static_cast<size_t>(r) * dp + t]);
       xn += f * f;
     }
     double cmax = 0;
@@ -166,7 +162,7 @@ int checkCase(const Case& c) {
   Operands o;
   o.make(c, 1234u + static_cast<unsigned>(c.n * 31 + c.d * 7 + c.k), true);
   if (!o.runHopper()) {
-    std::printf("check n=%lld d=%d k=%d %s: Hopper path declined\n", c.n, c.d, c.k, c.bf16 ? "bf16" : "fp16");
+    std::printf("check n=%lld d=%d k=%d: Hopper path declined\n", c.n, c.d, c.k);
     o.release();
     return 1;
   }
@@ -197,8 +193,8 @@ int checkCase(const Case& c) {
       else ++bad;
     }
   }
-  std::printf("check n=%lld d=%d k=%d %s%s: %s (checked %lld rows vs fp64, %lld near ties, %lld differ from portable)\n",
-              c.n, c.d, c.k, c.bf16 ? "bf16" : "fp16", c.blobs ? " blobs" : "", bad ? "FAIL" : "ok", checked, nearTies,
+  std::printf("check n=%lld d=%d k=%d%s: %s (checked %lld rows vs fp64, %lld near ties, %lld differ from portable)\n",
+              c.n, c.d, c.k, c.blobs ? " blobs" : "", bad ? "FAIL" : "ok", checked, nearTies,
               diffPortable);
   o.release();
   return bad ? 1 : 0;
@@ -225,8 +221,8 @@ void benchCase(const Case& c) {
   const float h = timeMs([&] { o.runHopper(); }, 10);
   const float m = timeMs([&] { o.runPortable(); }, 10);
   const double flop = 2.0 * c.n * c.k * c.d;
-  std::printf("RESULT assign n=%lld d=%d k=%d %s hopper_ms=%.3f (%.0f TFLOP/s) portable_ms=%.3f (%.0f TFLOP/s) speedup=%.2fx\n",
-              c.n, c.d, c.k, c.bf16 ? "bf16" : "fp16", h, flop / h / 1e9, m, flop / m / 1e9, m / h);
+  std::printf("RESULT assign n=%lld d=%d k=%d fp16 hopper_ms=%.3f (%.0f TFLOP/s) portable_ms=%.3f (%.0f TFLOP/s) speedup=%.2fx\n",
+              c.n, c.d, c.k, h, flop / h / 1e9, m, flop / m / 1e9, m / h);
   std::fflush(stdout);
   o.release();
 }
@@ -236,10 +232,10 @@ void benchCase(const Case& c) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "check") {
-    const Case cases[] = {{3001, 1, 7, false, 0},      {5003, 3, 129, false, 0},   {4099, 17, 1, false, 0},
-                          {10007, 64, 1000, false, 8}, {20011, 100, 7, true, 0},   {6007, 128, 1000, false, 0},
-                          {70001, 128, 1024, false, 16}, {50021, 192, 300, true, 0}, {30011, 256, 4096, false, 0},
-                          {1031, 256, 129, true, 0},   {257, 128, 257, false, 0},  {65537, 8, 65536, false, 0}};
+    const Case cases[] = {{3001, 1, 7, 0},      {5003, 3, 129, 0},   {4099, 17, 1, 0},
+                          {10007, 64, 1000, 8}, {20011, 100, 7, 0},   {6007, 128, 1000, 0},
+                          {70001, 128, 1024, 16}, {50021, 192, 300, 0}, {30011, 256, 4096, 0},
+                          {1031, 256, 129, 0},   {257, 128, 257, 0},  {65537, 8, 65536, 0}};
     int fails = 0;
     for (const Case& c : cases) fails += checkCase(c);
     std::printf("assign_ab check: %d failure(s)\n", fails);
@@ -248,13 +244,12 @@ int main(int argc, char** argv) {
   if (mode == "bench") {
     if (argc >= 5) {
       for (int i = 2; i + 2 < argc; i += 3)
-        benchCase({std::atoll(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), false, 0});
+        benchCase({std::atoll(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), 0});
       return 0;
     }
-    benchCase({10000000, 128, 1024, false, 0});
-    benchCase({10000000, 128, 1024, true, 0});
-    benchCase({8000000, 128, 1024, false, 0});
-    benchCase({1000000, 256, 4096, false, 0});
+    benchCase({10000000, 128, 1024, 0});
+    benchCase({8000000, 128, 1024, 0});
+    benchCase({1000000, 256, 4096, 0});
     return 0;
   }
   std::fprintf(stderr, "usage: assign_ab check | bench [N D K ...]\n");
