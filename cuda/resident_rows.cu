@@ -143,7 +143,7 @@ void ResidentRows::queueChangeCount(cudaStream_t s) {
 
 bool ResidentRows::beginChanges(bool accepted) {
   asChanges_ = accepted && held_ == shape_.n && held_ < (std::int64_t{1} << 31) && previousLabelsHeld_ &&
-               lastChangedShare_ < 1.0 / 16;
+               lastChangedShare_ < 1.0 / 64;
   return asChanges_;
 }
 

@@ -75,8 +75,8 @@ class ResidentRows {
   const unsigned long long* changedCount() const { return changedCount_; }
   // Whether this pass reports its labels as changes (backend.h PassTotals.labelsAsChanges), decided before its rows
   // run: the engine takes them (`accepted`), every row is held and compared, no distances come down, and the last
-  // counted pass changed few enough rows (a sixteenth) that they likely fit the list. Else, or when more changed than
-  // the list holds (takeChanges), the labels come down whole.
+  // counted pass changed under a 64th of the rows: above that, the list's D2H and the host's scatter of it cost more
+  // than every label's D2H. Else, or when more changed than the list holds (takeChanges), the labels come down whole.
   bool beginChanges(bool accepted);
   bool reportsChanges() const { return asChanges_; }
   // The changed rows' list (queueChangeCount wrote it) down into out, `count` of them; false when they overflowed it.

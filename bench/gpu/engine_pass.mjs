@@ -14,7 +14,8 @@
  * iteration, the read included; pass_ms ends at finishPass; centroids_read_ms is what the read added after it (~0
  * beside the pass; ENGINE_PASS_READ=after: the read after the pass, timed apart, for A/B); reassigned is the
  * share of rows whose label changed at the first and the last timed iteration; early_ms and early_reassigned are the
- * same for iterations 2–4 (rows resident, many labels still changing). Prints RESULT_ENGINE lines.
+ * same for iterations 2–4 (rows resident, many labels still changing); timed_ms lists the timed iterations one by one.
+ * ENGINE_PASS_BOUNDS=off: the engine without the resident rows' bounds (A/B). Prints RESULT_ENGINE lines.
  */
 import { Engine } from '../../dist/native/index.js';
 
@@ -102,7 +103,9 @@ async function spinning(promise) {
 
 for (const [ns, ds, ks, dtype, precision] of shapes) {
   const n = Number(ns), d = Number(ds), k = Number(ks);
-  const engine = await Engine.open({ rows: n, dims: d, k, dtype, precision, backend: 'cuda', metric: 'l2' });
+  // ENGINE_PASS_BOUNDS=off: without the resident rows' bounds (A/B)
+  const engine = await Engine.open({ rows: n, dims: d, k, dtype, precision, backend: 'cuda', metric: 'l2',
+    ...(process.env.ENGINE_PASS_BOUNDS === 'off' ? { bounds: 'off' } : {}) });
   try {
     if (engine.plan.residentRows < n) {
       throw new Error(`${n}×${d}: only ${engine.plan.residentRows} rows resident; this benchmark times resident passes`);
@@ -172,7 +175,7 @@ for (const [ns, ds, ks, dtype, precision] of shapes) {
       // the share of rows whose label changed, at the first and the last timed iteration (what sums kept up to date
       // by the changed rows read: cuda/NOTES.md "Exact statistics")
       `reassigned=${(100 * reassigned[0]).toFixed(2)}%..${(100 * reassigned[reassigned.length - 1]).toFixed(2)}% ` +
-      `early_ms=${early.map((v) => v.toFixed(2)).join(',')} ` +
+      `early_ms=${early.map((v) => v.toFixed(2)).join(',')} timed_ms=${times.map((v) => v.toFixed(2)).join(',')} ` +
       `early_reassigned=${earlyReassigned.map((v) => (100 * v).toFixed(1) + '%').join(',')} ` +
       `device="${engine.plan.device}"`);
   } finally {

@@ -550,7 +550,19 @@ PassResult Engine::runFinish(std::uint64_t gen) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (asChanges) {
-      for (const LabelChange& c : totals.labelChanges) labels_[c.row] = c.label;
+      // a row is listed once, so shares apply in any order; a random write costs ~10 ns on one core, and a list of
+      // a few percent of 10^7 rows takes milliseconds there: the pool's cores take large lists together
+      const std::vector<LabelChange>& list = totals.labelChanges;
+      auto apply = [&](int tid, int nt) {
+        std::int64_t b, e;
+        ThreadPool::range(static_cast<std::int64_t>(list.size()), tid, nt, 1, b, e);
+        for (std::int64_t i = b; i < e; ++i) {
+          const LabelChange& c = list[static_cast<std::size_t>(i)];
+          labels_[c.row] = c.label;
+        }
+      };
+      if (list.size() >= (std::size_t{1} << 16)) pool_->run(apply);
+      else apply(0, 1);
     } else {
       std::swap(labels_, next_);
     }
