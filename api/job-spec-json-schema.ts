@@ -39,7 +39,7 @@ const DOCS: Record<string, string> = {
   tol: "sklearn's meaning: stop when the sum of squared centroid shifts <= tol × mean per-dimension variance; 0 = only on no movement",
   tolReassign: "kmcuda's meaning: stop when the fraction of rows that changed cluster <= tolReassign; 0 = only when none did",
   seed: 'seed of the init and of empty-cluster re-seeding',
-  precision: 'auto | fp32 | tf32 | bf16 | fp16 (fp32: exact labels; auto: the worker picks)',
+  precision: 'auto | fp32 | tf32 | bf16 | fp16 (fp32, fp16, bf16: exact labels, fp16 and bf16 of the rows rounded to that type; tf32: approximate; auto: by the data type)',
   output: 's3://bucket[/prefix]; outputs go under <output>/<jobId>/',
   name: 'model name: result history, latest, warm starts (required for init previous)',
   checkpointEvery: 'write a checkpoint every N iterations; 0 = never',

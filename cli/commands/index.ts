@@ -38,7 +38,7 @@ export function defineCommands(program: Command): void {
     .option('--tol <x>', "stop when the centroid shift Σ‖Δc‖² ≤ tol × mean feature variance (sklearn's tol)", nonNegativeNumber('--tol'), 1e-4)
     .option('--tol-reassign <x>', 'stop when the fraction of rows that changed cluster ≤ x (0: only when none did)', nonNegativeNumber('--tol-reassign', 1), 0)
     .option('--seed <n>', 'seed of the init', nonNegativeInt('--seed'), 0)
-    .addOption(new Option('--precision <p>', 'arithmetic of the distance kernels').choices(['auto', 'fp32', 'tf32', 'bf16', 'fp16']).default('auto'))
+    .addOption(new Option('--precision <p>', 'fp32, fp16, bf16: exact labels (fp16, bf16: of the rows rounded to that type); tf32: one tensor-core product a distance, approximate labels').choices(['auto', 'fp32', 'tf32', 'bf16', 'fp16']).default('auto'))
     .addOption(new Option('--backend <b>', 'engine backend').choices(['auto', 'cpu', 'cuda']).default('auto'))
     .addOption(new Option('--format <f>', 'dataset format (default: by the extension, .npy .npz .parquet .arrow .arrows .feather .fvecs .bvecs)').choices([...DATASET_FORMATS]))
     .option('--member <name>', 'npz: the array to read (default: the only one, or arr_0)')
