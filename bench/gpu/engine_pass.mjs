@@ -15,7 +15,7 @@
  * beside the pass; ENGINE_PASS_READ=after: the read after the pass, timed apart, for A/B); reassigned is the
  * share of rows whose label changed at the first and the last timed iteration; early_ms and early_reassigned are the
  * same for iterations 2–4 (rows resident, many labels still changing); timed_ms lists the timed iterations one by one.
- * ENGINE_PASS_BOUNDS=off: the engine without the resident rows' bounds (A/B). Prints RESULT_ENGINE lines.
+ * Prints RESULT_ENGINE lines.
  */
 import { Engine } from '../../dist/native/index.js';
 
@@ -103,9 +103,7 @@ async function spinning(promise) {
 
 for (const [ns, ds, ks, dtype, precision] of shapes) {
   const n = Number(ns), d = Number(ds), k = Number(ks);
-  // ENGINE_PASS_BOUNDS=off: without the resident rows' bounds (A/B)
-  const engine = await Engine.open({ rows: n, dims: d, k, dtype, precision, backend: 'cuda', metric: 'l2',
-    ...(process.env.ENGINE_PASS_BOUNDS === 'off' ? { bounds: 'off' } : {}) });
+  const engine = await Engine.open({ rows: n, dims: d, k, dtype, precision, backend: 'cuda', metric: 'l2' });
   try {
     if (engine.plan.residentRows < n) {
       throw new Error(`${n}×${d}: only ${engine.plan.residentRows} rows resident; this benchmark times resident passes`);

@@ -26,7 +26,7 @@ namespace cuda {
 // Operand format of the tensor-core products.
 enum class OpKind : int {
   F16x1 = 0,  // x, c rounded to fp16 (per-row / global power-of-two scaling): one MMA per product (tf32 jobs)
-  F16x3 = 2,  // x = hi + lo, c = hi + lo (fp16): hi·hi + hi·lo + lo·hi, plus margin test + fp64 recheck = exact
+  F16x3 = 1,  // x = hi + lo, c = hi + lo (fp16): hi·hi + hi·lo + lo·hi, plus margin test + fp64 recheck = exact
 };
 enum class InType : int { F32 = 0, F16 = 1, BF16 = 2 };
 
