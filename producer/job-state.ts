@@ -28,33 +28,52 @@ export interface IterationRecord {
 }
 
 /**
- * KEYS: iterations stream, lock · ARGV: maxlen, ttlMs, token, then the entry's field/value pairs → 1 written, 0 the
- * lock no longer holds the token (the job is gone, after a Redis restart without persistence, or someone else's).
+ * KEYS: iterations stream, lock · ARGV: maxlen, ttlMs, token, claim, then the entry's field/value pairs (iteration
+ * first) → 1 written (or already written), 0 the lock no longer holds the token (the job is gone, after a Redis restart
+ * without persistence, or someone else's). One claim writes its iterations in order on one connection, so an entry of
+ * this claim at the stream's end with this iteration or a later one means this append already ran: ioredis resent it
+ * after a reconnect because its answer was lost.
  */
 const APPEND_FENCED_SCRIPT = `
 if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 4))
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]
+if last then
+  local f, it, claim = last[2], nil, nil
+  for i = 1, #f - 1, 2 do
+    if f[i] == 'iteration' then it = tonumber(f[i + 1]) elseif f[i] == 'claim' then claim = f[i + 1] end
+  end
+  if claim == ARGV[4] and it and it >= tonumber(ARGV[6]) then return 1 end
+end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'claim', ARGV[4], unpack(ARGV, 5))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `;
 
+/** The worker that appends: its BullMQ lock (key and token) and its claim generation (worker/checkpoints/store.ts). */
+export interface IterationWriter {
+  key: string;
+  token: string;
+  claim: number;
+}
+
 /**
- * Appends one iteration to the job's stream. With `lock` (the worker's BullMQ lock key and token) the write is fenced:
- * nothing is written, and false is returned, unless the lock still holds the token — a worker never leaves entries
- * for a job that no longer exists or is no longer its own.
+ * Appends one iteration to the job's stream. With `writer` the write is fenced and idempotent: nothing is written,
+ * and false is returned, unless the lock still holds the token; an append resent after a lost answer is not written
+ * twice. A worker never leaves entries for a job that no longer exists or is no longer its own.
  */
 export async function appendIteration(
   redis: RedisClient,
   keys: Keys,
   jobId: string,
   rec: IterationRecord,
-  lock?: { key: string; token: string },
+  writer?: IterationWriter,
 ): Promise<boolean> {
   const key = keys.iterations(jobId);
   const fields = ['iteration', String(rec.iteration), 'inertia', String(rec.inertia),
     'reassigned', String(rec.reassigned), 'shift', String(rec.shift), 'ms', String(rec.ms)];
-  if (lock) {
-    const r = await redis.eval(APPEND_FENCED_SCRIPT, 2, key, lock.key, String(ITERATIONS_MAXLEN), String(JOB_STATE_TTL_MS), lock.token, ...fields);
+  if (writer) {
+    const r = await redis.eval(APPEND_FENCED_SCRIPT, 2, key, writer.key, String(ITERATIONS_MAXLEN), String(JOB_STATE_TTL_MS),
+      writer.token, String(writer.claim), ...fields);
     return Number(r) === 1;
   }
   const replies = await redis

@@ -256,6 +256,7 @@ export class JobAttempt {
     const { resume } = start;
     await this.progress(resume ? 'iterating' : 'initializing', resume?.iteration ?? 0, resume?.history);
     const pacer = new CheckpointPacer(spec.checkpointEvery, config.checkpointMinIntervalMs);
+    const writer = { ...this.lock!, claim: store.requireClaim() };
     const iterationWrites = new IterationWrites();
     const outputs = (this.outputs = new OutputWriter({
       s3: this.deps.s3,
@@ -290,7 +291,7 @@ export class JobAttempt {
         await iterationWrites.next(async () => {
           const { iteration, inertia, reassigned, shift, ms } = report;
           const [written] = await Promise.all([
-            appendIteration(redis, keys, this.jobId, { iteration, inertia, reassigned, shift, ms }, this.lock),
+            appendIteration(redis, keys, this.jobId, { iteration, inertia, reassigned, shift, ms }, writer),
             this.progress('iterating', report.iteration, cp.history, cp.dataVariance),
           ]);
           // the job is gone from Redis (a restart without persistence) or another worker's: stop writing for it

@@ -5,6 +5,7 @@
  *   const proxy = await startTcpProxy(redis.port);       // the partitioned process connects to proxy.port
  *   proxy.partition();                                    // live connections die, new ones hang unanswered
  *   proxy.heal();                                         // new connections go through again
+ *   await proxy.loseNextReply();                          // the server runs the next request, its answer is lost
  *   await proxy.stop();
  */
 import { createServer, connect, type Socket } from 'node:net';
@@ -13,12 +14,18 @@ export interface TcpProxy {
   readonly port: number;
   partition(): void;
   heal(): void;
+  /**
+   * The next bytes the server sends back are dropped and that connection is cut: the server has run the request, the
+   * client never hears so (as when a link fails between the two). Resolves once it has happened.
+   */
+  loseNextReply(): Promise<void>;
   stop(): Promise<void>;
 }
 
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const live = new Set<Socket>();
   let cut = false;
+  let loseReply: (() => void) | undefined;
   const server = createServer((client) => {
     live.add(client);
     client.on('close', () => live.delete(client));
@@ -34,7 +41,14 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     upstream.on('error', () => client.destroy());
     client.on('close', () => upstream.destroy());
     client.pipe(upstream);
-    upstream.pipe(client);
+    upstream.on('data', (chunk: Buffer) => {
+      if (!loseReply) return void client.write(chunk);
+      const lost = loseReply;
+      loseReply = undefined;
+      client.destroy();
+      upstream.destroy();
+      lost();
+    });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as { port: number }).port;
@@ -48,6 +62,9 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       cut = false;
       // connections opened during the partition never got through: drop them so the client reconnects
       for (const s of live) s.destroy();
+    },
+    loseNextReply() {
+      return new Promise<void>((resolve) => (loseReply = resolve));
     },
     async stop() {
       for (const s of live) s.destroy();

@@ -34,11 +34,14 @@ return 1
  * KEYS: lock, record · ARGV: token, claim, iteration, uri, specHash, datasetEtag, sha256, bytes, updatedAt, ttlMs
  * → { 1, uri to delete ('' if none) }, or { -1 } lock lost, { -2 } superseded, { -3 } not newer than the recorded
  * checkpoint of the same spec and data. The previous uri moves to prevUri; the one prevUri held before is returned for
- * deletion (the last two checkpoints are kept).
+ * deletion (the last two checkpoints are kept). A save the record already holds answers 1 again: ioredis resends a
+ * script whose answer was lost, and reading that as "not newer" would delete the object the record names.
  */
 export const SAVE_SCRIPT = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, ''} end
 if redis.call('HGET', KEYS[2], 'claimed') ~= ARGV[2] then return {-2, ''} end
+local rec = redis.call('HMGET', KEYS[2], 'generation', 'iteration', 'uri', 'sha256')
+if rec[1] == ARGV[2] and rec[2] == ARGV[3] and rec[3] == ARGV[4] and rec[4] == ARGV[7] then return {1, ''} end
 local cur = tonumber(redis.call('HGET', KEYS[2], 'iteration') or '0')
 local same = redis.call('HGET', KEYS[2], 'specHash') == ARGV[5] and redis.call('HGET', KEYS[2], 'datasetEtag') == ARGV[6]
 if same and tonumber(ARGV[3]) <= cur then return {-3, ''} end

@@ -191,7 +191,8 @@ export class CheckpointStore {
     return childOf(this.o.output, this.o.jobId, '_checkpoints', `c${claim}-${which}.ckpt`);
   }
 
-  private requireClaim(): number {
+  /** The claim generation this worker holds; throws before claimJob(). */
+  requireClaim(): number {
     if (this.claimGen === undefined) throw new Error('CheckpointStore: claimJob() first');
     return this.claimGen;
   }
