@@ -6,6 +6,7 @@
  *   proxy.partition();                                    // live connections die, new ones hang unanswered
  *   proxy.heal();                                         // new connections go through again
  *   await proxy.loseNextReply();                          // the server runs the next request, its answer is lost
+ *   await proxy.loseNextReply({ openForMs: 250 });        // the same, on a connection past its handshake
  *   await proxy.stop();
  */
 import { createServer, connect, type Socket } from 'node:net';
@@ -16,16 +17,18 @@ export interface TcpProxy {
   heal(): void;
   /**
    * The next bytes the server sends back are dropped and that connection is cut: the server has run the request, the
-   * client never hears so (as when a link fails between the two). Resolves once it has happened.
+   * client never hears so (as when a link fails between the two). Resolves once it has happened. With `openForMs` only
+   * a connection open at least that long loses it: losses that fall on each reconnect's handshake would otherwise
+   * keep one client cut off for as long as they go on.
    */
-  loseNextReply(): Promise<void>;
+  loseNextReply(opts?: { openForMs?: number }): Promise<void>;
   stop(): Promise<void>;
 }
 
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const live = new Set<Socket>();
   let cut = false;
-  let loseReply: (() => void) | undefined;
+  let loseReply: { openForMs: number; lost: () => void } | undefined;
   const server = createServer((client) => {
     live.add(client);
     client.on('close', () => live.delete(client));
@@ -41,9 +44,10 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
     upstream.on('error', () => client.destroy());
     client.on('close', () => upstream.destroy());
     client.pipe(upstream);
+    const openedAt = Date.now();
     upstream.on('data', (chunk: Buffer) => {
-      if (!loseReply) return void client.write(chunk);
-      const lost = loseReply;
+      if (!loseReply || Date.now() - openedAt < loseReply.openForMs) return void client.write(chunk);
+      const { lost } = loseReply;
       loseReply = undefined;
       client.destroy();
       upstream.destroy();
@@ -63,8 +67,8 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       // connections opened during the partition never got through: drop them so the client reconnects
       for (const s of live) s.destroy();
     },
-    loseNextReply() {
-      return new Promise<void>((resolve) => (loseReply = resolve));
+    loseNextReply(opts = {}) {
+      return new Promise<void>((resolve) => (loseReply = { openForMs: opts.openForMs ?? 0, lost: resolve }));
     },
     async stop() {
       for (const s of live) s.destroy();
