@@ -11,9 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateDataset } from '../../core/dataset/synthetic.js';
-import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
-import { bytesOf, ensureDistBuilt, referenceFit, spawnWorker, startStack, type ChildWorker, type Stack } from '../integration/pipeline-fixture.js';
+import { ensureDistBuilt, expectCompletedOnce, iterationStreamDefects, spawnWorker, startStack, type ChildWorker, type Stack } from '../integration/pipeline-fixture.js';
 
 const ENGINE = { chunkRows: 8192, threads: 1 };
 const SPEC = { k: 32, maxIter: 40, tol: 0, seed: 6 };
@@ -69,23 +68,9 @@ describe('a job while the worker\'s Redis replies keep getting lost', () => {
     expect(lost, worker.output().slice(-3000)).toBeGreaterThanOrEqual(3);
     expect(result.iterations).toBe(SPEC.maxIter);
 
-    const info = await stack.client.get(jobId);
-    expect(info?.state).toBe('completed');
-    expect((await stack.client.history('lr-model')).map((h) => h.jobId)).toEqual([jobId]);
-    expect(stack.s3.keys('out', `lr/${jobId}/`).filter((k) => !k.includes('/_checkpoints/'))).toEqual(
-      [`lr/${jobId}/assignments.npy`, `lr/${jobId}/centroids.npy`, `lr/${jobId}/summary.json`],
-    );
-    const ref = await referenceFit(path, SPEC, ENGINE);
-    expect(bytesOf(decodeNpy(await stack.s3.get('out', `lr/${jobId}/centroids.npy`)).data).equals(bytesOf(ref.centroids))).toBe(true);
-    expect(bytesOf(decodeNpy(await stack.s3.get('out', `lr/${jobId}/assignments.npy`)).data).equals(bytesOf(ref.labels))).toBe(true);
-
-    const redis = await stack.client.connection();
-    const raw = (await redis.xrange(stack.client.keys.iterations(jobId), '-', '+')).map(([, f]) => Number(f[f.indexOf('iteration') + 1]));
-    const resumedAt = result.resumedFrom?.iteration ?? Infinity;
-    const seen = new Map<number, number>();
-    for (const it of raw) seen.set(it, (seen.get(it) ?? 0) + 1);
-    const missing = Array.from({ length: SPEC.maxIter }, (_, i) => i + 1).filter((i) => !seen.has(i));
-    const strayRepeats = [...seen].filter(([it, n]) => n > 1 && it <= resumedAt).map(([it]) => it);
-    expect({ missing, strayRepeats }, `raw stream ${raw.join(',')}, ${lost} replies lost`).toEqual({ missing: [], strayRepeats: [] });
+    await expectCompletedOnce(stack, { jobId, output: 's3://out/lr', model: 'lr-model', path, spec: SPEC, engine: ENGINE });
+    const stream = await iterationStreamDefects(stack, jobId, SPEC.maxIter, result.resumedFrom?.iteration);
+    expect({ missing: stream.missing, strayRepeats: stream.strayRepeats }, `raw stream ${stream.raw.join(',')}, ${lost} replies lost`)
+      .toEqual({ missing: [], strayRepeats: [] });
   });
 });

@@ -12,8 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readIterations } from '../../producer/job-state.js';
 import { RedisUnavailableError } from '../../producer/errors/redis-unavailable-error.js';
 import { generateDataset } from '../../core/dataset/synthetic.js';
-import { decodeNpy } from '../../core/formats/npy-encode.js';
-import { bytesOf, ensureDistBuilt, referenceFit, spawnWorker, startStack, until, type ChildWorker, type Stack } from '../integration/pipeline-fixture.js';
+import { ensureDistBuilt, expectCompletedOnce, iterationStreamDefects, spawnWorker, startStack, until, type ChildWorker, type Stack } from '../integration/pipeline-fixture.js';
 
 const ENGINE = { chunkRows: 8192, threads: 1 };
 const SPEC = { k: 32, maxIter: 40, tol: 0, seed: 4 };
@@ -62,28 +61,13 @@ describe('redis-server restarted mid-job', () => {
     const result = await stack.client.wait(jobId, { timeoutMs: 90_000 });
     expect(result.iterations).toBe(SPEC.maxIter);
 
-    // exactly once: one completed job, one result in the model's history, one set of outputs
-    const info = await stack.client.get(jobId);
-    expect(info?.state).toBe('completed');
-    const history = await stack.client.history('rr-model');
-    expect(history.map((h) => h.jobId)).toEqual([jobId]);
-    expect(stack.s3.keys('out', `rr/${jobId}/`).filter((k) => !k.includes('/_checkpoints/'))).toEqual(
-      [`rr/${jobId}/assignments.npy`, `rr/${jobId}/centroids.npy`, `rr/${jobId}/summary.json`],
-    );
-    const ref = await referenceFit(path, SPEC, ENGINE);
-    expect(bytesOf(decodeNpy(await stack.s3.get('out', `rr/${jobId}/centroids.npy`)).data).equals(bytesOf(ref.centroids))).toBe(true);
-    expect(bytesOf(decodeNpy(await stack.s3.get('out', `rr/${jobId}/assignments.npy`)).data).equals(bytesOf(ref.labels))).toBe(true);
+    // exactly once: one completed job, one result in the model's history, one set of outputs, the uninterrupted bytes
+    await expectCompletedOnce(stack, { jobId, output: 's3://out/rr', model: 'rr-model', path, spec: SPEC, engine: ENGINE });
 
     // the iteration stream, raw: every iteration 1..N, repeats only after a resume point
+    const { raw, missing, strayRepeats, extra } = await iterationStreamDefects(stack, jobId, SPEC.maxIter, result.resumedFrom?.iteration);
+    expect({ missing, strayRepeats, extra }, `raw stream ${raw.join(',')}\n${worker.output().slice(-3000)}`).toEqual({ missing: [], strayRepeats: [], extra: [] });
     const redis = await stack.client.connection();
-    const raw = (await redis.xrange(stack.client.keys.iterations(jobId), '-', '+')).map(([, f]) => Number(f[f.indexOf('iteration') + 1]));
-    const resumedAt = result.resumedFrom?.iteration ?? Infinity;
-    const seen = new Map<number, number>();
-    for (const it of raw) seen.set(it, (seen.get(it) ?? 0) + 1);
-    const missing = Array.from({ length: SPEC.maxIter }, (_, i) => i + 1).filter((i) => !seen.has(i));
-    const strayDuplicates = [...seen].filter(([it, n]) => n > 1 && it <= resumedAt).map(([it]) => it);
-    expect({ missing, strayDuplicates, extra: [...seen.keys()].filter((i) => i < 1 || i > SPEC.maxIter) }, `raw stream ${raw.join(',')}\n${worker.output().slice(-3000)}`)
-      .toEqual({ missing: [], strayDuplicates: [], extra: [] });
     const iterations = await readIterations(redis, stack.client.keys, jobId);
     expect(iterations.map((r) => r.iteration)).toEqual(Array.from({ length: SPEC.maxIter }, (_, i) => i + 1));
     expect(iterations.every((r) => Number.isFinite(r.inertia) && r.inertia > 0)).toBe(true);

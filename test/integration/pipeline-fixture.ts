@@ -137,6 +137,49 @@ export async function referenceFit(
   }
 }
 
+/**
+ * A job's iteration stream, raw, against iterations 1..maxIter: the ones missing, those repeated at or before the
+ * resume point (only a resume redoes iterations, those after its checkpoint) and any outside the range.
+ */
+export async function iterationStreamDefects(
+  stack: Stack,
+  jobId: string,
+  maxIter: number,
+  resumedAt = Infinity,
+): Promise<{ raw: number[]; missing: number[]; strayRepeats: number[]; extra: number[] }> {
+  const redis = await stack.client.connection();
+  const raw = (await redis.xrange(stack.client.keys.iterations(jobId), '-', '+')).map(([, f]) => Number(f[f.indexOf('iteration') + 1]));
+  const seen = new Map<number, number>();
+  for (const it of raw) seen.set(it, (seen.get(it) ?? 0) + 1);
+  return {
+    raw,
+    missing: Array.from({ length: maxIter }, (_, i) => i + 1).filter((i) => !seen.has(i)),
+    strayRepeats: [...seen].filter(([it, n]) => n > 1 && it <= resumedAt).map(([it]) => it),
+    extra: [...seen.keys()].filter((i) => i < 1 || i > maxIter),
+  };
+}
+
+/**
+ * The job completed exactly once: state completed, one result in `model`'s history, the three outputs under
+ * `bucket/prefix/jobId/` (checkpoints aside), their bytes those of the reference fit of `path`.
+ */
+export async function expectCompletedOnce(
+  stack: Stack,
+  o: { jobId: string; output: string; model: string; path: string; spec: Parameters<typeof referenceFit>[1]; engine: Parameters<typeof referenceFit>[2] },
+): Promise<void> {
+  const { jobId } = o;
+  const [bucket, prefix] = o.output.replace(/^s3:\/\//, '').split(/\/(.*)/s);
+  expect((await stack.client.get(jobId))?.state).toBe('completed');
+  expect((await stack.client.history(o.model)).map((h) => h.jobId)).toEqual([jobId]);
+  const dir = `${prefix}/${jobId}/`;
+  expect(stack.s3.keys(bucket, dir).filter((k) => !k.includes('/_checkpoints/'))).toEqual(
+    [`${dir}assignments.npy`, `${dir}centroids.npy`, `${dir}summary.json`],
+  );
+  const ref = await referenceFit(o.path, o.spec, o.engine);
+  expect(bytesOf(decodeNpy(await stack.s3.get(bucket, `${dir}centroids.npy`)).data).equals(bytesOf(ref.centroids))).toBe(true);
+  expect(bytesOf(decodeNpy(await stack.s3.get(bucket, `${dir}assignments.npy`)).data).equals(bytesOf(ref.labels))).toBe(true);
+}
+
 export function bytesOf(a: ArrayBufferView): Buffer {
   return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 }
