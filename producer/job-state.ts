@@ -29,7 +29,7 @@ export interface IterationRecord {
 
 /**
  * KEYS: iterations stream, lock · ARGV: maxlen, ttlMs, token, claim, then the entry's field/value pairs (iteration
- * first) → 1 written (or already written), 0 the lock no longer holds the token (the job is gone, after a Redis restart
+ * first, claim last) → 1 written (or already written), 0 the lock no longer holds the token (the job is gone, after a Redis restart
  * without persistence, or someone else's). One claim writes its iterations in order on one connection, so an entry of
  * this claim at the stream's end with this iteration or a later one means this append already ran: ioredis resent it
  * after a reconnect because its answer was lost.
@@ -44,7 +44,7 @@ if last then
   end
   if claim == ARGV[4] and it and it >= tonumber(ARGV[6]) then return 1 end
 end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'claim', ARGV[4], unpack(ARGV, 5))
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, 5))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `;
@@ -72,8 +72,9 @@ export async function appendIteration(
   const fields = ['iteration', String(rec.iteration), 'inertia', String(rec.inertia),
     'reassigned', String(rec.reassigned), 'shift', String(rec.shift), 'ms', String(rec.ms)];
   if (writer) {
+    const claim = String(writer.claim);
     const r = await redis.eval(APPEND_FENCED_SCRIPT, 2, key, writer.key, String(ITERATIONS_MAXLEN), String(JOB_STATE_TTL_MS),
-      writer.token, String(writer.claim), ...fields);
+      writer.token, claim, ...fields, 'claim', claim);
     return Number(r) === 1;
   }
   const replies = await redis

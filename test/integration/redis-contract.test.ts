@@ -69,7 +69,7 @@ describe('docs/redis-contract.md, followed by a foreign producer', () => {
     expect(stack.s3.keys('out', 'foreign/foreign-1/')).toContain('foreign/foreign-1/summary.json');
     const stream = await redis.xrange('{kmfleet}:job:jobs:foreign-1:iterations', '-', '+');
     expect(stream.length).toBeGreaterThanOrEqual(result.iterations);
-    expect(stream[0][1].filter((_, i) => i % 2 === 0)).toEqual(['iteration', 'inertia', 'reassigned', 'shift', 'ms']);
+    expect(stream[0][1].filter((_, i) => i % 2 === 0)).toEqual(['iteration', 'inertia', 'reassigned', 'shift', 'ms', 'claim']);
     expect(await redis.zrevrange('{kmfleet}:model:foreign:history', 0, -1)).toEqual(['foreign-1']);
     expect(JSON.parse((await redis.hget('{kmfleet}:model:foreign:results', 'foreign-1'))!)).toEqual(result);
     expect(await redis.get('{kmfleet}:model:foreign:latest')).toBe('foreign-1');
