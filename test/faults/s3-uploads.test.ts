@@ -7,8 +7,11 @@
  * (The proxy is test/helpers/s3-fault-proxy.ts.)
  *   - the multipart sink survives transient faults on every kind of upload request: object bytes = what was written;
  *   - a part that never goes through: end() fails, the upload is aborted, nothing lingers, no object appears;
- *   - a whole job whose uploads (checkpoints, multipart assignments, centroids, summary) keep hitting faults
- *     completes in one attempt; every output matches the sha256 in summary.json and the reference run; no open upload.
+ *   - answers lost after S3 did the work (create, part, complete, put): retries are harmless, the objects exact; a
+ *     complete's retry that finds the upload gone (NoSuchUpload on S3, a 500 on s3rver) takes the whole object as done;
+ *   - a whole job whose uploads (checkpoints, multipart assignments, centroids, summary) keep hitting faults, lost
+ *     answers among them, completes in one attempt; every output matches the sha256 in summary.json and the reference
+ *     run; no open upload the worker knew of.
  */
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -19,10 +22,10 @@ import { generateDataset } from '../../core/dataset/synthetic.js';
 import { decodeNpy } from '../../core/formats/npy-encode.js';
 import { S3MultipartSink } from '../../worker/outputs/multipart-sink.js';
 import { createS3, type S3Handle } from '../../worker/s3/client.js';
-import { reply, reset, slowDown, startS3FaultProxy, type ProxiedRequest, type S3FaultProxy, type S3Operation } from '../helpers/s3-fault-proxy.js';
+import { loseAnswer, reply, reset, slowDown, startS3FaultProxy, type ProxiedRequest, type S3FaultProxy, type S3Operation } from '../helpers/s3-fault-proxy.js';
 import { bytesOf, referenceFit, startStack, type Stack } from '../integration/pipeline-fixture.js';
 
-type Fault = 'slowdown' | 'reset';
+type Fault = 'slowdown' | 'reset' | 'lost';
 type Op = 'create' | 'part' | 'complete' | 'abort' | 'put';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
@@ -43,18 +46,20 @@ describe('faults on S3 uploads', () => {
   let dir: string;
   /** decides the fault for each upload request (n: its number among upload requests); default none */
   let policy: (op: Op, url: URL, n: number) => Fault | undefined = () => undefined;
-  const ledger = { created: new Set<string>(), completed: new Set<string>(), aborted: new Set<string>() };
+  const ledger = { created: new Set<string>(), completed: new Set<string>(), aborted: new Set<string>(), createAnswerLost: new Set<string>() };
   /** "op fault" of the faults injected since `mark` */
   let mark = 0;
   const faults = () => proxy.requests.slice(mark).filter((r) => r.fault && !r.fault.startsWith('reply') && OPS[r.operation]).map((r) => `${OPS[r.operation]} ${r.fault}`);
   let n = 0;
-  const openUploads = () => [...ledger.created].filter((id) => !ledger.completed.has(id) && !ledger.aborted.has(id));
+  const left = (id: string) => !ledger.completed.has(id) && !ledger.aborted.has(id);
+  /** uploads left open whose ids the client had (an upload whose creation answer was lost is not one: it never knew it) */
+  const openUploads = () => [...ledger.created].filter((id) => left(id) && !ledger.createAnswerLost.has(id));
 
   const faultOf = (r: ProxiedRequest) => {
     const op = OPS[r.operation];
     if (!op) return undefined;
     const fault = policy(op, r.url, ++n);
-    if (fault) return fault === 'reset' ? reset() : slowDown();
+    if (fault) return fault === 'reset' ? reset() : fault === 'lost' ? loseAnswer() : slowDown();
     if (op === 'abort') {
       ledger.aborted.add(r.url.searchParams.get('uploadId')!);
       return reply(204);
@@ -66,6 +71,7 @@ describe('faults on S3 uploads', () => {
     if (r.operation === 'CreateMultipartUpload') {
       const id = /<UploadId>([^<]+)<\/UploadId>/.exec(body.toString())?.[1];
       if (id) ledger.created.add(id);
+      if (id && r.fault === 'answer lost') ledger.createAnswerLost.add(id);
     }
     if (r.operation === 'CompleteMultipartUpload') ledger.completed.add(r.url.searchParams.get('uploadId')!);
   };
@@ -106,6 +112,34 @@ describe('faults on S3 uploads', () => {
     expect(ledger.completed.size).toBe(1);
   });
 
+  it('answers lost after S3 did the work (create, a part, complete, a put): the objects are exact, retries are harmless', async () => {
+    const seen = new Map<string, number>();
+    // the first try of each of these is carried out by s3rver, and its answer never reaches the client
+    policy = (op, url) => {
+      const key = `${op}:${url.searchParams.get('partNumber') ?? ''}`;
+      const tries = (seen.get(key) ?? 0) + 1;
+      seen.set(key, tries);
+      const lose = op === 'create' || op === 'complete' || op === 'put' || (op === 'part' && url.searchParams.get('partNumber') === '2');
+      return tries === 1 && lose ? 'lost' : undefined;
+    };
+    mark = proxy.requests.length;
+    const data = Buffer.alloc(11 * 1024 * 1024 + 4320);
+    for (let i = 0; i < data.length; i += 4) data.writeUInt32LE((i * 2246822519) >>> 0, i);
+    const sink = new S3MultipartSink(client, { bucket: 'out', key: 'mp/lost.bin' }, { partBytes: 5 * 1024 * 1024, concurrency: 2 });
+    for (let off = 0; off < data.length; off += 1 << 20) await sink.write(data.subarray(off, off + (1 << 20)));
+    await sink.end();
+    expect(sha(await stack.s3.get('out', 'mp/lost.bin'))).toBe(sha(data));
+    const small = new S3MultipartSink(client, { bucket: 'out', key: 'mp/lost-small.bin' }, { partBytes: 5 * 1024 * 1024 });
+    await small.write(data.subarray(0, 1000));
+    await small.end();
+    expect(sha(await stack.s3.get('out', 'mp/lost-small.bin'))).toBe(sha(data.subarray(0, 1000)));
+    expect(faults().sort()).toEqual(['complete answer lost', 'create answer lost', 'part answer lost', 'put answer lost']);
+    // the complete's retries find the upload gone and the object whole: done. The upload whose creation answer was
+    // lost stays open, for the bucket's lifecycle rule (docs/operations.md)
+    expect(openUploads()).toEqual([]);
+    expect([...ledger.createAnswerLost].filter(left)).toHaveLength(1);
+  });
+
   it('a part that never goes through: end() fails, the upload is aborted, no open upload, no object', async () => {
     policy = (op, url) => (op === 'part' && url.searchParams.get('partNumber') === '2' ? 'slowdown' : undefined);
     const quick = createS3({ ...proxy.settings, maxAttempts: 2 }); // fewer SDK backoffs
@@ -128,8 +162,13 @@ describe('faults on S3 uploads', () => {
   });
 
   it('a job whose uploads keep hitting faults completes once; outputs match summary.json checksums and the reference', async () => {
-    // every 2nd upload request fails, alternately 503 and reset: checkpoints, multipart assignments, centroids, summary
-    policy = (op, _url, i) => (op === 'abort' || i % 2 === 1 ? undefined : i % 4 === 0 ? 'slowdown' : 'reset');
+    // every 2nd upload request fails, in turn a 503, a reset, and an answer lost after S3 did the work: checkpoints,
+    // multipart assignments, centroids, summary; and the first complete of the assignments' upload loses its answer
+    let completes = 0;
+    policy = (op, _url, i) => {
+      if (op === 'complete' && completes++ === 0) return 'lost';
+      return op === 'abort' || i % 2 === 1 ? undefined : (['slowdown', 'reset', 'lost'] as const)[(i / 2) % 3];
+    };
     mark = proxy.requests.length;
     const path = (await generateDataset(join(dir, 'big.npy'), { kind: 'blobs', rows: 1_600_000, dims: 2, centers: 4, seed: 5, clusterStd: 1 })).path;
     await stack.s3.put('data', 'big.npy', readFileSync(path));
@@ -150,6 +189,7 @@ describe('faults on S3 uploads', () => {
       // the assignments (6.4 MB) went up as a multipart upload, through faults; none is left open
       expect(faults().some((f) => f.startsWith('part'))).toBe(true);
       expect(faults().some((f) => f.startsWith('put'))).toBe(true);
+      expect(faults()).toContain('complete answer lost');
       expect(openUploads()).toEqual([]);
     } finally {
       await worker.shutdown('test end');

@@ -58,6 +58,7 @@ export const LISTED: Readonly<Record<string, Readonly<Record<string, Listed>>>> 
     '# patch of ScaledObject kmfleet-worker': { reason: `a kustomize patch applied in a cluster: ${NEEDS_CLUSTER}` },
     'OTEL_EXPORTER_OTLP_ENDPOINT=': { reason: 'settings for the processes to trace, not a command; tracing-settings.test.ts checks what they accept and tracing.test.ts traces a job' },
     'OTEL_TRACES_EXPORTER=otlp docker compose': { reason: NEEDS_DOCKER },
+    'aws s3api put-bucket-lifecycle-configuration': { reason: 'needs the AWS CLI and a store that keeps lifecycle rules (s3rver has none); the uploads it cleans up are checked in test/faults/s3-uploads.test.ts' },
   },
   'docs/redis-contract.md': {
     '-- KEYS:': { by: 'test/integration/redis-contract.test.ts' },

@@ -11,7 +11,8 @@
  * before any answer), `truncate(n)` (s3rver's status and headers, then the body cut after n bytes: a body that short
  * goes through whole), `delay(ms)` (held, then forwarded), `hold(promise)` (held until the promise settles: a request
  * in flight while the test freezes or partitions its sender), `reply(status)` (answered here: an operation that s3rver
- * 3.7.1 does not implement). `onResponse` sees s3rver's answers (buffered) for ledgers of what really happened.
+ * 3.7.1 does not implement), `loseAnswer()` (s3rver does it, then the connection dies before its answer: a retry
+ * repeats an operation that already happened). `onResponse` sees s3rver's answers (buffered) for ledgers of what really happened.
  */
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
@@ -32,7 +33,7 @@ export interface ProxiedRequest {
   readonly key: string;
   readonly operation: S3Operation;
   readonly headers: IncomingMessage['headers'];
-  /** the fault it got, once applied: an S3 error code, 'reset', 'truncate', 'delay' or 'reply <status>' */
+  /** the fault it got, once applied: an S3 error code, 'reset', 'truncate', 'delay', 'reply <status>' or 'answer lost' */
   fault?: string;
 }
 
@@ -42,7 +43,8 @@ export type S3Fault =
   | { kind: 'truncate'; afterBytes: number }
   | { kind: 'delay'; ms: number }
   | { kind: 'hold'; until: Promise<unknown> }
-  | { kind: 'reply'; status: number; body?: string };
+  | { kind: 'reply'; status: number; body?: string }
+  | { kind: 'lose' };
 
 export const s3Error = (status: number, code: string, message: string): S3Fault => ({ kind: 'error', status, code, message });
 export const slowDown = (): S3Fault => s3Error(503, 'SlowDown', 'Please reduce your request rate.');
@@ -53,11 +55,12 @@ export const delay = (ms: number): S3Fault => ({ kind: 'delay', ms });
 /** held until `until` settles, then forwarded — unless the client gave up meanwhile (S3 drops an aborted request) */
 export const hold = (until: Promise<unknown>): S3Fault => ({ kind: 'hold', until });
 export const reply = (status: number, body?: string): S3Fault => ({ kind: 'reply', status, body });
+export const loseAnswer = (): S3Fault => ({ kind: 'lose' });
 
 export interface S3FaultProxyOptions {
   /** the fault for one request, or undefined to pass it to s3rver unchanged */
   fault?: (req: ProxiedRequest) => S3Fault | undefined;
-  /** s3rver's answer to a request that went through (not called for faults or replies) */
+  /** s3rver's answer to a request that went through, also one whose answer is then lost (not called for other faults) */
   onResponse?: (req: ProxiedRequest, status: number, body: Buffer) => void;
 }
 
@@ -89,7 +92,7 @@ export function s3OperationOf(method: string, url: URL): S3Operation {
 export async function startS3FaultProxy(s3: S3ServerHandle, opts: S3FaultProxyOptions = {}): Promise<S3FaultProxy> {
   const requests: ProxiedRequest[] = [];
 
-  const forward = (req: IncomingMessage, res: ServerResponse, r: ProxiedRequest, cutAfter = Infinity) => {
+  const forward = (req: IncomingMessage, res: ServerResponse, r: ProxiedRequest, cutAfter = Infinity, lose = false) => {
     let sent = 0;
     /** writes a piece of the body; past `cutAfter` bytes, the rest is dropped and the connection dies mid-body */
     const send = (c: Buffer) => {
@@ -104,6 +107,16 @@ export async function startS3FaultProxy(s3: S3ServerHandle, opts: S3FaultProxyOp
     };
     const up = request({ host: '127.0.0.1', port: s3.port, method: req.method, path: req.url, headers: req.headers }, (upRes) => {
       const status = upRes.statusCode!;
+      if (lose) {
+        const chunks: Buffer[] = [];
+        upRes.on('data', (c: Buffer) => chunks.push(c));
+        upRes.on('end', () => {
+          r.fault = 'answer lost';
+          opts.onResponse?.(r, status, Buffer.concat(chunks));
+          req.socket.destroy();
+        });
+        return;
+      }
       const chunks: Buffer[] = [];
       if (!opts.onResponse) res.writeHead(status, upRes.headers);
       upRes.on('data', (c: Buffer) => (opts.onResponse ? chunks.push(c) : send(c)));
@@ -135,6 +148,8 @@ export async function startS3FaultProxy(s3: S3ServerHandle, opts: S3FaultProxyOp
         return forward(req, res, r);
       case 'truncate':
         return forward(req, res, r, f.afterBytes);
+      case 'lose':
+        return forward(req, res, r, Infinity, true);
       case 'delay':
         r.fault = 'delay';
         return void setTimeout(() => forward(req, res, r), f.ms);

@@ -104,17 +104,15 @@ export class S3MultipartSink implements ByteSink {
     if (this.failure) throw this.failure;
     this.parts.sort((a, b) => a.PartNumber! - b.PartNumber!);
     const complete = { Bucket: this.location.bucket, Key: this.location.key, UploadId: this.uploadId, MultipartUpload: { Parts: this.parts } };
-    let tries = 0;
     const r = await withRetries(
       async () => {
         try {
           return await this.s3.client.send(new CompleteMultipartUploadCommand(complete), { abortSignal: this.signal });
         } catch (err) {
-          // a retry whose first try completed the upload but lost the answer: the upload id is gone, the object is there
-          if (tries++ > 0 && (err as { name?: string }).name === 'NoSuchUpload') {
-            const info = await headObject(this.s3, this.location, this.signal);
-            if (info.size === this.bytes) return { ETag: info.etag };
-          }
+          // An earlier try, ours or the SDK's own retry inside this one, may have completed the upload and lost its
+          // answer: S3 then says NoSuchUpload, some stores a 5xx, on every retry. The object is there, whole.
+          const done = this.signal?.aborted ? undefined : await this.completedObject();
+          if (done) return done;
           throw err;
         }
       },
@@ -123,6 +121,16 @@ export class S3MultipartSink implements ByteSink {
     );
     this.etag = r.ETag;
     this.state = 'done';
+  }
+
+  /** The object, when it is there with every byte written (this sink's key is written by no one else: its caller's). */
+  private async completedObject(): Promise<{ ETag: string } | undefined> {
+    try {
+      const info = await headObject(this.s3, this.location, this.signal);
+      return info.size === this.bytes ? { ETag: info.etag } : undefined;
+    } catch {
+      return undefined; // not there (or not known now): the complete's own error stands
+    }
   }
 
   async abort(): Promise<void> {
