@@ -4,7 +4,8 @@
  * messages but reads only whole files, so the framing and the few FlatBuffers fields needed here (Message.fbs:
  * header type, bodyLength, RecordBatch.length and .compression, DictionaryBatch.data; File.fbs: the footer's blocks)
  * are read by hand.
- * Any offset that points outside the bytes read is a DatasetFormatError, never a RangeError.
+ * Any offset that points outside the bytes read is a DatasetFormatError, never a RangeError. The vectors that
+ * flechette sizes its lists by (a schema's fields, a batch's nodes and buffers) are checked here before it decodes.
  */
 import { DatasetFormatError } from './errors.js';
 
@@ -57,6 +58,10 @@ class FlatBuffer {
     this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
 
+  get length(): number {
+    return this.bytes.length;
+  }
+
   private check(at: number, size: number): void {
     if (!Number.isInteger(at) || at < 0 || at + size > this.bytes.length) {
       throw new DatasetFormatError(`${this.what} is damaged: an offset points outside its ${this.bytes.length} bytes`);
@@ -101,6 +106,59 @@ class FlatBuffer {
   target(at: number): number {
     return at + this.i32(at);
   }
+
+  /**
+   * The vector an offset field at `at` points to: its first element and its length, all `stride`-byte elements inside
+   * the bytes. (@uwdata/flechette builds a list as long as a vector's length says, whatever the bytes hold.)
+   */
+  vector(at: number, stride: number): { start: number; count: number } {
+    const v = this.target(at);
+    const count = this.i32(v);
+    if (count < 0) throw new DatasetFormatError(`${this.what} is damaged: a vector of ${count} elements`);
+    this.check(v + 4, count * stride);
+    return { start: v + 4, count };
+  }
+}
+
+/** Schema.fbs: Type union ids and Field / Schema / Union fields that hold vectors */
+const TYPE_UNION = 14;
+/** nested types deeper than this are refused (a damaged file may nest a field in itself) */
+const MAX_FIELD_DEPTH = 64;
+
+/**
+ * Every vector of a Schema message's fields (Schema.fbs: fields, children, custom metadata, features, a union's type
+ * ids) lies inside its bytes, fields nest at most MAX_FIELD_DEPTH deep, and no more fields are reached than the bytes
+ * can hold: what flechette takes on trust before it decodes the schema.
+ */
+function checkSchema(fb: FlatBuffer, schema: number, what: string): void {
+  let budget = fb.length / 4; // a field table takes at least 4 bytes: more visits mean fields reached twice
+  const optionalVector = (table: number, index: number, stride: number) => {
+    const at = fb.field(table, index);
+    return at === undefined ? { start: 0, count: 0 } : fb.vector(at, stride);
+  };
+  const fields = (vector: { start: number; count: number }, depth: number): void => {
+    if (depth > MAX_FIELD_DEPTH) throw new DatasetFormatError(`${what} is damaged: its fields nest deeper than ${MAX_FIELD_DEPTH} levels`);
+    for (let i = 0; i < vector.count; i++) {
+      if (--budget < 0) throw new DatasetFormatError(`${what} is damaged: its fields refer to each other`);
+      const field = fb.target(vector.start + 4 * i);
+      optionalVector(field, 6, 4);
+      const typeTypeAt = fb.field(field, 2);
+      const typeAt = fb.field(field, 3);
+      if (typeTypeAt !== undefined && typeAt !== undefined && fb.u8(typeTypeAt) === TYPE_UNION) optionalVector(fb.target(typeAt), 1, 4);
+      fields(optionalVector(field, 5, 4), depth + 1);
+    }
+  };
+  fields(optionalVector(schema, 1, 4), 0);
+  optionalVector(schema, 2, 4);
+  optionalVector(schema, 3, 8);
+}
+
+/** A RecordBatch's vectors (Message.fbs: nodes, buffers, variadic buffer counts) lie inside the metadata's bytes. */
+function checkRecordBatch(fb: FlatBuffer, batch: number): void {
+  for (const [index, stride] of [[1, 16], [2, 16], [4, 8]] as const) {
+    const at = fb.field(batch, index);
+    if (at !== undefined) fb.vector(at, stride);
+  }
 }
 
 /**
@@ -128,6 +186,10 @@ export function parseMessageHead(bytes: Uint8Array, what: string): MessageHead |
   const type = typeAt === undefined ? 0 : fb.u8(typeAt);
   const bodyAt = fb.field(message, 3);
   const head: MessageHead = { headLength, bodyLength: bodyAt === undefined ? 0 : fb.i64(bodyAt), type };
+  if (type === MESSAGE_SCHEMA) {
+    const headerAt = fb.field(message, 2);
+    if (headerAt !== undefined) checkSchema(fb, fb.target(headerAt), what);
+  }
   if (type === MESSAGE_RECORD_BATCH || type === MESSAGE_DICTIONARY_BATCH) {
     const headerAt = fb.field(message, 2);
     if (headerAt === undefined) throw new DatasetFormatError(`${what} is a ${type === MESSAGE_RECORD_BATCH ? 'record' : 'dictionary'} batch without its header`);
@@ -138,6 +200,7 @@ export function parseMessageHead(bytes: Uint8Array, what: string): MessageHead |
       if (dataAt === undefined) return head;
       batch = fb.target(dataAt);
     }
+    checkRecordBatch(fb, batch);
     const lengthAt = fb.field(batch, 0);
     if (type === MESSAGE_RECORD_BATCH) head.rows = lengthAt === undefined ? 0 : fb.i64(lengthAt);
     const compressionAt = fb.field(batch, 3);
