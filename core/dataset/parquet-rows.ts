@@ -6,9 +6,13 @@
  */
 import { DatasetFormatError } from '../formats/errors.js';
 import { f32ToF16Bits } from '../formats/half.js';
+import { checkColumnPages, MAX_PROBE_VALUES_PER_ROW } from '../formats/parquet-pages.js';
 import { parquetColumnLayout, type ParquetColumnLayout, type ParquetFile } from '../formats/parquet.js';
 import type { DatasetConversion, DatasetDType } from '../formats/npy-header.js';
 import { DecodedBatches, type DecodedColumn } from './decoded-batches.js';
+
+/** a stored value's bytes */
+const VALUE_BYTES: Record<ParquetColumnLayout['stored'], number> = { FLOAT: 4, DOUBLE: 8, FLOAT16: 2 };
 
 export class ParquetRows implements DecodedColumn {
   readonly dims: number;
@@ -23,7 +27,7 @@ export class ParquetRows implements DecodedColumn {
     this.dims = dims;
     this.rowBytes = dims * (layout.dtype === 'f32' ? 4 : 2);
     this.groups = new DecodedBatches(layout.groupStarts, this.rowBytes, (g) =>
-      decodeGroupValues(file, layout, g).then((values) => this.toRows(values, layout.groupStarts[g])));
+      decodeGroupValues(file, layout, g, dims).then((values) => this.toRows(values, layout.groupStarts[g])));
   }
 
   get rows(): number {
@@ -45,7 +49,7 @@ export class ParquetRows implements DecodedColumn {
   /** Reads the footer, checks the column and decodes the first row group for the dims. `dims`, when given, must match. */
   static async open(file: ParquetFile, opts: { column?: string; convert?: DatasetConversion; dims?: number } = {}): Promise<ParquetRows> {
     const layout = await parquetColumnLayout(file, opts);
-    const first = await decodeGroupValues(file, layout, 0);
+    const first = await decodeGroupValues(file, layout, 0, MAX_PROBE_VALUES_PER_ROW);
     const row0 = first[0];
     if (row0 === null || row0 === undefined) throw new DatasetFormatError(`Parquet column "${layout.column}" row 0 is null`);
     const dims = (row0 as unknown[]).length;
@@ -88,21 +92,28 @@ export class ParquetRows implements DecodedColumn {
   }
 }
 
-/** Decodes row group `g` of the column: one list (or null) per row. */
-async function decodeGroupValues(file: ParquetFile, layout: ParquetColumnLayout, g: number): Promise<unknown[]> {
+/** Decodes row group `g` of the column, rows of at most `valuesPerRow` values: one list (or null) per row. */
+async function decodeGroupValues(file: ParquetFile, layout: ParquetColumnLayout, g: number, valuesPerRow: number): Promise<unknown[]> {
   const { parquetRead } = await import('hyparquet');
   const start = layout.groupStarts[g];
   const rows = layout.groupStarts[g + 1] - start;
+  const label = `Parquet column "${layout.column}" row group ${g} (rows ${start}..${start + rows - 1})`;
+  // the pages' headers checked first (parquet-pages.ts); the decode then takes the chunk's bytes read for that
+  const chunk = await checkColumnPages(file, layout.metadata, layout.column, g, { rows, valuesPerRow, valueBytes: VALUE_BYTES[layout.stored] }, label);
   const values: unknown[] = new Array(rows);
   let filled = 0;
   // a failed read (S3, the file) is passed on as it is; only what hyparquet says of the bytes is a format error
   let readError: unknown;
+  const chunkEnd = chunk.start + chunk.bytes.byteLength;
   const reading: ParquetFile = {
     byteLength: file.byteLength,
-    slice: (s, e) => file.slice(s, e).catch((err: unknown) => {
-      readError ??= err;
-      throw err;
-    }),
+    slice: (s, e = file.byteLength) => {
+      if (s >= chunk.start && e <= chunkEnd) return Promise.resolve(chunk.bytes.slice(s - chunk.start, e - chunk.start));
+      return file.slice(s, e).catch((err: unknown) => {
+        readError ??= err;
+        throw err;
+      });
+    },
   };
   try {
     await parquetRead({
@@ -124,7 +135,7 @@ async function decodeGroupValues(file: ParquetFile, layout: ParquetColumnLayout,
   } catch (err) {
     if (readError !== undefined) throw readError;
     if (err instanceof DatasetFormatError) throw err;
-    throw new DatasetFormatError(`Parquet column "${layout.column}" row group ${g} (rows ${start}..${start + rows - 1}) cannot be decoded: ${(err as Error).message}`);
+    throw new DatasetFormatError(`${label} cannot be decoded: ${(err as Error).message}`);
   }
   if (filled !== rows) {
     throw new DatasetFormatError(`Parquet column "${layout.column}" row group ${g} decoded ${filled} rows, not the ${rows} its footer gives (a damaged file?)`);

@@ -97,6 +97,9 @@ export async function arrowColumnLayout(
     );
   }
   if (stride === 0) throw new DatasetFormatError(`Arrow column "${column}" is a FixedSizeList of 0 values (no dims)`);
+  if (stride !== undefined && !(Number.isSafeInteger(stride) && stride > 0)) {
+    throw new DatasetFormatError(`Arrow column "${column}" is a FixedSizeList of ${stride} values (a damaged schema?)`);
+  }
   if (stride !== undefined && opts.dims !== undefined && opts.dims !== stride) {
     throw new DatasetFormatError(`Arrow column "${column}" has ${stride} dims, not the ${opts.dims} given`);
   }
