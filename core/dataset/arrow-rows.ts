@@ -78,9 +78,10 @@ export class ArrowRows implements DecodedColumn {
   private async decodeBatch(b: number): Promise<AnyBatch> {
     const { batches, batchStarts, schema, dictionaries, columnIndex, what, codecs } = this.layout;
     const { offset, length } = batches[b];
+    const label = `${what} record batch ${b} (rows ${batchStarts[b]}..${batchStarts[b + 1] - 1})`;
+    if (offset + length > this.size) throw new DatasetFormatError(`${label} ends past the file: bytes [${offset}, ${offset + length}) of ${this.size}`);
     // a failed read (S3, the file) is passed on as it is; only what is wrong with the bytes is a format error
     let bytes = await this.readAt(offset, length);
-    const label = `${what} record batch ${b} (rows ${batchStarts[b]}..${batchStarts[b + 1] - 1})`;
     if (bytes.length < length) throw new DatasetFormatError(`${label} ended early: bytes [${offset}, ${offset + length}) of ${this.size} (was the file truncated?)`);
     // typed views of the values need the body 8-byte aligned, as it is in the file
     if (bytes.byteOffset % 8 !== 0) bytes = new Uint8Array(bytes);

@@ -7,6 +7,7 @@
 import { DatasetFormatError } from '../formats/errors.js';
 import { f32ToF16Bits } from '../formats/half.js';
 import { checkColumnPages, MAX_PROBE_VALUES_PER_ROW } from '../formats/parquet-pages.js';
+import { checkedSnappy } from '../formats/snappy-pages.js';
 import { parquetColumnLayout, type ParquetColumnLayout, type ParquetFile } from '../formats/parquet.js';
 import type { DatasetConversion, DatasetDType } from '../formats/npy-header.js';
 import { DecodedBatches, type DecodedColumn } from './decoded-batches.js';
@@ -52,7 +53,8 @@ export class ParquetRows implements DecodedColumn {
     const first = await decodeGroupValues(file, layout, 0, MAX_PROBE_VALUES_PER_ROW);
     const row0 = first[0];
     if (row0 === null || row0 === undefined) throw new DatasetFormatError(`Parquet column "${layout.column}" row 0 is null`);
-    const dims = (row0 as unknown[]).length;
+    if (!Array.isArray(row0) && !ArrayBuffer.isView(row0)) throw new DatasetFormatError(`Parquet column "${layout.column}" row 0 is not a list`);
+    const dims = (row0 as ArrayLike<unknown>).length;
     if (dims === 0) throw new DatasetFormatError(`Parquet column "${layout.column}" row 0 is an empty list (no dims)`);
     if (opts.dims !== undefined && opts.dims !== dims) {
       throw new DatasetFormatError(`Parquet column "${layout.column}" has ${dims} dims, not the ${opts.dims} given`);
@@ -94,7 +96,7 @@ export class ParquetRows implements DecodedColumn {
 
 /** Decodes row group `g` of the column, rows of at most `valuesPerRow` values: one list (or null) per row. */
 async function decodeGroupValues(file: ParquetFile, layout: ParquetColumnLayout, g: number, valuesPerRow: number): Promise<unknown[]> {
-  const { parquetRead } = await import('hyparquet');
+  const { parquetRead, snappyUncompress } = await import('hyparquet');
   const start = layout.groupStarts[g];
   const rows = layout.groupStarts[g + 1] - start;
   const label = `Parquet column "${layout.column}" row group ${g} (rows ${start}..${start + rows - 1})`;
@@ -120,6 +122,7 @@ async function decodeGroupValues(file: ParquetFile, layout: ParquetColumnLayout,
       file: reading,
       metadata: layout.metadata,
       columns: [layout.column],
+      compressors: { SNAPPY: checkedSnappy(snappyUncompress) },
       rowStart: start,
       rowEnd: start + rows,
       onChunk: (chunk) => {

@@ -46,11 +46,22 @@ async function loadDecoder(codec: ArrowCodec): Promise<Decode> {
   return (bytes, length) => decodeLz4Frames(decompressBlock, bytes, length);
 }
 
+/**
+ * The most a codec's bytes can grow, plus a frame's headers: an LZ4 sequence (a token and a length byte at least)
+ * adds at most 255 bytes a byte; a ZSTD RLE block holds up to 128 KiB in 4 bytes. A larger length prefix is damage,
+ * refused before an output of that size is allocated.
+ */
+const MAX_GROWTH: Record<ArrowCodec, number> = { LZ4_FRAME: 255, ZSTD: 32 * 1024 };
+const FRAME_ALLOWANCE = 1024;
+
 /** `decode` with its input's length prefix and its result checked, and the result 8-byte aligned for typed views. */
 function checked(codec: ArrowCodec, decode: Decode): Decode {
   return (bytes, length) => {
     if (!Number.isSafeInteger(length) || length < 0) {
       throw new DatasetFormatError(`a buffer compressed with ${codec} gives ${length} as its uncompressed length (a damaged file?)`);
+    }
+    if (length > bytes.length * MAX_GROWTH[codec] + FRAME_ALLOWANCE) {
+      throw new DatasetFormatError(`a buffer of ${bytes.length} bytes compressed with ${codec} gives ${length} as its uncompressed length, more than ${codec} can grow (a damaged file?)`);
     }
     let out: Uint8Array;
     try {

@@ -96,7 +96,8 @@ class FlatBuffer {
     this.check(vtable, 4);
     const vtableSize = this.view.getUint16(vtable, true);
     const slot = 4 + 2 * index;
-    if (slot + 2 > vtableSize) return undefined;
+    // as flechette reads it: a slot that starts inside the vtable is there (a damaged size may cut it in two)
+    if (slot >= vtableSize) return undefined;
     this.check(vtable + slot, 2);
     const offset = this.view.getUint16(vtable + slot, true);
     return offset === 0 ? undefined : table + offset;

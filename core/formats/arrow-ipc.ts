@@ -260,6 +260,10 @@ async function readMessage(
 
 /** `length` bytes at `position`, or a DatasetFormatError when the file ends first. */
 async function readExactly(readAt: ReadAt, position: number, length: number, size: number, what: string): Promise<Uint8Array> {
+  // a damaged length is refused before anything is read (or allocated) for it
+  if (!(Number.isSafeInteger(position) && Number.isSafeInteger(length) && position >= 0 && length >= 0 && position + length <= size)) {
+    throw new DatasetFormatError(`${what} ended early: bytes [${position}, ${position + length}) of ${size} (truncated or damaged?)`);
+  }
   const bytes = await readAt(position, length);
   if (bytes.length < length) throw new DatasetFormatError(`${what} ended early: bytes [${position}, ${position + length}) of ${size} (truncated?)`);
   return bytes.subarray(0, length);

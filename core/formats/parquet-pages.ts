@@ -3,13 +3,16 @@
  * and buffers by what a page header says (a data page's value count, a page's uncompressed size), so a damaged or
  * hostile header would make it allocate gigabytes for a page of a few bytes. Here every page must lie inside its
  * chunk, its values (all pages together) be no more than the row group's rows can hold (rows × values a row), and its
- * uncompressed size be its own size without compression, or at most MAX_COMPRESSION_RATIO times it with.
+ * uncompressed size be its own size without compression, or at most MAX_COMPRESSION_RATIO times it with. Inside a
+ * data page, hyparquet repeats a value as often as a run of its levels or dictionary indices says, past the page's
+ * value count: every run of those streams (the RLE / bit-packed hybrid) must stay within the page's values.
  *
  * The chunk's bytes read here are returned, so that the decode that follows takes them instead of reading them again.
  */
 import type { ColumnMetaData, FileMetaData, PageHeader } from 'hyparquet';
 import { DatasetFormatError } from './errors.js';
 import type { ParquetFile } from './parquet.js';
+import { checkedSnappy } from './snappy-pages.js';
 
 /** A column chunk's bytes: [start, start + bytes.byteLength) of the file. */
 export interface ChunkBytes {
@@ -43,7 +46,18 @@ export async function checkColumnPages(
   if (!Number.isSafeInteger(start) || !Number.isSafeInteger(length) || start < 4 || length <= 0 || start + length > file.byteLength) {
     throw new DatasetFormatError(`${label} lies at bytes [${start}, ${start + length}), outside the file's ${file.byteLength} (a damaged footer?)`);
   }
-  const { parquetHeader } = await import('hyparquet/src/column.js'); // lazily, as formats/parquet.ts loads hyparquet
+  // lazily, as formats/parquet.ts loads hyparquet
+  const [{ parquetHeader }, { decompressPage }, { parquetSchema, snappyUncompress }, schema] = await Promise.all([
+    import('hyparquet/src/column.js'), import('hyparquet/src/datapage.js'), import('hyparquet'), import('hyparquet/src/schema.js'),
+  ]);
+  let path: ReturnType<typeof schema.getTreePath>;
+  try {
+    path = schema.getTreePath(parquetSchema(metadata), meta.path_in_schema);
+  } catch (err) {
+    throw new DatasetFormatError(`${label}: its column path ${JSON.stringify(meta.path_in_schema)} is not in the schema (${(err as Error).message})`);
+  }
+  const levels = { nested: path.length > 1, repetition: bitWidth(schema.getMaxRepetitionLevel(path)), definition: bitWidth(schema.getMaxDefinitionLevel(path)) };
+  const compressors = { SNAPPY: checkedSnappy(snappyUncompress) };
   const bytes = await file.slice(start, start + length);
   const maxValues = bounds.rows * bounds.valuesPerRow;
   const compressed = meta.codec !== 'UNCOMPRESSED';
@@ -82,9 +96,118 @@ export async function checkColumnPages(
     if (dictionaryValues !== undefined && (!Number.isSafeInteger(dictionaryValues) || dictionaryValues < 0 || dictionaryValues * bounds.valueBytes > unpacked)) {
       throw bad(`is a dictionary of ${dictionaryValues} values in ${unpacked} bytes`);
     }
+    if (header.type === 'DATA_PAGE' || header.type === 'DATA_PAGE_V2') {
+      const page = new Uint8Array(bytes, reader.offset, size);
+      try {
+        checkRuns(page, header, levels, (data, unpackedSize) => decompressPage(data, unpackedSize, meta.codec, compressors));
+      } catch (err) {
+        throw err instanceof DatasetFormatError ? bad(err.message) : bad(`cannot be read (${(err as Error).message})`);
+      }
+    }
     reader.offset += size;
   }
   return { start, bytes };
+}
+
+const bitWidth = (maxLevel: number) => (maxLevel > 0 ? 32 - Math.clz32(maxLevel) : 0);
+
+/** A bounds-checked reader over one page's bytes. */
+class PageReader {
+  offset = 0;
+  private readonly view: DataView;
+
+  constructor(readonly bytes: Uint8Array) {
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  private need(n: number): void {
+    if (this.offset + n > this.bytes.length) throw new DatasetFormatError(`has a run that reads past its ${this.bytes.length} bytes`);
+  }
+
+  u8(): number {
+    this.need(1);
+    return this.view.getUint8(this.offset++);
+  }
+
+  u32(): number {
+    this.need(4);
+    const v = this.view.getUint32(this.offset, true);
+    this.offset += 4;
+    return v;
+  }
+
+  /** hyparquet's varint: the same int32 (a sign bit included) */
+  varint(): number {
+    let result = 0;
+    for (let shift = 0; ; shift += 7) {
+      const byte = this.u8();
+      result |= (byte & 0x7f) << shift;
+      if (!(byte & 0x80)) return result;
+      if (shift > 28) throw new DatasetFormatError('has a run header longer than 5 bytes');
+    }
+  }
+}
+
+/**
+ * One RLE / bit-packed hybrid stream as hyparquet reads it into `expected` values (after a 4-byte length when `length`
+ * is not given), each run within the values left; the reader then stands after the stream.
+ */
+function scanHybrid(r: PageReader, width: number, expected: number, length?: number): void {
+  if (length === undefined) length = r.u32();
+  const start = r.offset;
+  let seen = 0;
+  while (seen < expected) {
+    const header = r.varint();
+    if (header & 1) {
+      const values = (header >> 1) << 3;
+      if (values < 0 || values > expected - seen + 7) throw new DatasetFormatError(`has a bit-packed run of ${values} values where ${expected - seen} are left`);
+      if (values === 0) continue;
+      r.offset += (values / 8) * width;
+      seen += values;
+    } else {
+      const count = header >>> 1;
+      if (count > expected - seen) throw new DatasetFormatError(`has a run of ${count} values where ${expected - seen} are left`);
+      r.offset += (width + 7) >> 3;
+      seen += count;
+    }
+    if (r.offset > r.bytes.length) throw new DatasetFormatError(`has a run that reads past its ${r.bytes.length} bytes`);
+  }
+  r.offset = start + length;
+}
+
+const DICTIONARY_ENCODINGS = new Set(['PLAIN_DICTIONARY', 'RLE_DICTIONARY']);
+
+/** The hybrid streams of a data page (its levels; its values when they are dictionary indices), as hyparquet reads them. */
+function checkRuns(
+  raw: Uint8Array,
+  h: PageHeader,
+  levels: { nested: boolean; repetition: number; definition: number },
+  decompress: (data: Uint8Array, unpackedSize: number) => Uint8Array,
+): void {
+  if (h.data_page_header) {
+    const n = h.data_page_header.num_values;
+    const r = new PageReader(decompress(raw, h.uncompressed_page_size));
+    if (levels.nested && levels.repetition) scanHybrid(r, levels.repetition, n);
+    if (levels.definition) scanHybrid(r, levels.definition, n);
+    if (DICTIONARY_ENCODINGS.has(h.data_page_header.encoding)) {
+      const width = r.u8();
+      if (width) scanHybrid(r, width, n, r.bytes.length - r.offset);
+    }
+    return;
+  }
+  const v2 = h.data_page_header_v2!;
+  const n = v2.num_values;
+  const levelBytes = v2.repetition_levels_byte_length + v2.definition_levels_byte_length;
+  const r = new PageReader(raw);
+  if (levels.repetition) scanHybrid(r, levels.repetition, n, v2.repetition_levels_byte_length);
+  r.offset = v2.repetition_levels_byte_length;
+  if (levels.definition) scanHybrid(r, levels.definition, n, v2.definition_levels_byte_length);
+  if (!DICTIONARY_ENCODINGS.has(v2.encoding)) return;
+  const unpacked = h.uncompressed_page_size - levelBytes;
+  const values = v2.is_compressed !== false && unpacked ? decompress(raw.subarray(levelBytes), unpacked) : raw.subarray(levelBytes);
+  const vr = new PageReader(values);
+  const width = vr.u8();
+  if (width) scanHybrid(vr, width, n, unpacked - 1);
 }
 
 const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;

@@ -81,7 +81,12 @@ export async function parquetColumnLayout(
     if (err instanceof DatasetFormatError) throw err;
     throw new DatasetFormatError(`Parquet footer cannot be read: ${(err as Error).message}`);
   }
-  const tree = parquetSchema(metadata);
+  let tree: SchemaTree;
+  try {
+    tree = parquetSchema(metadata);
+  } catch (err) {
+    throw new DatasetFormatError(`Parquet footer's schema is damaged: ${(err as Error).message}`);
+  }
   const names = tree.children.map((c) => c.element.name);
   const list = names.length > 20 ? `${names.slice(0, 20).join(', ')}, … (${names.length} in all)` : names.join(', ');
   let node: SchemaTree | undefined;

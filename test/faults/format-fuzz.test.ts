@@ -1,14 +1,10 @@
 /**
  * Fuzzer for the container formats as `kmfleet fit` and a worker open them (LocalFileSource: .npz stored and deflated,
- * Arrow IPC file and stream, fvecs, bvecs): valid files written by numpy and flechette,
+ * Parquet, Arrow IPC file and stream, fvecs, bvecs): valid files written by numpy, hyparquet-writer and flechette,
  * then mutated — bytes overwritten, 4- and 8-byte fields set to huge or negative numbers, cut short, spliced. Every case
  * must open and read all its rows, or fail with a DatasetFormatError that says something: no other exception type (a
  * TypeError or RangeError from deep inside a decoder names nothing a user can act on), no hang (a time budget per
  * case), and nothing read past what the file claims.
- *
- * Parquet is left out of the random cases: hyparquet repeats a value as many times as a run in a page's levels or
- * indices says, past the page's value count, so one flipped byte in a page can exhaust the heap; its page headers are
- * checked (formats/parquet-pages.ts) and the cases found are replayed below.
  *
  * Seeded: KMFLEET_FUZZ_SEED=<n> replays a run, KMFLEET_FUZZ_CASES=<n> changes the count. The seed and the failing
  * case (seed file, mutation, bytes in hex when short) are printed on failure.
@@ -41,8 +37,6 @@ interface SeedFile {
 describe(`container format fuzzing (seed ${SEED}, ${CASES} cases; replay with KMFLEET_FUZZ_SEED)`, () => {
   let dir: string;
   const seeds: SeedFile[] = [];
-  /** not among the random cases: hyparquet writes as many values as a run in a page says (see the test below) */
-  let parquet!: SeedFile;
 
   beforeAll(() => {
     dir = mkdtempSync(join(tmpdir(), 'kmfleet-format-fuzz-'));
@@ -59,7 +53,7 @@ describe(`container format fuzzing (seed ${SEED}, ${CASES} cases; replay with KM
     if (py.status !== 0) throw new Error(`numpy could not write the .npz seeds: ${py.stderr}`);
     seeds.push({ name: 'stored.npz', bytes: readFileSync(join(dir, 'stored.npz')) });
     seeds.push({ name: 'deflated.npz', bytes: readFileSync(join(dir, 'deflated.npz')) });
-    parquet = { name: 'lists.parquet', bytes: encodeParquet([{ name: 'emb', data: asLists(values, dims), element: 'FLOAT' }], 16) };
+    seeds.push({ name: 'lists.parquet', bytes: encodeParquet([{ name: 'emb', data: asLists(values, dims), element: 'FLOAT' }], 16) });
     seeds.push({ name: 'fixed.arrow', bytes: encodeArrow([{ name: 'emb', data: rowsOf(values, dims), list: 'FixedSizeList', element: 'f32', dims }], { format: 'file', batchRows: 16 }) });
     seeds.push({
       name: 'lists-lz4.arrows',
@@ -107,16 +101,24 @@ describe(`container format fuzzing (seed ${SEED}, ${CASES} cases; replay with KM
     return { bytes: spliced, what: `${len} bytes at ${p} ${spliced.length > out.length ? 'repeated' : 'dropped'}` };
   }
 
-  it('the damaged files the fuzzing found are refused at once: a vector, a page header field', async () => {
-    const found: { seed: () => SeedFile; set: [number, number][]; refusal: RegExp }[] = [
+  it('the damaged files the fuzzing found are refused at once: vectors, a page header field, a run, a Snappy literal', async () => {
+    const found: { seed: () => SeedFile; set?: [number, number][]; drop?: [number, number]; refusal: RegExp }[] = [
       // a record batch's vector lengths: flechette built a list as long as they said (4 s and 450 MB; a V8 abort)
       { seed: () => seeds.find((f) => f.name === 'fixed.arrow')!, set: [[886, 104]], refusal: /record batch 1 is damaged/ },
       { seed: () => seeds.find((f) => f.name === 'fixed.arrow')!, set: [[1391, 63]], refusal: /record batch 2 is damaged/ },
       // a v2 data page without its repetition levels' length: hyparquet decoded levels until V8 aborted
-      { seed: () => parquet, set: [[24, 132]], refusal: /page at byte 4 has no level lengths/ },
+      { seed: () => seeds.find((f) => f.name === 'lists.parquet')!, set: [[24, 132]], refusal: /page at byte 4 has no level lengths/ },
+      // a page's repetition levels cut to one byte: a run in them said more values than the page holds, and hyparquet
+      // wrote them all (a V8 abort)
+      { seed: () => seeds.find((f) => f.name === 'lists.parquet')!, set: [[25, 2]], refusal: /page at byte 4 has a run/ },
+      // a Snappy literal length past 2^31: hyparquet's decoder read it as negative and walked backwards for seconds
+      { seed: () => seeds.find((f) => f.name === 'lists.parquet')!, set: [[475, 252]], refusal: /Snappy-compressed page is damaged/ },
+      // a schema's vtable size cut short by a byte: flechette still read the metadata vector behind it, 1.6 billion long
+      { seed: () => seeds.find((f) => f.name === 'lists-lz4.arrows')!, drop: [41, 36], refusal: /not an Arrow IPC file or stream/ },
     ];
-    for (const { seed, set, refusal } of found) {
-      const bytes = Buffer.from(seed().bytes);
+    for (const { seed, set = [], drop, refusal } of found) {
+      const original = seed().bytes;
+      const bytes = drop ? Buffer.concat([original.subarray(0, drop[0]), original.subarray(drop[0] + drop[1])]) : Buffer.from(original);
       for (const [at, value] of set) bytes[at] = value;
       const path = join(dir, `found-${seed().name}`);
       writeFileSync(path, bytes);
@@ -129,7 +131,7 @@ describe(`container format fuzzing (seed ${SEED}, ${CASES} cases; replay with KM
           await source.close();
         }
       })().catch((e: unknown) => e);
-      expect(err, `${seed().name} ${JSON.stringify(set)}`).toBeInstanceOf(DatasetFormatError);
+      expect(err, `${seed().name} ${JSON.stringify({ set, drop })}`).toBeInstanceOf(DatasetFormatError);
       expect((err as Error).message).toMatch(refusal);
       expect(performance.now() - t0).toBeLessThan(CASE_BUDGET_MS);
     }
