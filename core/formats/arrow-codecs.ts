@@ -47,11 +47,11 @@ async function loadDecoder(codec: ArrowCodec): Promise<Decode> {
 }
 
 /**
- * The most a codec's bytes can grow, plus a frame's headers: an LZ4 sequence (a token and a length byte at least)
- * adds at most 255 bytes a byte; a ZSTD RLE block holds up to 128 KiB in 4 bytes. A larger length prefix is damage,
- * refused before an output of that size is allocated.
+ * Twice the most a codec's bytes can grow, plus a frame's headers: an LZ4 match adds at most 255 bytes a byte of
+ * its length; a ZSTD RLE block holds up to 128 KiB in 4 bytes. A larger length prefix is damage, refused before an
+ * output of that size is allocated.
  */
-const MAX_GROWTH: Record<ArrowCodec, number> = { LZ4_FRAME: 255, ZSTD: 32 * 1024 };
+const MAX_GROWTH: Record<ArrowCodec, number> = { LZ4_FRAME: 2 * 255, ZSTD: 2 * 32 * 1024 };
 const FRAME_ALLOWANCE = 1024;
 
 /** `decode` with its input's length prefix and its result checked, and the result 8-byte aligned for typed views. */
