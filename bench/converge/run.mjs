@@ -7,7 +7,7 @@
 // where `kmfleet fit --precision fp16` and `--precision tf32` run the blobs too.
 //   npm run build:native:cpu && npm run build:ts
 //   KMFLEET_ADDON=$PWD/build-cpu/Release/kmfleet_native.node node bench/converge/run.mjs [OUT.json] [--rows N --dims D --k K
-//     --centers C --backend cpu|cuda --python PATH]
+//     --centers C --backend cpu|cuda --python PATH --only blobs|normal]
 // Each run is timed in its own process; kmfleet's iteration time is summary.json's timings.iterateMs, the peers' the
 // wall time of their iterations (the data already in memory, on the GPU for PyTorch). Runs alternate BENCH_REPEAT
 // times (default 2) and the medians are printed: compare within one run of this script only.
@@ -28,6 +28,7 @@ const { values: a, positionals } = parseArgs({
     centers: { type: 'string', default: '100' },
     backend: { type: 'string', default: 'cpu' },
     python: { type: 'string' },
+    only: { type: 'string' },
   },
 });
 const backend = a.backend;
@@ -143,7 +144,7 @@ const device = backend === 'cpu' ? `${execFileSync('nproc', { encoding: 'utf8' }
   : execFileSync('nvidia-smi', ['--query-gpu=name', '--format=csv,noheader'], { encoding: 'utf8' }).trim().split('\n')[0];
 const report = { rows, dims, k, centers, backend, device, repeat: REPEAT, cases: {} };
 try {
-  for (const [kind, maxIter, tol] of [['blobs', 300, 1e-4], ['normal', 20, 0]]) {
+  for (const [kind, maxIter, tol] of [['blobs', 300, 1e-4], ['normal', 20, 0]].filter(([kind]) => !a.only || a.only === kind)) {
     const data = join(work, `${kind}.npy`), init = join(work, `${kind}-init.npy`);
     makeData(kind, data, init);
     const runs = { fit: [], on: [], off: [], lloyd: [], elkan: [], torch: [], fp16: [], tf32: [] };
@@ -182,14 +183,18 @@ const b = report.cases.blobs, n = report.cases.normal;
 const row = (name, r) => `| ${name} | ${r.iterations} | ${r.stop ?? ''} | ${(r.iterateMs / 1e3).toFixed(2)} | ${r.laterMs === undefined ? '' : (r.laterMs / 1e3).toFixed(2)} | ${r.msPerIteration.toFixed(1)} | ${r.inertia.toPrecision(7)} |`;
 const late = (s) => (100 * median(s.slice(-10))).toFixed(1);
 console.log([
-  `${rows} × ${dims} float32 blobs (${centers} centers, unequal sizes and spreads), k=${k}, tol 1e-4, backend ${backend} (${device}); medians of ${REPEAT}`,
-  '',
-  '| run | iterations | stop | iterations (s) | from the 2nd (s) | ms/iter (3rd on) | inertia |',
-  '|---|---|---|---|---|---|---|',
-  row('`kmfleet fit` (bounds)', b.fit), row('the same driver, bounds', b.on), row('the same driver, bounds off', b.off),
-  ...(backend === 'cpu' ? [row('scikit-learn lloyd', b.lloyd), row('scikit-learn elkan', b.elkan)]
-    : [row('`kmfleet fit --precision fp16`', b.fp16), row('`kmfleet fit --precision tf32` (one product)', b.tf32), row('plain PyTorch Lloyd, fp32', b.torch)]),
-  '',
-  `bounds: the same bits as without: ${b.sameBits}; rows settled, median of the last 10 iterations: ${late(b.on.settled)} %; time to converge ${(b.off.iterateMs / b.on.iterateMs).toFixed(2)}× faster, from the 2nd iteration ${(b.off.laterMs / b.on.laterMs).toFixed(2)}× (\`kmfleet fit\`: ${(b.off.iterateMs / b.fit.iterateMs).toFixed(2)}×, ${(b.off.laterMs / b.fit.laterMs).toFixed(2)}×)`,
-  `standard normal rows, 20 iterations, the same driver: ${n.on.msPerIteration.toFixed(1)} ms/iter with bounds, ${n.off.msPerIteration.toFixed(1)} without (medians from the 3rd; all 20: ${(100 * (n.on.iterateMs / n.off.iterateMs - 1)).toFixed(1)} % more time), rows settled ${late(n.on.settled)} %, same bits: ${n.sameBits}`,
+  ...(b ? [
+    `${rows} × ${dims} float32 blobs (${centers} centers, unequal sizes and spreads), k=${k}, tol 1e-4, backend ${backend} (${device}); medians of ${REPEAT}`,
+    '',
+    '| run | iterations | stop | iterations (s) | from the 2nd (s) | ms/iter (3rd on) | inertia |',
+    '|---|---|---|---|---|---|---|',
+    row('`kmfleet fit` (bounds)', b.fit), row('the same driver, bounds', b.on), row('the same driver, bounds off', b.off),
+    ...(backend === 'cpu' ? [row('scikit-learn lloyd', b.lloyd), row('scikit-learn elkan', b.elkan)]
+      : [row('`kmfleet fit --precision fp16`', b.fp16), row('`kmfleet fit --precision tf32` (one product)', b.tf32), row('plain PyTorch Lloyd, fp32', b.torch)]),
+    '',
+    `bounds: the same bits as without: ${b.sameBits}; rows settled, median of the last 10 iterations: ${late(b.on.settled)} %; time to converge ${(b.off.iterateMs / b.on.iterateMs).toFixed(2)}× faster, from the 2nd iteration ${(b.off.laterMs / b.on.laterMs).toFixed(2)}× (\`kmfleet fit\`: ${(b.off.iterateMs / b.fit.iterateMs).toFixed(2)}×, ${(b.off.laterMs / b.fit.laterMs).toFixed(2)}×)`,
+  ] : []),
+  ...(n ? [
+    `standard normal rows ${rows} × ${dims}, k=${k}, 20 iterations, the same driver (${device}; medians of ${REPEAT}): ${n.on.msPerIteration.toFixed(2)} ms/iter with bounds, ${n.off.msPerIteration.toFixed(2)} without (medians from the 3rd; all 20: ${(100 * (n.on.iterateMs / n.off.iterateMs - 1)).toFixed(1)} % more time), rows settled ${late(n.on.settled)} %, same bits: ${n.sameBits}`,
+  ] : []),
 ].join('\n'));
