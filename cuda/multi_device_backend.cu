@@ -60,7 +60,11 @@ MultiDeviceBackend::MultiDeviceBackend(const EngineConfig& cfg, ThreadPool* pool
                           ", dims=" + str(cfg.dims) + ", rows=" + str(cfg.rows) + "): run it on one GPU");
   const std::int64_t g = static_cast<std::int64_t>(devices.size());
   const std::int64_t even = (cfg.rows + g - 1) / g;
-  const std::int64_t chunk = std::min(laneChunkRows(cfg, even), even);
+  const std::int64_t planned = std::min(laneChunkRows(cfg, even), even);
+  // A planned chunk is trimmed so that whole chunks split the rows evenly: a share rounded up to the planned size
+  // could hold a chunk more than the others, and every pass waits for the lane with the most rows.
+  const std::int64_t chunksPerShare = (even + planned - 1) / planned;
+  const std::int64_t chunk = cfg.chunkRows > 0 ? planned : (even + chunksPerShare - 1) / chunksPerShare;
   const std::int64_t share = (even + chunk - 1) / chunk * chunk;
   const std::int64_t hostBudget =
       (cfg.hostMemoryBudget >= 0 ? cfg.hostMemoryBudget : defaultHostTierBudget()) / g;

@@ -13,7 +13,8 @@
  *
  * Cases (issue 28's): ooc16: 16.8M×128 fp32, k=4096; ooc67: 67M×128 fp32, k=8192; core40: 40M×128, k=4096, exact fp32
  * and fp16. Needs dist/ and the addon (KMFLEET_ADDON). Datasets (standard normal float32 .npy, numpy) are kept in the
- * work folder. Per-iteration times are the medians of iteration 3 on, from each summary.json.
+ * work folder. Per-iteration times are the medians of iteration 3 on, from each summary.json; each fit's stderr (the
+ * engine's per-pass and per-lane diagnostics) is kept as OUTDIR/NAME.stats.log.
  */
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -44,6 +45,7 @@ function fit(name, data, k, extra) {
   const r = run(process.execPath, ['bin/kmfleet.js', 'fit', '--input', data, '--k', String(k), '--init', 'random', '--max-iter', String(iters),
     '--tol', '0', '--seed', '1', '--backend', 'cuda', '--out', dir, '--json', ...extra], { KMFLEET_ENGINE_STATS: '1' });
   const s = JSON.parse(r.stdout.trim().split('\n').at(-1));
+  writeFileSync(join(out, `${name}.stats.log`), r.stderr);  // the engine's per-pass diagnostics, for where time went
   const merges = [...r.stderr.matchAll(/\[kmfleet devices\] lanes=\d+ merge=([\d.]+) ms \(device\) broadcast=([\d.]+) ms/g)];
   return {
     name, args: extra.join(' '), device: s.device, precision: s.precision,

@@ -91,6 +91,21 @@ describe.skipIf(devices.length < 2)(`one job across ${devices.length} devices`, 
     expect(from.fed).toBe(n - capped.plan.residentRows - capped.plan.hostRows);
   });
 
+  it('planned chunks split the rows evenly between the devices, with the bits of one GPU', async () => {
+    // 1.1M rows of 512 bytes: more than one planned chunk (128 MiB) a share, which does not divide it
+    const rows = 1_100_001, dims = 128;
+    const y = normalData(rows, dims, 12);
+    const start = pickRows(y, dims, distinctRows(rows, 64, 6));
+    const one = await job({ rows, dims, k: 64, device: two[0], chunkRows: undefined, memoryBudget: 0 }, bytesOf(y), start, 3);
+    const many = await job({ rows, dims, k: 64, devices: two, chunkRows: undefined, memoryBudget: 0 }, bytesOf(y), start, 3);
+    expectSameBits(many, one, 'planned chunks');
+    const chunk = many.plan.chunkRows, half = Math.ceil(rows / 2);
+    const chunksPerShare = Math.ceil(half / chunk);
+    expect(chunksPerShare).toBeGreaterThan(1);
+    // the first share (whole chunks) exceeds half the rows by less than a row per chunk, not by up to a chunk
+    expect(chunksPerShare * chunk - half).toBeLessThan(chunksPerShare);
+  });
+
   it('all the devices at once, cosine', async () => {
     const one = await job({ rows: n, dims: d, k, metric: 'cosine', device: devices[0] }, data, init, 4);
     const all = await job({ rows: n, dims: d, k, metric: 'cosine', devices }, data, init, 4);
