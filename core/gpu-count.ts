@@ -18,6 +18,15 @@ export interface FreeGpu {
 /** The share of a device's free memory that 'auto' counts on for rows: the rest is centroids, chunk slots, scratch. */
 const ROWS_SHARE = 0.8;
 
+/**
+ * The bytes of a dataset's rows as the engine keeps them, for 'auto': an fp16 or bf16 job over f32 rows keeps them in
+ * that type (native/src/row_narrowing.h), half the file's bytes; any other job keeps the file's.
+ */
+export function keptDatasetBytes(source: { rows: number; rowBytes: number; dtype: string }, precision: string | undefined): number {
+  const narrowed = source.dtype === 'f32' && (precision === 'fp16' || precision === 'bf16');
+  return source.rows * (narrowed ? source.rowBytes / 2 : source.rowBytes);
+}
+
 /** '2', 'all' or 'auto' as a Gpus value; `what` names the setting in the error. */
 export function parseGpus(text: string, what: string): GpuCount {
   const t = text.trim();

@@ -14,4 +14,4 @@ export { ArrowRows } from './dataset/arrow-rows.js';
 export type { DecodedColumn } from './dataset/decoded-batches.js';
 export { readFileRange } from './dataset/parallel-read.js';
 export { formatByteSize, parseByteSize } from './byte-size.js';
-export { chooseGpus, parseGpus, type FreeGpu, type GpuCount } from './gpu-count.js';
+export { chooseGpus, keptDatasetBytes, parseGpus, type FreeGpu, type GpuCount } from './gpu-count.js';

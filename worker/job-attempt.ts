@@ -22,7 +22,7 @@ import type { S3RowSource } from './dataset/s3-source.js';
 import { CachedRowSource } from './dataset/cache.js';
 import { MemoryCachedRowSource } from './dataset/memory-cache.js';
 import { ResidentPreload } from './dataset/resident-preload.js';
-import { chooseGpus, type RowSource, checkCheckpoint, decodeCheckpoint, runKmeans, KmeansAbortedError, readInitRows, type InitRows, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec, type FedFrom } from '../core/index.js';
+import { chooseGpus, keptDatasetBytes, type RowSource, checkCheckpoint, decodeCheckpoint, runKmeans, KmeansAbortedError, readInitRows, type InitRows, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec, type FedFrom } from '../core/index.js';
 import { JobInputError, toJobError } from './failures.js';
 import { resolveInit, type ResolvedInit } from './initial-centroids.js';
 import { IterationWrites } from './iteration-writes.js';
@@ -227,7 +227,7 @@ export class JobAttempt {
     const wanted = this.spec!.gpus ?? this.deps.config.gpusPerJob;
     const memory = wanted === 'auto' ? new Map(gpuInfo().devices.map((d) => [d.ordinal, d.freeMemory])) : undefined;
     const gpus = free.map((ordinal) => ({ ordinal, freeMemory: memory?.get(ordinal) ?? 0 }));
-    return chooseGpus(wanted, gpus, this.source!.rows * this.source!.rowBytes).map((g) => g.ordinal);
+    return chooseGpus(wanted, gpus, keptDatasetBytes(this.source!, this.spec!.precision)).map((g) => g.ordinal);
   }
 
   /** Where the rows the engine does not hold come from on every pass. */

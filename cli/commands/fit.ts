@@ -7,7 +7,7 @@ import { readFile, rename, rm, mkdir, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { BackendChoice, GpuInfo, Metric, Precision } from '../../native/index.js';
 import { iterationsLeft } from '../../producer/progress.js';
-import { chooseGpus, parseGpus, type GpuCount, formatByteSize, parseByteSize, tierSummary, LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec } from '../../core/index.js';
+import { chooseGpus, keptDatasetBytes, parseGpus, type GpuCount, formatByteSize, parseByteSize, tierSummary, LocalFileSource, type DatasetFormat, decodeNpy, NpyWriter, type NpyWriteResult, checkSpec, runKmeans, KmeansSpecError, readInitRows, writeCentroids, writeDistances, writeLabels, type IterationReport, type KmeansCheckpoint, type KmeansResult, type KmeansSpec } from '../../core/index.js';
 import { formatDuration, humanCount, ProgressLine } from '../progress.js';
 
 interface FitOptions {
@@ -95,7 +95,7 @@ export async function fit(opts: FitOptions): Promise<Record<string, unknown>> {
       rows: source.rows, dims: source.dims, k, metric: spec.metric, dtype: source.dtype,
       backend: opts.backend, precision: opts.precision, chunkRows: opts.chunkRows, threads: opts.threads,
       ...deviceBudget(budgets.gpu), hostMemoryBudget: budgets.host,
-      ...(gpus !== 1 && opts.backend !== 'cpu' ? devicesFor(gpus, gpuInfo(), source.rows * source.rowBytes) : {}),
+      ...(gpus !== 1 && opts.backend !== 'cpu' ? devicesFor(gpus, gpuInfo(), keptDatasetBytes(source, opts.precision)) : {}),
     });
     const ac = new AbortController();
     const onSigint = () => ac.abort(new Error('interrupted'));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chooseGpus, parseGpus } from '../../core/index.js';
+import { chooseGpus, keptDatasetBytes, parseGpus } from '../../core/index.js';
 
 const GiB = 2 ** 30;
 const free = [0, 1, 2, 3].map((ordinal) => ({ ordinal, freeMemory: 80 * GiB }));
@@ -25,6 +25,18 @@ describe('GPUs of one job', () => {
     expect(chooseGpus('auto', free, 100 * GiB)).toHaveLength(2);
     expect(chooseGpus('auto', free, 250 * GiB)).toHaveLength(4);
     expect(chooseGpus('auto', free, 10_000 * GiB)).toHaveLength(4);
+  });
+
+  it('auto counts the rows as the engine keeps them: fp16 and bf16 jobs over f32 rows, half the file', () => {
+    const f32 = { rows: 400_000_000, rowBytes: 512, dtype: 'f32' };  // 190.7 GiB in the file
+    expect(keptDatasetBytes(f32, 'fp32')).toBe(f32.rows * 512);
+    expect(keptDatasetBytes(f32, undefined)).toBe(f32.rows * 512);  // auto: fp32 for f32 rows
+    expect(keptDatasetBytes(f32, 'tf32')).toBe(f32.rows * 512);
+    expect(keptDatasetBytes(f32, 'fp16')).toBe(f32.rows * 256);
+    expect(keptDatasetBytes(f32, 'bf16')).toBe(f32.rows * 256);
+    expect(keptDatasetBytes({ rows: 10, rowBytes: 256, dtype: 'f16' }, 'fp16')).toBe(2560);
+    expect(chooseGpus('auto', free, keptDatasetBytes(f32, 'fp32'))).toHaveLength(3);
+    expect(chooseGpus('auto', free, keptDatasetBytes(f32, 'fp16'))).toHaveLength(2);
   });
 });
 
