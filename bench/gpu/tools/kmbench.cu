@@ -3,6 +3,9 @@
 //   kmbench bench [quick|10m|fp16] ms/iter of a full Lloyd iteration with the data resident (the shapes of bench/RESULTS.md)
 //   kmbench ooc [N D K]      out of core through the Backend: all / half / no rows resident
 //   kmbench pass [N D K f16|f32] ms/pass through the Backend, all rows resident, with the host side per stage
+//   kmbench h2d [all]        the host link's pinned copy bandwidth (of every device at once)
+//   kmbench gather [N B]     a share of N scattered B-byte rows read by a kernel straight from pinned host memory,
+//                            against one copy of every row (the cost of streaming only the rows bounds leave open)
 // KMBENCH_FARTHEST=F, KMBENCH_CHUNK=R (pass, ooc): farthest rows asked per pass, chunkRows (A/B runs);
 // KMBENCH_SMEM_LIMIT=B: the portable kernel plans for B bytes of shared memory per block (assign.cuh AssignKernel:
 // 166912 an A100's layout, 101376 an A10G's or L4's).
@@ -1182,6 +1185,76 @@ static int runOoc(int argc, char** argv) {
   return 0;
 }
 
+// ---------------------------------------------------------------- scattered rows from pinned host memory
+// One warp a row, 16 bytes a lane, reading the mapped page-locked block directly (no staging copy).
+__global__ void gatherHostRows(const int4* __restrict__ host, const int* __restrict__ rows, int n, int rowVec,
+                               int4* __restrict__ out) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  const int warps = (gridDim.x * blockDim.x) >> 5;
+  for (int i = warp; i < n; i += warps) {
+    const long long r = rows[i];
+    for (int v = lane; v < rowVec; v += 32) out[(long long)i * rowVec + v] = host[r * rowVec + v];
+  }
+}
+
+// Rows chosen independently with probability p (as the rows a pass's bounds leave open), for several p: the gather's
+// time against one cudaMemcpy of every row, and its bandwidth in bytes of the rows it read.
+static int runGather(int argc, char** argv) {
+  const long long n = argc > 2 ? std::atoll(argv[2]) : (1LL << 23);
+  const int rowBytes = argc > 3 ? std::atoi(argv[3]) : 512;
+  if (n < 1 || n > (1LL << 30) || rowBytes < 16 || rowBytes % 16 != 0) {
+    std::fprintf(stderr, "kmbench gather [N B]: 1 <= N <= 2^30 rows of B bytes, B a multiple of 16\n");
+    return 2;
+  }
+  const int rowVec = rowBytes / 16;
+  const size_t bytes = size_t(n) * rowBytes;
+  void* host = nullptr;
+  void* dev = nullptr;
+  int* dRows = nullptr;
+  CK(cudaHostAlloc(&host, bytes, cudaHostAllocDefault));
+  std::memset(host, 1, bytes);
+  CK(cudaMalloc(&dev, bytes));
+  CK(cudaMalloc(&dRows, size_t(n) * sizeof(int)));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  float ms = 0;
+  CK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+  CK(cudaEventRecord(a));
+  for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice));
+  CK(cudaEventRecord(b));
+  CK(cudaEventSynchronize(b));
+  CK(cudaEventElapsedTime(&ms, a, b));
+  const double full = ms / 3;
+  std::printf("copy of every row: %.2f ms (%.1f GB/s)\n", full, bytes / full / 1e6);
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (double p : {0.01, 0.035, 0.115, 0.25, 0.45, 1.0}) {
+    std::vector<int> rows;
+    const auto below = static_cast<unsigned long long>(p * 0x1p53);
+    for (long long r = 0; r < n; ++r)
+      if ((mix(7 * 0x100000001b3ULL + r) >> 11) < below || p >= 1) rows.push_back(int(r));
+    const int m = int(rows.size());
+    CK(cudaMemcpy(dRows, rows.data(), size_t(m) * sizeof(int), cudaMemcpyHostToDevice));
+    const int grid = sms * 4;
+    gatherHostRows<<<grid, 256>>>(static_cast<const int4*>(host), dRows, m, rowVec, static_cast<int4*>(dev));
+    CK(cudaGetLastError());
+    CK(cudaEventRecord(a));
+    for (int i = 0; i < 3; ++i)
+      gatherHostRows<<<grid, 256>>>(static_cast<const int4*>(host), dRows, m, rowVec, static_cast<int4*>(dev));
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    CK(cudaEventElapsedTime(&ms, a, b));
+    const double g = ms / 3;
+    std::printf("RESULT_GATHER p=%.3f rows=%d ms=%.2f of_copy=%.3f gbps=%.1f\n", p, m, g, g / full,
+                double(m) * rowBytes / g / 1e6);
+  }
+  CK(cudaFreeHost(host));
+  CK(cudaFree(dev));
+  CK(cudaFree(dRows));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   cudaDeviceProp p{};
@@ -1207,10 +1280,11 @@ int main(int argc, char** argv) {
     std::printf("RESULT_H2D_ALL devices=%d gbps=%.1f\n", n, sum);
     return 0;
   }
+  if (mode == "gather") return runGather(argc, argv);
   if (mode == "h2d") {  // the link alone: the bound of a pass that streams rows from pinned host memory
     std::printf("RESULT_H2D gbps=%.1f\n", h2dBandwidth());
     return 0;
   }
-  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m|fp16] | ooc [N D K] | pass [N D K f16|f32] | h2d [all]\n");
+  std::fprintf(stderr, "usage: kmbench check | bench [quick|10m|fp16] | ooc [N D K] | pass [N D K f16|f32] | h2d [all] | gather [N B]\n");
   return 2;
 }
