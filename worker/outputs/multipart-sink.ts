@@ -9,9 +9,9 @@
  *
  * Memory: partBytes × (concurrency + 1) at most, whatever the object's size.
  */
+import { createHash, type Hash } from 'node:crypto';
 import {
   AbortMultipartUploadCommand,
-  CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
   PutObjectCommand,
   UploadPartCommand,
@@ -19,7 +19,7 @@ import {
 } from '@aws-sdk/client-s3';
 import type { ByteSink } from '../../core/index.js';
 import type { S3Handle } from '../s3/client.js';
-import { headObject } from '../s3/objects.js';
+import { completeMultipartUpload } from '../s3/multipart-complete.js';
 import { withRetries } from '../s3/retry.js';
 import { formatS3Uri, type S3Location } from '../s3/uri.js';
 
@@ -51,6 +51,8 @@ export class S3MultipartSink implements ByteSink {
   abortError: unknown;
   /** set after end(): the object's ETag */
   etag: string | undefined;
+  /** s3rver names a multipart object by this md5 (../s3/multipart-complete.ts); S3 by its parts' */
+  private readonly contentMd5: Hash | undefined;
 
   constructor(
     private readonly s3: S3Handle,
@@ -62,6 +64,7 @@ export class S3MultipartSink implements ByteSink {
     this.contentType = opts.contentType ?? 'application/octet-stream';
     this.signal = opts.signal;
     this.current = Buffer.allocUnsafe(this.partBytes);
+    this.contentMd5 = s3.settings.compat === 's3rver' ? createHash('md5') : undefined;
   }
   private readonly contentType: string;
   private readonly signal: AbortSignal | undefined;
@@ -77,6 +80,7 @@ export class S3MultipartSink implements ByteSink {
 
   async write(chunk: Uint8Array): Promise<void> {
     this.checkOpen();
+    this.contentMd5?.update(chunk);
     let off = 0;
     while (off < chunk.byteLength) {
       const n = Math.min(chunk.byteLength - off, this.partBytes - this.fill);
@@ -103,34 +107,9 @@ export class S3MultipartSink implements ByteSink {
     await this.drain();
     if (this.failure) throw this.failure;
     this.parts.sort((a, b) => a.PartNumber! - b.PartNumber!);
-    const complete = { Bucket: this.location.bucket, Key: this.location.key, UploadId: this.uploadId, MultipartUpload: { Parts: this.parts } };
-    const r = await withRetries(
-      async () => {
-        try {
-          return await this.s3.client.send(new CompleteMultipartUploadCommand(complete), { abortSignal: this.signal });
-        } catch (err) {
-          // An earlier try, ours or the SDK's own retry inside this one, may have completed the upload and lost its
-          // answer: S3 then says NoSuchUpload, some stores a 5xx, on every retry. The object is there, whole.
-          const done = this.signal?.aborted ? undefined : await this.completedObject();
-          if (done) return done;
-          throw err;
-        }
-      },
-      this.s3.settings.retry,
-      { signal: this.signal },
-    );
-    this.etag = r.ETag;
+    const object = { size: this.bytes, parts: this.parts, contentETag: this.contentMd5 && `"${this.contentMd5.digest('hex')}"` };
+    this.etag = await completeMultipartUpload(this.s3, this.location, this.uploadId, object, this.signal);
     this.state = 'done';
-  }
-
-  /** The object, when it is there with every byte written (this sink's key is written by no one else: its caller's). */
-  private async completedObject(): Promise<{ ETag: string } | undefined> {
-    try {
-      const info = await headObject(this.s3, this.location, this.signal);
-      return info.size === this.bytes ? { ETag: info.etag } : undefined;
-    } catch {
-      return undefined; // not there (or not known now): the complete's own error stands
-    }
   }
 
   async abort(): Promise<void> {

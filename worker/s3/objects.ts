@@ -5,7 +5,6 @@
  */
 import {
   AbortMultipartUploadCommand,
-  CompleteMultipartUploadCommand,
   CopyObjectCommand,
   CreateMultipartUploadCommand,
   DeleteObjectCommand,
@@ -14,11 +13,13 @@ import {
   ListObjectsV2Command,
   PutObjectCommand,
   UploadPartCopyCommand,
+  type CompletedPart,
   type PutObjectCommandInput,
 } from '@aws-sdk/client-s3';
 import type { S3Handle } from './client.js';
 import { DIRECT_BODY, type DirectBody } from './direct-read.js';
 import { S3ObjectChangedError, S3ObjectNotFoundError, S3ShortReadError } from './errors.js';
+import { completeMultipartUpload } from './multipart-complete.js';
 import { withRetries } from './retry.js';
 import { formatS3Uri, type S3Location } from './uri.js';
 
@@ -292,31 +293,50 @@ const COPY_PART_BYTES = 1024 ** 3;
 
 /**
  * A server-side copy of `size` bytes from one key to another of the same bucket, retried within the client's time
- * budget: one CopyObject up to 5 GiB, else a multipart copy of 1 GiB parts, four at a time (aborted if it fails).
+ * budget: one CopyObject up to 5 GiB, else a multipart copy of 1 GiB parts (copyObjectInParts).
  */
 export async function copyObject(s3: S3Handle, from: S3Location, to: S3Location, size: number, signal?: AbortSignal): Promise<void> {
-  const source = `${from.bucket}/${from.key.split('/').map(encodeURIComponent).join('/')}`;
-  const retried = <T>(fn: () => Promise<T>) => withRetries(fn, s3.settings.retry, { signal });
   if (size <= MAX_COPY_OBJECT_BYTES) {
-    await retried(() => s3.client.send(new CopyObjectCommand({ Bucket: to.bucket, Key: to.key, CopySource: source }), { abortSignal: signal }));
+    const input = { Bucket: to.bucket, Key: to.key, CopySource: copySourceOf(from) };
+    await withRetries(() => s3.client.send(new CopyObjectCommand(input), { abortSignal: signal }), s3.settings.retry, { signal });
     return;
   }
+  await copyObjectInParts(s3, from, to, size, COPY_PART_BYTES, signal);
+}
+
+/**
+ * A server-side multipart copy of `size` bytes in parts of `partBytes` (S3 takes 5 MiB to 5 GiB, the last part
+ * less), four at a time, each request retried within the client's time budget; aborted if it fails. A complete whose
+ * answer was lost is taken as done once the key holds the object these parts make (./multipart-complete.ts).
+ */
+export async function copyObjectInParts(
+  s3: S3Handle,
+  from: S3Location,
+  to: S3Location,
+  size: number,
+  partBytes: number,
+  signal?: AbortSignal,
+): Promise<void> {
+  const source = copySourceOf(from);
+  const retried = <T>(fn: () => Promise<T>) => withRetries(fn, s3.settings.retry, { signal });
+  // s3rver names the copy by the md5 of its content, which there is the source's ETag (./multipart-complete.ts)
+  const contentETag = s3.settings.compat === 's3rver' ? (await retried(() => headObject(s3, from, signal))).etag : undefined;
   const created = await retried(() => s3.client.send(new CreateMultipartUploadCommand({ Bucket: to.bucket, Key: to.key }), { abortSignal: signal }));
   const uploadId = created.UploadId;
   if (!uploadId) throw new Error(`CreateMultipartUpload for ${formatS3Uri(to)} returned no UploadId`);
   try {
-    const count = Math.ceil(size / COPY_PART_BYTES);
-    const parts: { PartNumber: number; ETag?: string }[] = [];
+    const count = Math.ceil(size / partBytes);
+    const parts: CompletedPart[] = [];
     for (let first = 0; first < count; first += 4) {
       const batch = Array.from({ length: Math.min(4, count - first) }, (_, i) => first + i);
       parts.push(
         ...(await Promise.all(
           batch.map(async (i) => {
-            const end = Math.min(size, (i + 1) * COPY_PART_BYTES) - 1;
+            const end = Math.min(size, (i + 1) * partBytes) - 1;
             const r = await retried(() =>
               s3.client.send(
                 new UploadPartCopyCommand({
-                  Bucket: to.bucket, Key: to.key, UploadId: uploadId, PartNumber: i + 1, CopySource: source, CopySourceRange: `bytes=${i * COPY_PART_BYTES}-${end}`,
+                  Bucket: to.bucket, Key: to.key, UploadId: uploadId, PartNumber: i + 1, CopySource: source, CopySourceRange: `bytes=${i * partBytes}-${end}`,
                 }),
                 { abortSignal: signal },
               ),
@@ -326,13 +346,14 @@ export async function copyObject(s3: S3Handle, from: S3Location, to: S3Location,
         )),
       );
     }
-    await retried(() =>
-      s3.client.send(new CompleteMultipartUploadCommand({ Bucket: to.bucket, Key: to.key, UploadId: uploadId, MultipartUpload: { Parts: parts } }), {
-        abortSignal: signal,
-      }),
-    );
+    await completeMultipartUpload(s3, to, uploadId, { size, parts, contentETag }, signal);
   } catch (err) {
     await s3.client.send(new AbortMultipartUploadCommand({ Bucket: to.bucket, Key: to.key, UploadId: uploadId })).catch(() => {});
     throw err;
   }
+}
+
+/** `bucket/key` with each key segment URL-encoded, as CopySource takes it */
+function copySourceOf(from: S3Location): string {
+  return `${from.bucket}/${from.key.split('/').map(encodeURIComponent).join('/')}`;
 }
