@@ -4,8 +4,10 @@
  *
  * The s3rver compatibility switch (`compat: 's3rver'`, KMFLEET_S3_COMPAT=s3rver) exists because s3rver 3.7.1 breaks
  * in ways a real S3 does not (../shared/TOOLCHAIN.md): with the SDK's default checksums a streamed PutObject stores
- * the aws-chunked framing, and AbortMultipartUpload answers 405. The switch turns checksums to WHEN_REQUIRED and lets
- * the multipart writer treat a 405 on abort as "nothing more to do". A real S3 or MinIO needs none of it.
+ * the aws-chunked framing, AbortMultipartUpload answers 405, and a completed multipart object's ETag is the md5 of its
+ * content instead of S3's md5 of its parts' md5s. The switch turns checksums to WHEN_REQUIRED, lets the multipart writer
+ * treat a 405 on abort as "nothing more to do", and has a lost complete answer checked against the content's md5
+ * (multipart-complete.ts). A real S3 or MinIO needs none of it.
  */
 import { S3Client, type S3ClientConfig } from '@aws-sdk/client-s3';
 import { Agent as HttpAgent } from 'node:http';
