@@ -27,7 +27,10 @@ void CudaBackend::allocate() {
   overlap_.allocate();
   steps_.allocate();
   resident_.allocate();
-  bounds_.allocate();
+  // resident bounds only where the resident rows run in one go with flagged-row scratch for all of them
+  // (resident_pass.cu): the open rows then take one listed assignment
+  if (shape_.rowBounds && mp.residentAccBytes > 0 && mp.residentPiece >= mp.residentRows)
+    bounds_.allocate(mp.residentRows);
   slots_.allocate(shape_.memory.slots, chunk, shape_.rowBytes);
 }
 
@@ -38,6 +41,7 @@ void CudaBackend::release() noexcept {
   stages_.release();
   resident_.release();
   bounds_.release();
+  tier_.release();
   exact_.release();
   overlap_.release();
   steps_.release();

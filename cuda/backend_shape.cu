@@ -70,7 +70,8 @@ RowOps allocRowOps(const BackendShape& shape, std::size_t rows, const char* what
     check(cudaMemset(o.screenRef, 0, rows * sizeof(float)), "memset");
   }
   // resident rows with bounds: ‖fl(x − μ)‖², which turns the kernels' d' into distances (RowOps.rowSqNorm)
-  if (shape.rowBounds && !streamed) o.rowSqNorm = devAlloc<float>(rows, what);
+  // and streamed chunks where the host tier's rows may keep bounds (tier_rows.h)
+  if ((shape.rowBounds && !streamed) || (streamed && shape.memory.tierBytes > 0)) o.rowSqNorm = devAlloc<float>(rows, what);
   return o;
 }
 

@@ -110,10 +110,21 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
     resident_.chunkOutputs(firstRow, slot);
   }
   if (far > 0) ensureFarBuffers(slot, far);
+  // a chunk of the host tier whose rows keep their state (tier_pass.cu): the assignment writes their bounds
+  const bool tierRows = slotp && tierChunks_;
+  const std::int64_t tierRow = firstRow - tier_.firstRow();
+  RowOps assigned = ops;
+  if (tierRows) tier_.bounds().attach(assigned, tierRow);
   stageMark(0, s);
   // compute must not overwrite this slot's outputs before the previous D2H from them is done (drained).
-  if (part) assignPiece(ops, rows, slot.labels, overlap_.flags(), s, overlap_.flaggedCount());
-  else assignPiece(ops, rows, slot.labels, scratch_.flags);
+  if (part) assignPiece(assigned, rows, slot.labels, overlap_.flags(), s, overlap_.flaggedCount());
+  else assignPiece(assigned, rows, slot.labels, scratch_.flags);
+  if (tierRows) {
+    check(cudaMemcpyAsync(tier_.labels() + tierRow, slot.labels, sizeof(std::int32_t) * std::size_t(rows),
+                          cudaMemcpyDeviceToDevice, s),
+          "D2D");
+    tier_.bounds().assignedRange(ops.rowSqNorm, tierRow, rows, s);
+  }
   const bool wantDist = spec_.distances != nullptr;
   stageMark(1, s);
   // the rows' fp64 distances: a streamed chunk's for its farthest rows now; resident rows' are computed again by
@@ -126,7 +137,12 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
     // farthest candidates or the pass's distances, resident rows' on demand (farthest_rows.h offerResident).
     double* rowDist = slotp ? (far > 0 || wantDist ? scratch_.dist64 : nullptr)
                             : (wantDist ? resident_.distances64() + firstRow : nullptr);
-    exactRows(ops, firstRow, rows, slot.labels, !slotp, rowDist, wantDist ? slot.dist32 : nullptr, s);
+    if (tierRows)  // into the tier's statistics, kept across passes (exact_statistics.h beginTier)
+      exact_.addTierRows(values, rows, shape_.d, nullptr, slot.labels, !shape_.cosine, s == streams_.chunk, s);
+    else
+      exactRows(ops, firstRow, rows, slot.labels, !slotp, rowDist, wantDist ? slot.dist32 : nullptr, s);
+    if (tierRows && rowDist)
+      sumsDistances(values, rows, shape_.d, centroids_.current(), slot.labels, shape_.cosine, rowDist, nullptr, s);
   } else if (part) {
     // Into partial b (a ring: wait until the compute stream folded the chunk that used it before), then folded on the
     // compute stream after everything queued there — the resident rows, the earlier chunks' folds: the totals get the

@@ -27,6 +27,7 @@ CudaBackend::CudaBackend(const EngineConfig& cfg, ThreadPool* pool, std::int64_t
       centroids_(shape_),
       resident_(shape_),
       bounds_(shape_),
+      tier_(shape_),
       steps_(shape_),
       overlap_(shape_),
       farthest_(shape_) {
@@ -52,6 +53,9 @@ void CudaBackend::beginPass(const PassSpec& spec) {
   rowsSeen_ = 0;
   streamed_ = StreamedLabels();
   resident_.beginPass();
+  tier_.startPass();
+  tierSource_ = nullptr;
+  tierChunks_ = false;
   overlap_.beginPass();
   steps_.clear();
   farthest_.begin(spec.farthest, spec.labels);
@@ -104,6 +108,9 @@ void CudaBackend::abortPass() noexcept {
   for (ChunkSlot& s : slots_) s.pending = false;
   resident_.abortPass();  // resident rows are only held once a whole pass retained them all
   bounds_.forget();
+  tier_.forget();
+  tierSource_ = nullptr;
+  tierChunks_ = false;
   farthest_.clear();
   farthestDeferred_ = false;
   stages_.reset();

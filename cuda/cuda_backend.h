@@ -32,6 +32,7 @@
 //   ExactStatistics  (exact_statistics.h)  the passes' exact integer statistics and the move-or-add decision
 //   ResidentRows     (resident_rows.h)     the resident rows, their labels, distances, staging, changed-label count
 //   ResidentBounds   (resident_bounds.h)   exact mode: the resident rows' bounds, the rows they settle in a pass
+//   TierRows         (tier_rows.h)         exact mode out of core: the engine's host-tier rows' labels and bounds
 //   ResidentSteps    (resident_steps.h)    an overlapped pass's resident work queued a few steps ahead
 //   OverlapPartials  (overlap_partials.h)  an overlapped pass's chunk-stream scratch and per-chunk partials
 //   FarthestRows     (farthest_rows.h)     the pass's farthest rows: heap, resident candidates, gathered values
@@ -47,6 +48,8 @@
 //                       also resident chunks one by one), assignPiece, exactRows
 //   resident_pass.cu    the resident rows in a pass: chunk by chunk, in one go (pieces + one accumulate), or queued a
 //                       few steps ahead of the streamed chunks (overlap)
+//   tier_pass.cu        the engine's host tier in a pass: every chunk streamed, keeping its rows' labels, bounds and
+//                       statistics, or only the rows the bounds leave open gathered from host memory
 #pragma once
 
 #include <cuda_runtime.h>
@@ -77,6 +80,7 @@
 #include "resident_rows.h"
 #include "resident_steps.h"
 #include "stage_timer.h"
+#include "tier_rows.h"
 #include "upload_ring.h"
 
 namespace kmfleet {
@@ -104,6 +108,8 @@ class CudaBackend final : public Backend {
   bool takesPieces() const override { return pool_ != nullptr; }
   void processChunkInPieces(const ChunkPieces& pieces, std::int64_t firstRow, std::int64_t rows) override;
   HostBlock allocateHostRows(std::size_t bytes, std::string& warning) override;       // backend_buffers.cu
+  std::int64_t processHostTier(const HostTier& tier, std::int64_t from, std::int64_t upTo,
+                               const std::atomic<bool>& cancel) override;              // tier_pass.cu
   PassTotals finishPass() override { return finishPass(nullptr); }
 
   // A lane of a job on several devices (multi_device_backend.h), pass_finish.cu / cuda_backend.cu:
@@ -152,6 +158,12 @@ class CudaBackend final : public Backend {
   void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, bool resident,
                  double* dist, float* dist32, cudaStream_t s);
 
+  // tier_pass.cu
+  bool tierSkipsThisPass() const;      // this pass gathers only the host tier's open rows (tier_rows.h)
+  void streamTierKept(const HostTier& tier, const std::atomic<bool>& cancel);  // every chunk, keeping the rows' state
+  void gatherTierOpen(const std::atomic<bool>& cancel);                           // only the rows the bounds leave open
+  void offerTierFarthest();            // a pass that gathered: the tier read again for its farthest rows
+
   // resident_pass.cu
   void processResidentWhole();
   void accumulateResidentRows(bool wantDist);
@@ -196,6 +208,7 @@ class CudaBackend final : public Backend {
   ExactStatistics exact_;
   ResidentRows resident_;
   ResidentBounds bounds_;
+  TierRows tier_;
   ResidentSteps steps_;
   OverlapPartials overlap_;
   FarthestRows farthest_;
@@ -211,6 +224,8 @@ class CudaBackend final : public Backend {
   struct StreamedLabels {
     std::int64_t first = -1, rows = 0, compared = 0, changed = 0;
   } streamed_;
+  const HostTier* tierSource_ = nullptr;  // the engine's host tier, while this pass keeps its rows' state
+  bool tierChunks_ = false;               // the chunks processChunk takes now are the tier's, kept (streamTierKept)
   bool screenThisPass_ = false;
   bool screenRelativeThisPass_ = false;  // this pass's screen keys on the resident rows' last best (the policy decides)
   bool sumsKeptForUpdate_ = false;       // the last finishPass kept its sums on the device for updateOnDevice

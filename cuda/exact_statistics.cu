@@ -26,6 +26,8 @@ void ExactStatistics::allocate(bool enabled, int k, int d, std::int64_t chunkRow
 
 void ExactStatistics::release() noexcept {
   freeExactStats(resident_);
+  freeExactStats(tier_);
+  tierThisPass_ = false;
   freeExactStats(pass_);
   freeExactStats(peer_);
   if (mergeBegin_) cudaEventDestroy(mergeBegin_);
@@ -44,6 +46,7 @@ void ExactStatistics::beginPass(bool exactPass, bool previousLabelsHeld, cudaStr
   movingThisPass_ = summingThisPass_ && residentUnderPreviousLabels_ && previousLabelsHeld &&
                     lastChangedShare_ <= kMoveShare;
   residentUnderPreviousLabels_ = false;  // until finishPass says again what resident_ holds
+  tierThisPass_ = false;
   if (summingThisPass_) {
     zeroExactStats(pass_, s);
     if (!movingThisPass_) zeroExactStats(resident_, s);
@@ -60,10 +63,25 @@ void ExactStatistics::addRows(RowValues values, std::int64_t firstRow, std::int6
     exactAddRows(values, rows, d, labels, sq, scratch, resident ? resident_ : pass_, s);
 }
 
+void ExactStatistics::beginTier(bool moving, cudaStream_t s) {
+  if (!tier_.sum) allocExactStats(tier_, pass_.k, pass_.d);
+  tierThisPass_ = true;
+  tierMoving_ = moving;
+  if (!moving) zeroExactStats(tier_, s);
+}
+
+void ExactStatistics::addTierRows(RowValues values, std::int64_t rows, int d, const std::int32_t* prevLabels,
+                                  const std::int32_t* labels, bool sq, bool chunkStream, cudaStream_t s) {
+  ExactScratch& scratch = chunkStream ? chunkStreamScratch_ : computeScratch_;
+  if (tierMoving_) exactMoveRows(values, rows, d, prevLabels, labels, sq, scratch, tier_, s);
+  else exactAddRows(values, rows, d, labels, sq, scratch, tier_, s);
+}
+
 void ExactStatistics::totalOnDevice(cudaStream_t chunkStream, cudaStream_t compute) {
   check(cudaEventRecord(chunksDone_, chunkStream), "cudaEventRecord");
   check(cudaStreamWaitEvent(compute, chunksDone_, 0), "cudaStreamWaitEvent");
   addExactStats(pass_, resident_, compute);
+  if (tierThisPass_) addExactStats(pass_, tier_, compute);
 }
 
 void ExactStatistics::addPeers(const std::vector<Peer>& peers, cudaStream_t compute) {

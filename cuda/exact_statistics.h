@@ -33,8 +33,15 @@ class ExactStatistics {
   // chunk stream (its own scratch). sq: Σ‖x‖² too (cosine's inertia needs none).
   void addRows(cuda::RowValues values, std::int64_t firstRow, std::int64_t rows, int d, const std::int32_t* prevLabels,
                const std::int32_t* labels, bool resident, bool sq, bool chunkStream, cudaStream_t s);
+  // The engine's host-tier rows in a pass that keeps their statistics across passes (tier_rows.h): added afresh into
+  // zeroed ones, or moved by the rows whose label changed (`moving`: they hold the rows under their previous labels).
+  // The pass's total then includes them. Allocates them on first use (throws std::bad_alloc).
+  void beginTier(bool moving, cudaStream_t s);
+  // Tier rows with their labels (and previous labels, when moving), rows in the order of `values`.
+  void addTierRows(cuda::RowValues values, std::int64_t rows, int d, const std::int32_t* prevLabels,
+                   const std::int32_t* labels, bool sq, bool chunkStream, cudaStream_t s);
   // The pass's statistics totalled on `compute` after everything the pass queued (the chunk stream's work included):
-  // the resident rows' added into the streamed chunks'.
+  // the resident rows' (and host-tier rows') added into the streamed chunks'.
   void totalOnDevice(cudaStream_t chunkStream, cudaStream_t compute);
   // Another device's statistics of the same pass (a lane of multi_device_backend.h), total on that device.
   struct Peer {
@@ -57,7 +64,7 @@ class ExactStatistics {
   // exactly and ran the resident rows.
   void finishPass(bool residentRan) { residentUnderPreviousLabels_ = summingThisPass_ && residentRan; }
   // A pass was abandoned: the next fit pass adds afresh.
-  void abortPass() { summingThisPass_ = movingThisPass_ = false; }
+  void abortPass() { summingThisPass_ = movingThisPass_ = tierThisPass_ = false; }
 
   bool summingThisPass() const { return summingThisPass_; }  // this pass adds its rows into the statistics
 
@@ -69,6 +76,9 @@ class ExactStatistics {
   // fresh add's work per changed row (an entry at each end) plus a counting sort: past ~1/3 of the rows adding all
   // of them afresh is cheaper (exact_sums_check bench, cuda/NOTES.md "Exact statistics"). Either way the same bits.
   double lastChangedShare_ = 0;
+  bool tierThisPass_ = false;             // the pass keeps the host tier's rows in tier_
+  bool tierMoving_ = false;
+  cuda::ExactStats tier_;                 // the host tier's rows, across passes (allocated on first use)
   cuda::ExactStats resident_;             // the resident rows
   cuda::ExactStats pass_;                 // this pass's streamed chunks, then (totalOnDevice) the pass's total
   cuda::ExactStats peer_;                 // a peer's statistics copied here (addPeers), allocated on first use

@@ -172,6 +172,7 @@ void CudaBackend::recordScreen() {
 // offered theirs as they drained (their rows are gone now); the resident rows' come from the fp64 distances kept on
 // the device, chunk by chunk as they were fed: the same candidates as computed eagerly.
 std::vector<FarRow> CudaBackend::farthestRows() {
+  if (tier_.skippedThisPass()) offerTierFarthest();
   if (resident_.ranThisPass())
     farthest_.offerResident(rowValues(resident_.all()), resident_.labels(), resident_.distances64(), resident_.held(),
                             !shape_.keepsResidentDistances() || exact_.summingThisPass(), centroids_.current(),
@@ -199,7 +200,8 @@ void CudaBackend::closePass(PassTotals& t, bool countChanges) {
   exact_.recordChangedShare(changedShare);
   resident_.recordChangedShare(counted ? changedShare : 1);  // not counted: no reason to expect few changes
   const bool listed = bounds_.listedThisPass();
-  t.rowsSettled = bounds_.finishPass();
+  t.rowsSettled = bounds_.finishPass() + tier_.finishPass();
+  tierSource_ = nullptr;
   if (stages_.enabled()) {
     const unsigned long long flagged = totals_.hostFlags[3];
     const std::array<float, 3> ms = stages_.stageMilliseconds();

@@ -195,6 +195,15 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
       left -= overlapScratch + std::size_t(parts) * per;
     }
   }
+  // Rows past the resident ones may keep bounds on the device, ~20 bytes a row against hundreds for a resident one:
+  // room for every row's beside the budget (over-counted by the resident rows' share), if a quarter of it holds them.
+  if (cfg.rowBounds && p.op == OpKind::F16x3 && p.exactSums && !allFit(left)) {
+    const std::size_t need = tierBoundsBytes(n, p.chunkRows, d, k);
+    if (need <= left / 4) {
+      p.tierBytes = need;
+      left -= need;
+    }
+  }
   p.residentBudget = budgetOf(left);
   const std::int64_t fit = std::int64_t(p.residentBudget / p.residentRowBytes);
   if (fit >= n) p.residentRows = n;
@@ -223,6 +232,16 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   return p;
 }
 }  // namespace
+
+std::size_t tierBoundsBytes(std::int64_t rows, std::int64_t chunkRows, std::int64_t d, std::int64_t k) {
+  const std::size_t r = std::size_t(rows), c = std::size_t(chunkRows), kk = std::size_t(k);
+  const std::size_t perRow = 4 + 4 + 4 + 4 + 4;     // labels of the pass and the last, upper, lower, list entry
+  // a gathered piece's previous labels, labels, upper, lower; the chunk scratch's ‖x − μ‖² (backend_shape.cu)
+  const std::size_t perChunkRow = 4 + 4 + 4 + 4 + 4;
+  const std::size_t neighbours = k >= 2 && k <= kNeighbourK ? 5 * 4 * kk * kk + 4 * (kk + 1) + neighbourSortBytes(int(k)) : 0;
+  return r * perRow + c * perChunkRow + neighbours + 4 * kk * std::size_t(d) + 4 * (kk + 2) + 64 +
+         exactStatsBytes(int(k), int(d));
+}
 
 MemoryPlan planMemory(const EngineConfig& cfg, std::uint64_t freeMemory) {
   MemoryPlan p = planFor(cfg, freeMemory, kTargetChunkBytes);

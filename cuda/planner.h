@@ -42,7 +42,14 @@ struct MemoryPlan {
   // whose label changed) and each pass's streamed chunks'. A function of the shape only (exactSumsFits), so a
   // resumed run sums the same way.
   bool exactSums = false;
+  // Device bytes kept beside the budget for the bounds of the rows past the resident ones (tier_rows.h: their
+  // labels, bounds and list entries, the neighbour lists, a chunk of scratch, their statistics), so that a pass can
+  // leave out the host tier's rows they settle; 0: none (not exact mode, or they would take over a quarter of it).
+  std::size_t tierBytes = 0;
 };
+
+// The device bytes of the bounds of `rows` rows of the host tier (MemoryPlan.tierBytes, tier_rows.h).
+std::size_t tierBoundsBytes(std::int64_t rows, std::int64_t chunkRows, std::int64_t d, std::int64_t k);
 
 // The operand format for a precision (FP32 → exact split fp16; TF32 → per-row-scaled fp16, whose 11-bit
 // significand is TF32's; BF16 → bf16; FP16 → fp16). Auto: fp32 for f32 data, else the data's own type.

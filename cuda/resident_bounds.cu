@@ -13,12 +13,8 @@ namespace cuda_backend {
 
 using namespace cuda;
 
-void ResidentBounds::allocate() {
-  // only where the resident rows run in one go with flagged-row scratch for all of them (resident_pass.cu): the open
-  // rows then take one listed assignment
-  const MemoryPlan& m = shape_.memory;
-  if (!shape_.rowBounds || m.residentAccBytes == 0 || m.residentPiece < m.residentRows) return;
-  const std::size_t r = std::size_t(m.residentRows), k = std::size_t(shape_.k);
+void ResidentBounds::allocate(std::int64_t rows) {
+  const std::size_t r = std::size_t(rows), k = std::size_t(shape_.k);
   upper_ = devAlloc<float>(r, "resident row bounds");
   lower_ = devAlloc<float>(r, "resident row bounds");
   open_ = devAlloc<std::int32_t>(r, "resident row bounds");
@@ -88,6 +84,11 @@ void ResidentBounds::assignNear(RowValues values, const float* centroids, const 
 
 void ResidentBounds::assigned(const float* sqNorm, std::int64_t rows, cudaStream_t s) {
   finishRowBounds(upper_, lower_, sqNorm, listed_ ? open_ : nullptr, openCount_, rows, s);
+  check(cudaGetLastError(), "finishRowBounds");
+}
+
+void ResidentBounds::assignedRange(const float* sqNorm, std::int64_t first, std::int64_t rows, cudaStream_t s) {
+  finishRowBounds(upper_ + first, lower_ + first, sqNorm, nullptr, nullptr, rows, s);
   check(cudaGetLastError(), "finishRowBounds");
 }
 

@@ -38,9 +38,15 @@ class ResidentBounds {
 
   explicit ResidentBounds(const BackendShape& shape) : shape_(shape) {}
 
-  void allocate();  // throws EngineError (OutOfMemory); nothing when the shape keeps no bounds
+  // Bounds for `rows` rows (the resident rows, or the host tier's: tier_rows.h). Throws EngineError (OutOfMemory).
+  void allocate(std::int64_t rows);
   void release() noexcept;
   bool kept() const { return upper_ != nullptr; }
+  // Whether the next beginPass, given previous labels, would list its open rows: the bounds hold, a settle is due,
+  // and the last one left few enough open.
+  bool wouldList() const { return valid_ && settleOff_ == 0 && openShare_ <= kListedShare; }
+  float* upper() const { return upper_; }
+  float* lower() const { return lower_; }
   std::int64_t lastNearRows() const { return lastNear_; }  // the near rows of the last listing pass (stats)
 
   // Rows [0, rows) of a pass with the centroids `now` (device, K×D), their previous labels those of the last
@@ -62,8 +68,13 @@ class ResidentBounds {
                   std::int32_t* labels, cudaStream_t s);
   // After the assignment (the listed rows, or every row): its bounds into distances, with each row's ‖x − μ‖².
   void assigned(const float* sqNorm, std::int64_t rows, cudaStream_t s);
+  // The same for rows [first, first + rows) assigned as a chunk, sqNorm theirs from its first.
+  void assignedRange(const float* sqNorm, std::int64_t first, std::int64_t rows, cudaStream_t s);
   // The open rows' count down to the host behind the pass's work on s (before its final wait).
   void queueOpenCount(cudaStream_t s);
+  // Once that copy is done: the open rows listed from the list's start, and the near rows listed from its end.
+  std::int64_t openListed() const { return hostOpenCount_[0]; }
+  std::int64_t nearListed() const { return hostOpenCount_[1]; }
   // The pass completed: every row's bounds hold for its centroids. Returns the rows settled without products.
   std::int64_t finishPass();
   // A pass that did not renew the bounds (aborted, or its rows not in one go): the next one starts without them.

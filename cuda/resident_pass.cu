@@ -18,7 +18,8 @@ void CudaBackend::processResident() {
   resident_.markRan();  // finishPass finds the farthest resident rows from their kept distances, if asked
   // Streamed chunks of this pass go on streams_.chunk into per-chunk partials, folded on streams_.compute after the resident
   // rows: their copies and kernels no longer wait for the resident compute (see processChunk).
-  if (shape_.memory.overlapPartials > 0 && resident_.held() < shape_.n) {
+  // (a pass that gathers only the host tier's open rows streams nothing for the resident rows to overlap)
+  if (shape_.memory.overlapPartials > 0 && resident_.held() < shape_.n && !tierSkipsThisPass()) {
     centroids_.readyForCompute(streams_.compute);
     overlap_.start(streams_.compute);  // after the centroid operands, zeroed totals and flags
     // The resident work is queued a few chunks ahead of the device (resident_steps.h).

@@ -7,7 +7,10 @@
 // where `kmfleet fit --precision fp16` and `--precision tf32` run the blobs too.
 //   npm run build:native:cpu && npm run build:ts
 //   KMFLEET_ADDON=$PWD/build-cpu/Release/kmfleet_native.node node bench/converge/run.mjs [OUT.json] [--rows N --dims D --k K
-//     --centers C --backend cpu|cuda --python PATH --only blobs|normal]
+//     --centers C --backend cpu|cuda --python PATH --only blobs|normal --gpu-memory BYTES]
+// --gpu-memory (cuda): every kmfleet run takes at most that much device memory, as `kmfleet fit --gpu-memory` does,
+// the rows past what it holds kept in the host tier: out of core, the runs with and without bounds only (no peers),
+// with the rows of each tier of the last pass.
 // Each run is timed in its own process; kmfleet's iteration time is summary.json's timings.iterateMs, the peers' the
 // wall time of their iterations (the data already in memory, on the GPU for PyTorch). Runs alternate BENCH_REPEAT
 // times (default 2) and the medians are printed: compare within one run of this script only.
@@ -29,12 +32,15 @@ const { values: a, positionals } = parseArgs({
     backend: { type: 'string', default: 'cpu' },
     python: { type: 'string' },
     only: { type: 'string' },
+    'gpu-memory': { type: 'string' },
   },
 });
 const backend = a.backend;
 if (!['cpu', 'cuda'].includes(backend)) throw new Error(`--backend ${backend}: cpu or cuda`);
 const python = a.python ?? (backend === 'cpu' ? '/usr/bin/python3' : 'python3');
 const rows = Number(a.rows), dims = Number(a.dims), k = Number(a.k), centers = Number(a.centers);
+const gpuMemory = a['gpu-memory'] === undefined ? undefined : Number(a['gpu-memory']);
+if (gpuMemory !== undefined && !(gpuMemory > 0)) throw new Error(`--gpu-memory ${a['gpu-memory']}: bytes, above 0`);
 const REPEAT = Number(process.env.BENCH_REPEAT || 2);
 const work = mkdtempSync(join(tmpdir(), 'kmfleet-converge-'));
 const median = (v) => [...v].sort((x, y) => x - y)[Math.floor((v.length - 1) / 2)];
@@ -75,16 +81,17 @@ import { decodeNpy, encodeNpy } from '${root}/dist/core/formats/npy-encode.js';
 import { readFileSync } from 'node:fs';
 const source = await LocalFileSource.open('${data}');
 const init = decodeNpy(readFileSync('${init}')).data;
-const e = await Engine.open({ rows: source.rows, dims: source.dims, k: ${k}, metric: 'l2', dtype: 'f32', backend: '${backend}', bounds: '${bounds}' });
+const e = await Engine.open({ rows: source.rows, dims: source.dims, k: ${k}, metric: 'l2', dtype: 'f32', backend: '${backend}', bounds: '${bounds}'${gpuMemory === undefined ? '' : `, memoryBudget: ${gpuMemory}, deviceMemory: ${gpuMemory}`} });
 const r = await runKmeans({ engine: e, source, spec: { k: ${k}, metric: 'l2', init, maxIter: ${maxIter}, tol: ${tol}, tolReassign: 0, seed: 0 } });
 const c = encodeNpy(r.centroids, [${k}, source.dims]);  // hashed as kmfleet fit hashes centroids.npy
-console.log(JSON.stringify({ iterations: r.iterations, stopReason: r.stopReason, inertia: r.inertia, history: r.history, timings: r.timings,
+console.log(JSON.stringify({ iterations: r.iterations, stopReason: r.stopReason, inertia: r.inertia, history: r.history, timings: r.timings, rowsLater: r.tiers.lastPass,
   centroids: (await import('node:crypto')).createHash('sha256').update(c).digest('hex') }));
 e.close(); await source.close();`;
   const stdout = script
     ? execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', maxBuffer: 64 << 20 })
     : execFileSync(process.execPath, [join(root, 'bin', 'kmfleet.js'), 'fit', '--input', data, '--k', String(k), '--init', init, '--max-iter', String(maxIter),
-        '--tol', String(tol), '--precision', precision, '--backend', backend, '--out', out, '--json'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+        '--tol', String(tol), '--precision', precision, '--backend', backend, '--out', out, '--json',
+        ...(gpuMemory === undefined ? [] : ['--gpu-memory', String(gpuMemory)])], { encoding: 'utf8', maxBuffer: 64 << 20 });
   const s = JSON.parse(stdout.trim().split('\n').at(-1));
   return {
     iterations: s.iterations, stop: s.stopReason, inertia: s.inertia, iterateMs: s.timings.iterateMs,
@@ -92,6 +99,8 @@ e.close(); await source.close();`;
     // from the second iteration: the first also reads the file (the same for every run)
     laterMs: s.history.slice(1).reduce((a, h) => a + h.ms, 0),
     settled: s.history.map((h) => h.settledFraction ?? 0),
+    rowsLater: s.rowsLater ?? s.tiers?.laterPasses?.rows,
+    ms: s.history.map((h) => h.ms),
     centroids: script ? s.centroids : s.outputs.centroids.sha256,
   };
 }
@@ -156,7 +165,7 @@ try {
         runs.lloyd.push(sklearn(data, init, maxIter, tol, 'lloyd'));
         runs.elkan.push(sklearn(data, init, maxIter, tol, 'elkan'));
       }
-      if (kind === 'blobs' && backend === 'cuda') {
+      if (kind === 'blobs' && backend === 'cuda' && gpuMemory === undefined) {
         runs.torch.push(torchLloyd(data, init, maxIter, tol));
         // the rows rounded to fp16 as they are read, labelled exactly; tf32: one-product labels
         runs.fp16.push(kmfleet(data, init, maxIter, tol, 'fit', 'fp16'));
@@ -168,6 +177,8 @@ try {
       iterateMs: median(list.map((r) => r.iterateMs)), msPerIteration: median(list.map((r) => r.msPerIteration)),
       ...(list[0].laterMs !== undefined ? { laterMs: median(list.map((r) => r.laterMs)) } : {}),
       ...(list[0].settled ? { settled: list[0].settled } : {}),
+      ...(list[0].rowsLater ? { rowsLater: list[0].rowsLater } : {}),
+      ...(list[0].ms ? { ms: list[0].ms } : {}),
     };
     report.cases[kind] = {
       fit: sum(runs.fit), on: sum(runs.on), off: sum(runs.off), lloyd: sum(runs.lloyd), elkan: sum(runs.elkan), torch: sum(runs.torch),
@@ -190,7 +201,9 @@ console.log([
     '|---|---|---|---|---|---|---|',
     row('`kmfleet fit` (bounds)', b.fit), row('the same driver, bounds', b.on), row('the same driver, bounds off', b.off),
     ...(backend === 'cpu' ? [row('scikit-learn lloyd', b.lloyd), row('scikit-learn elkan', b.elkan)]
+      : gpuMemory !== undefined ? []
       : [row('`kmfleet fit --precision fp16`', b.fp16), row('`kmfleet fit --precision tf32` (one product)', b.tf32), row('plain PyTorch Lloyd, fp32', b.torch)]),
+    ...(gpuMemory !== undefined ? ['', `--gpu-memory ${gpuMemory}: rows of a later pass ${JSON.stringify(b.fit.rowsLater)}`] : []),
     '',
     `bounds: the same bits as without: ${b.sameBits}; rows settled, median of the last 10 iterations: ${late(b.on.settled)} %; time to converge ${(b.off.iterateMs / b.on.iterateMs).toFixed(2)}× faster, from the 2nd iteration ${(b.off.laterMs / b.on.laterMs).toFixed(2)}× (\`kmfleet fit\`: ${(b.off.iterateMs / b.fit.iterateMs).toFixed(2)}×, ${(b.off.laterMs / b.fit.laterMs).toFixed(2)}×)`,
   ] : []),

@@ -240,6 +240,8 @@ class ChunkPieces {
   virtual void read(void* dst, std::int64_t first, std::int64_t count) const = 0;
 };
 
+class HostTier;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -271,6 +273,13 @@ class Backend {
   // naming the first bad global row; cosine and a zero-norm row → InvalidArgument naming the row. (An async
   // backend may report such an error from a later processChunk or from finishPass.)
   virtual void processChunk(const void* data, std::int64_t firstRow, std::int64_t rows) = 0;
+
+  // The engine's host tier's held chunks (host_tier.h) from row `from` (where the pass stands, past the resident rows)
+  // up to `upTo` or the first chunk not held, in order; returns the row it reached. The default hands each chunk to
+  // processChunk. A backend that keeps per-row state across passes may leave out rows it proves unchanged (CUDA: the
+  // rows their bounds settle are not read), with the results of processing every one. Throws Cancelled once `cancel`.
+  virtual std::int64_t processHostTier(const HostTier& tier, std::int64_t from, std::int64_t upTo,
+                                       const std::atomic<bool>& cancel);
 
   // Host memory for `bytes` of the engine's host tier, in the form processChunk reads fastest (page-locked on CUDA).
   // Where that form cannot be had (a page-lock limit), plain memory with `warning` set; OutOfMemory when there is

@@ -424,15 +424,9 @@ void Engine::processHeldIfNeeded(std::int64_t upTo) {
   if (resident > 0) backend_->processResident();
   cursor_ = residentUsed_ = resident;
   if (resident < plan_.residentRows) return;  // the host tier's rows follow a complete set of resident rows only
-  std::int64_t n = 0;
-  while (cursor_ < upTo) {
-    const void* rows = tier_.chunkAt(cursor_, n);
-    if (!rows) break;
-    if (cancelFlag_.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
-    backend_->processChunk(rows, cursor_, n);
-    cursor_ += n;
-    hostUsed_ += n;
-  }
+  const std::int64_t reached = backend_->processHostTier(tier_, cursor_, upTo, cancelFlag_);
+  hostUsed_ += reached - cursor_;
+  cursor_ = reached;
 }
 
 void Engine::runFeed(std::uint64_t gen, int buffer, std::int64_t firstRow, std::int64_t rowCount) {

@@ -72,4 +72,18 @@ void HostTier::keep(Backend& backend, ThreadPool& pool, const void* src, std::in
   }
 }
 
+// Backend's default (backend.h): every held chunk through processChunk, as if fed.
+std::int64_t Backend::processHostTier(const HostTier& tier, std::int64_t from, std::int64_t upTo,
+                                      const std::atomic<bool>& cancel) {
+  std::int64_t row = from, n = 0;
+  while (row < upTo) {
+    const void* rows = tier.chunkAt(row, n);
+    if (!rows) break;
+    if (cancel.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
+    processChunk(rows, row, n);
+    row += n;
+  }
+  return row;
+}
+
 }  // namespace kmfleet

@@ -127,3 +127,65 @@ describe('exact fp32: the resident rows\' bounds', () => {
     expect(on.out.slice(10).some((p) => p.r.rowsSettled > 0), 'settled after the jump, from the moved bounds').toBe(true);
   });
 });
+
+describe('exact fp32 out of core: the host tier\'s rows\' bounds', () => {
+  // the engine's host tier (host_tier.h) handed over whole each pass (skipBelow: the rows it holds, as a job does):
+  // once its rows' bounds hold, a pass gathers only the open ones from host memory (cuda/tier_rows.h)
+  async function heldPass(e: Engine, data: Uint8Array, n: number, held: number, mode: 'fit' | 'assign'): Promise<PassResult> {
+    return runPass<PassResult>(e, data, n, mode, { skipBelow: held, sayFirstRow: true, distances: mode === 'assign' });
+  }
+
+  for (const c of [
+    { name: 'part of the rows on the device', memoryBudget: 8 * 1024 * 1024 },
+    { name: 'no rows on the device', memoryBudget: 0 },
+    { name: 'f16 rows, no rows on the device', memoryBudget: 0, dtype: 'f16' as const },
+  ]) {
+    it(`give the bits of a run without them, reading only the open rows (${c.name})`, async () => {
+      const n = 60_013, d = 96, k = 64;
+      const x = blobData(n, d, k, 411, 8, 1);
+      const data = c.dtype === 'f16' ? bytesOf(toF16(x)) : bytesOf(x);
+      const init = pickRows(x, d, distinctRows(n, k, 412));
+      const o = { rows: n, dims: d, k, dtype: c.dtype ?? 'f32', precision: 'fp32' as const, chunkRows: 8192, memoryBudget: c.memoryBudget };
+      const run = async (bounds: 'auto' | 'off') => {
+        const e = await open({ ...o, bounds });
+        e.setCentroids(init);
+        const out: { r: PassResult; c: Float32Array; labels: Int32Array }[] = [];
+        let held = 0;
+        for (let p = 0; p < 18; p++) {
+          if (p === 12) {
+            // a centroid sent far off: its cluster empties in a pass whose tier rows are gathered, and is re-seeded
+            // from the farthest rows of every row (the tier read again for them)
+            const cs = e.centroids();
+            for (let j = 0; j < d; j++) cs[5 * d + j] = 1e4;
+            e.setCentroids(cs);
+          }
+          const r = await heldPass(e, data, n, held, p === 17 ? 'assign' : 'fit');
+          held = r.heldRows;
+          out.push({ r, c: e.centroids(), labels: e.labels() });
+        }
+        return { out, distances: e.distances(), plan: e.plan };
+      };
+      const on = await run('auto');
+      const off = await run('off');
+      expect(on.plan.residentRows).toBeLessThan(n);
+      expect(on.plan.hostRows).toBe(n - on.plan.residentRows);
+      on.out.forEach((p, i) => {
+        const { ms: _a, rowsSettled: _b, counts: ca, ...ra } = p.r;
+        const { ms: _c, rowsSettled: _d, counts: cb, ...rb } = off.out[i].r;
+        expect(ra, `pass ${i}`).toEqual(rb);
+        expect(Array.from(ca), `pass ${i}: counts`).toEqual(Array.from(cb));
+        expect(sameBytes(p.labels, off.out[i].labels), `pass ${i}: labels`).toBe(true);
+        expect(bits(p.c), `pass ${i}: centroids`).toEqual(bits(off.out[i].c));
+        expect(off.out[i].r.rowsSettled, `pass ${i}: nothing settled without bounds`).toBe(0);
+      });
+      expect(bits(on.distances)).toEqual(bits(off.distances));
+      expect(on.out[12].r.emptyReseeded, 're-seeded in pass 12').toBeGreaterThan(0);
+      // from the host tier every pass after the first, and mostly settled before the jump and again after it
+      expect(on.out.slice(1).every((p) => p.r.rowsFrom.host === n - on.plan.residentRows && p.r.rowsFrom.fed === 0)).toBe(true);
+      const settled = on.out.map((p) => p.r.rowsSettled / n);
+      expect(Math.max(...settled.slice(5, 12)), `settled shares ${settled}`).toBeGreaterThan(0.5);
+      expect(settled[12], `the pass of the jump gathered: ${settled}`).toBeGreaterThan(0);
+      expect(Math.max(...settled.slice(14, 17)), `settled shares ${settled}`).toBeGreaterThan(0.5);
+    });
+  }
+});

@@ -1,0 +1,32 @@
+// The rows of the engine's host tier that a pass's bounds leave open (tier_rows.h), gathered from page-locked host
+// memory by the device and their results scattered back: a pass reads only those rows over the link, one warp a row
+// (kmbench gather: ~51 GB/s of rows on an H200, in proportion to their share).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace kmfleet {
+namespace cuda {
+
+// Where the tier's rows are: its first (global) row, its blocks (host pointers the device can read: page-locked and
+// mapped), one per chunk of the feeds' grid, whose first block starts at firstRow and the others at multiples of
+// chunkRows.
+struct TierBlocks {
+  const void* const* blocks = nullptr;  // device array
+  std::int64_t firstRow = 0, chunkRows = 1;
+  std::size_t rowBytes = 0;
+};
+
+// For i < n: row list[i] of the tier (a tier row, from 0) into out[i] (rowBytes each), and previous[list[i]] into
+// previousOut[i].
+void gatherTierRows(const TierBlocks& tier, const std::int32_t* list, std::int64_t n, void* out,
+                    const std::int32_t* previous, std::int32_t* previousOut, cudaStream_t s);
+
+// For i < n: labels[list[i]] = labelsIn[i], upper[list[i]] = upperIn[i], lower[list[i]] = lowerIn[i].
+void scatterTierResults(const std::int32_t* list, std::int64_t n, const std::int32_t* labelsIn, const float* upperIn,
+                        const float* lowerIn, std::int32_t* labels, float* upper, float* lower, cudaStream_t s);
+
+}  // namespace cuda
+}  // namespace kmfleet
