@@ -71,7 +71,8 @@ RowOps allocRowOps(const BackendShape& shape, std::size_t rows, const char* what
   }
   // resident rows with bounds: ‖fl(x − μ)‖², which turns the kernels' d' into distances (RowOps.rowSqNorm)
   // and streamed chunks where the host tier's rows may keep bounds (tier_rows.h)
-  if ((shape.rowBounds && !streamed) || (streamed && shape.memory.tierBytes > 0)) o.rowSqNorm = devAlloc<float>(rows, what);
+  if ((shape.rowBounds && !streamed) || (streamed && shape.memory.tierBytes > 0))
+    o.rowSqNorm = devAlloc<float>(rows, what);
   return o;
 }
 

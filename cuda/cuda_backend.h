@@ -162,6 +162,7 @@ class CudaBackend final : public Backend {
   bool tierSkipsThisPass() const;      // this pass gathers only the host tier's open rows (tier_rows.h)
   void streamTierKept(const HostTier& tier, const std::atomic<bool>& cancel);  // every chunk, keeping the rows' state
   void gatherTierOpen(const std::atomic<bool>& cancel);                           // only the rows the bounds leave open
+  void takeTierLabels();               // a pass that gathered: its tier labels into the engine's array
   void offerTierFarthest();            // a pass that gathered: the tier read again for its farthest rows
 
   // resident_pass.cu

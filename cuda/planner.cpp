@@ -238,7 +238,8 @@ std::size_t tierBoundsBytes(std::int64_t rows, std::int64_t chunkRows, std::int6
   const std::size_t perRow = 4 + 4 + 4 + 4 + 4;     // labels of the pass and the last, upper, lower, list entry
   // a gathered piece's previous labels, labels, upper, lower; the chunk scratch's ‖x − μ‖² (backend_shape.cu)
   const std::size_t perChunkRow = 4 + 4 + 4 + 4 + 4;
-  const std::size_t neighbours = k >= 2 && k <= kNeighbourK ? 5 * 4 * kk * kk + 4 * (kk + 1) + neighbourSortBytes(int(k)) : 0;
+  const std::size_t neighbours =
+      k >= 2 && k <= kNeighbourK ? 5 * 4 * kk * kk + 4 * (kk + 1) + neighbourSortBytes(int(k)) : 0;
   return r * perRow + c * perChunkRow + neighbours + 4 * kk * std::size_t(d) + 4 * (kk + 2) + 64 +
          exactStatsBytes(int(k), int(d));
 }

@@ -82,6 +82,14 @@ void ResidentBounds::assignNear(RowValues values, const float* centroids, const 
   check(cudaGetLastError(), "assignNearRows");
 }
 
+void ResidentBounds::assignNearGathered(RowValues values, const float* centroids, const std::int32_t* previousLabels,
+                                        std::int32_t* labels, float* upper, float* lower, const std::int32_t* identity,
+                                        const unsigned* count, std::int64_t m, cudaStream_t s) {
+  assignNearRows(values, shape_.d, centroids, shape_.k, neighbours_, previousLabels, labels, upper, lower, identity,
+                 count, m, s);
+  check(cudaGetLastError(), "assignNearRows");
+}
+
 void ResidentBounds::assigned(const float* sqNorm, std::int64_t rows, cudaStream_t s) {
   finishRowBounds(upper_, lower_, sqNorm, listed_ ? open_ : nullptr, openCount_, rows, s);
   check(cudaGetLastError(), "finishRowBounds");

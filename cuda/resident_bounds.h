@@ -66,6 +66,11 @@ class ResidentBounds {
   // A listing pass: the near rows' labels and bounds (row_bounds.cuh assignNearRows), from the pass's fp32 centroids.
   void assignNear(cuda::RowValues values, const float* centroids, const std::int32_t* previousLabels,
                   std::int32_t* labels, cudaStream_t s);
+  // The near rows of a gathered piece (tier_rows.h): rows [0, m) of `values`, their previous labels and outputs in the
+  // piece's arrays, `identity` = 0, 1, … and *count = m on the device; labels and bounds as assignNear gives them.
+  void assignNearGathered(cuda::RowValues values, const float* centroids, const std::int32_t* previousLabels,
+                          std::int32_t* labels, float* upper, float* lower, const std::int32_t* identity,
+                          const unsigned* count, std::int64_t m, cudaStream_t s);
   // After the assignment (the listed rows, or every row): its bounds into distances, with each row's ‖x − μ‖².
   void assigned(const float* sqNorm, std::int64_t rows, cudaStream_t s);
   // The same for rows [first, first + rows) assigned as a chunk, sqNorm theirs from its first.

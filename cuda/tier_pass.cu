@@ -6,13 +6,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "cuda_backend.h"
 #include "kernels/accumulate.cuh"
 #include "kernels/far_rows.cuh"
+#include "kernels/label_changes.cuh"
 #include "kernels/operands.cuh"
 #include "kernels/row_bounds.cuh"
 #include "kernels/tier_rows.cuh"
+#include "thread_pool.h"
 
 namespace kmfleet {
 namespace cuda_backend {
@@ -81,8 +84,8 @@ void CudaBackend::gatherTierOpen(const std::atomic<bool>& cancel) {
   check(cudaStreamSynchronize(s), "compute");
   // the open rows from the list's start, the near ones from its end (row_bounds.cuh settleRows)
   const std::int64_t open = b.openListed(), near = b.nearListed();
-  const struct { const std::int32_t* list; std::int64_t count; } ranges[2] = {
-      {b.open(), open}, {b.open() + (rows - near), near}};
+  const struct { const std::int32_t* list; std::int64_t count; bool near; } ranges[2] = {
+      {b.open(), open, false}, {b.open() + (rows - near), near, true}};
   for (const auto& range : ranges) {
     for (std::int64_t i = 0; i < range.count; i += C) {
       if (cancelled(cancel)) throw EngineError(ErrorCode::Cancelled, "cancelled");
@@ -91,17 +94,25 @@ void CudaBackend::gatherTierOpen(const std::atomic<bool>& cancel) {
       ChunkSlot& slot = slots_.next();
       retire(slot);
       check(cudaStreamWaitEvent(s, slot.rawFree, 0), "cudaStreamWaitEvent");
-      cuda::gatherTierRows(tier_.blocks(), list, m, slot.raw, tier_.previousLabels(), tier_.piecePrevious(), s);
+      cuda::gatherTierRows(tier_.blocks(), list, m, slot.raw, tier_.previousLabels(), tier_.piecePrevious(),
+                           range.near ? b.upper() : nullptr, tier_.pieceUpper(), s);
       check(cudaGetLastError(), "gatherTierRows");
       RowOps ops = scratch_.ops;
       if (shape_.rows16) ops.x16 = slot.raw;  // 16-bit rows are read where they landed
       prepareRows(slot.raw, shape_.input, m, shape_.d, shape_.memory.op, shape_.cosine, tier_.firstRow(),
                   centroids_.mu(), ops, rowFlags(), s);
       check(cudaGetLastError(), "prepareRows");
-      ops.boundUpper = tier_.pieceUpper();
-      ops.boundLower = tier_.pieceLower();
-      assignPiece(ops, m, tier_.pieceLabels(), scratch_.flags, s);
-      finishRowBounds(tier_.pieceUpper(), tier_.pieceLower(), ops.rowSqNorm, nullptr, nullptr, m, s);
+      if (range.near) {
+        // few centroids close by: the fp64 argmin over those, and bounds from its distances (row_bounds.cuh)
+        cuda::storeCount(tier_.pieceCount(), unsigned(m), s);
+        b.assignNearGathered(rowValues(ops), centroids_.current(), tier_.piecePrevious(), tier_.pieceLabels(),
+                             tier_.pieceUpper(), tier_.pieceLower(), tier_.pieceIndex(), tier_.pieceCount(), m, s);
+      } else {
+        ops.boundUpper = tier_.pieceUpper();
+        ops.boundLower = tier_.pieceLower();
+        assignPiece(ops, m, tier_.pieceLabels(), scratch_.flags, s);
+        finishRowBounds(tier_.pieceUpper(), tier_.pieceLower(), ops.rowSqNorm, nullptr, nullptr, m, s);
+      }
       cuda::scatterTierResults(list, m, tier_.pieceLabels(), tier_.pieceUpper(), tier_.pieceLower(), tier_.labels(),
                                b.upper(), b.lower(), s);
       exact_.addTierRows(rowValues(ops), m, shape_.d, tier_.piecePrevious(), tier_.pieceLabels(), !shape_.cosine,
@@ -110,11 +121,49 @@ void CudaBackend::gatherTierOpen(const std::atomic<bool>& cancel) {
       check(cudaEventRecord(slot.rawFree, s), "cudaEventRecord");
     }
   }
-  // every tier row's label of this pass into the engine's array (the settled ones' unchanged)
-  check(cudaMemcpyAsync(spec_.labels + tier_.firstRow(), tier_.labels(), sizeof(std::int32_t) * std::size_t(rows),
+  takeTierLabels();
+  rowsSeen_ += rows;
+}
+
+// The tier rows' labels of a pass that gathered into the engine's array: the rows whose label changed, listed on the
+// device, over the previous labels copied across (a few thousand pairs late in a run, not every row's label), and
+// counted, so the engine need not compare them again; every label when more changed than the list holds.
+void CudaBackend::takeTierLabels() {
+  const cudaStream_t s = streams_.compute;
+  const std::int64_t first = tier_.firstRow(), rows = tier_.rows();
+  check(cudaMemsetAsync(tier_.changeCount(), 0, sizeof(unsigned long long), s), "memset");
+  listLabelChanges(tier_.labels(), tier_.previousLabels(), rows, tier_.changes(), tier_.changeCapacity(),
+                   tier_.changeCount(), s);
+  check(cudaGetLastError(), "listLabelChanges");
+  check(cudaMemcpyAsync(tier_.hostChangeCount(), tier_.changeCount(), sizeof(unsigned long long),
                         cudaMemcpyDeviceToHost, s),
         "D2H");
-  rowsSeen_ += rows;
+  check(cudaStreamSynchronize(s), "compute");
+  const std::int64_t changed = std::int64_t(*tier_.hostChangeCount());
+  std::int32_t* to = spec_.labels + first;
+  if (changed > tier_.changeCapacity() || !spec_.previousLabels) {
+    check(cudaMemcpyAsync(to, tier_.labels(), sizeof(std::int32_t) * std::size_t(rows), cudaMemcpyDeviceToHost, s),
+          "D2H");
+    return;  // finishPass's wait covers the copy
+  }
+  check(cudaMemcpyAsync(tier_.hostChanges(), tier_.changes(), sizeof(int2) * std::size_t(changed),
+                        cudaMemcpyDeviceToHost, s),
+        "D2H");
+  const std::int32_t* from = spec_.previousLabels + first;
+  const auto copy = [&](int tid, int nt) {
+    std::int64_t b = 0, e = 0;
+    ThreadPool::range(rows, tid, nt, 1024, b, e);
+    if (e > b) std::memcpy(to + b, from + b, sizeof(std::int32_t) * std::size_t(e - b));
+  };
+  if (pool_) pool_->run(copy);
+  else copy(0, 1);
+  check(cudaStreamSynchronize(s), "D2H");
+  const int2* list = tier_.hostChanges();
+  for (std::int64_t i = 0; i < changed; ++i) to[list[i].x] = list[i].y;
+  // compared on the device, right after the rows compared before them (PassTotals.changedRows, closePass)
+  streamed_.first = first;
+  streamed_.rows = streamed_.compared = rows;
+  streamed_.changed = changed;
 }
 
 // A pass that gathered left a cluster empty: the farthest rows are among every row's, so each tier chunk is read

@@ -42,7 +42,15 @@ bool TierRows::take(const HostTier& tier) {
     pieceLabels_ = devAlloc<std::int32_t>(c, "host tier gathered rows");
     pieceUpper_ = devAlloc<float>(c, "host tier gathered rows");
     pieceLower_ = devAlloc<float>(c, "host tier gathered rows");
+    pieceIndex_ = devAlloc<std::int32_t>(c, "host tier gathered rows");
+    pieceCount_ = devAlloc<unsigned>(1, "host tier gathered rows");
+    changes_ = devAlloc<int2>(c, "host tier label changes");
+    changeCount_ = devAlloc<unsigned long long>(1, "host tier label changes");
+    hostChanges_ = hostAlloc<int2>(c, "host tier label changes");
+    hostChangeCount_ = hostAlloc<unsigned long long>(1, "host tier label changes");
     bounds_.allocate(rows);
+    cuda::fillIdentity(pieceIndex_, std::int64_t(c), nullptr);
+    check(cudaDeviceSynchronize(), "host tier rows");
     check(cudaMemcpy(blockTable_, table.data(), table.size() * sizeof(const void*), cudaMemcpyHostToDevice),
           "host tier blocks");
   } catch (const EngineError&) {
@@ -60,8 +68,15 @@ bool TierRows::take(const HostTier& tier) {
 void TierRows::release() noexcept {
   for (void* p : {static_cast<void*>(labels_), static_cast<void*>(previous_), static_cast<void*>(blockTable_),
                   static_cast<void*>(piecePrevious_), static_cast<void*>(pieceLabels_), static_cast<void*>(pieceUpper_),
-                  static_cast<void*>(pieceLower_)})
+                  static_cast<void*>(pieceLower_), static_cast<void*>(pieceIndex_), static_cast<void*>(pieceCount_),
+                  static_cast<void*>(changes_), static_cast<void*>(changeCount_)})
     if (p) cudaFree(p);
+  for (void* p : {static_cast<void*>(hostChanges_), static_cast<void*>(hostChangeCount_)})
+    if (p) cudaFreeHost(p);
+  pieceIndex_ = nullptr;
+  pieceCount_ = nullptr;
+  changes_ = hostChanges_ = nullptr;
+  changeCount_ = hostChangeCount_ = nullptr;
   labels_ = previous_ = piecePrevious_ = pieceLabels_ = nullptr;
   blockTable_ = nullptr;
   pieceUpper_ = pieceLower_ = nullptr;

@@ -51,6 +51,16 @@ class TierRows {
   std::int32_t* pieceLabels() const { return pieceLabels_; }
   float* pieceUpper() const { return pieceUpper_; }
   float* pieceLower() const { return pieceLower_; }
+  // 0, 1, … (chunkRows of them) and a device count: a piece's rows as a list (ResidentBounds::assignNearGathered)
+  const std::int32_t* pieceIndex() const { return pieceIndex_; }
+  unsigned* pieceCount() const { return pieceCount_; }
+  // The rows whose label this pass changed, listed on the device (kernels/label_changes.cuh), up to changeCapacity():
+  // (tier row, label) pairs, their count, and pinned host copies of both.
+  std::int64_t changeCapacity() const { return shape_.memory.chunkRows; }
+  int2* changes() const { return changes_; }
+  unsigned long long* changeCount() const { return changeCount_; }
+  int2* hostChanges() const { return hostChanges_; }
+  unsigned long long* hostChangeCount() const { return hostChangeCount_; }
 
   void startPass() { kept_ = skipped_ = false; }
   // This pass keeps every tier row's label, bounds and statistics (full or skipping); skipped: it gathered the open
@@ -80,6 +90,12 @@ class TierRows {
   std::int32_t* pieceLabels_ = nullptr;
   float* pieceUpper_ = nullptr;
   float* pieceLower_ = nullptr;
+  std::int32_t* pieceIndex_ = nullptr;
+  unsigned* pieceCount_ = nullptr;
+  int2* changes_ = nullptr;
+  unsigned long long* changeCount_ = nullptr;
+  int2* hostChanges_ = nullptr;                  // pinned
+  unsigned long long* hostChangeCount_ = nullptr; // pinned
   bool previousHeld_ = false;   // previous_ holds every row's label of the last completed pass
   bool statisticsHeld_ = false; // the tier statistics hold every row under previous_
   bool kept_ = false, skipped_ = false;  // this pass

@@ -19,14 +19,21 @@ struct TierBlocks {
   std::size_t rowBytes = 0;
 };
 
-// For i < n: row list[i] of the tier (a tier row, from 0) into out[i] (rowBytes each), and previous[list[i]] into
-// previousOut[i].
+// For i < n: row list[i] of the tier (a tier row, from 0) into out[i] (rowBytes each), previous[list[i]] into
+// previousOut[i], and, when upper is not null, upper[list[i]] into upperOut[i] (near rows: the moved bound says which
+// centroids they compare, row_bounds.cuh assignNearRows).
 void gatherTierRows(const TierBlocks& tier, const std::int32_t* list, std::int64_t n, void* out,
-                    const std::int32_t* previous, std::int32_t* previousOut, cudaStream_t s);
+                    const std::int32_t* previous, std::int32_t* previousOut, const float* upper, float* upperOut,
+                    cudaStream_t s);
 
 // For i < n: labels[list[i]] = labelsIn[i], upper[list[i]] = upperIn[i], lower[list[i]] = lowerIn[i].
 void scatterTierResults(const std::int32_t* list, std::int64_t n, const std::int32_t* labelsIn, const float* upperIn,
                         const float* lowerIn, std::int32_t* labels, float* upper, float* lower, cudaStream_t s);
+
+// a[i] = i for i < n (the list that names a gathered piece's rows by their place in it).
+void fillIdentity(std::int32_t* a, std::int64_t n, cudaStream_t s);
+// *count = value, queued on s (a device count the list kernels read).
+void storeCount(unsigned* count, unsigned value, cudaStream_t s);
 
 }  // namespace cuda
 }  // namespace kmfleet
