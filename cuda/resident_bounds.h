@@ -1,5 +1,6 @@
 // Hamerly's bounds of the resident rows in exact mode (kernels/row_bounds.cuh; DESIGN.md "Numerics": bounds), so that a
-// pass skips the products of the rows whose label the centroids' movement cannot have changed. Per row an upper bound
+// pass skips the products of the rows whose label the centroids' movement cannot have changed. (The host tier's rows
+// keep theirs in an instance of their own, tier_rows.h, whose passes gather the open rows instead of listing them.) Per row an upper bound
 // on its distance to its label's centroid and a lower bound on its distance to every other (8 bytes; 16 with the row's
 // ‖x − μ‖² and its place in the open rows' list), written by the assignment for every row it decides and valid for
 // the centroids of that pass.
