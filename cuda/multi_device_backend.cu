@@ -73,6 +73,7 @@ MultiDeviceBackend::MultiDeviceBackend(const EngineConfig& cfg, ThreadPool* pool
     EngineConfig lc = cfg;
     lc.devices.clear();
     lc.device = devices[static_cast<std::size_t>(i)];
+    lc.hostMemoryBudget = 0;  // the lane's host tier is this backend's (Lane::tier), never an engine's
     lc.rows = std::min(share, cfg.rows - first);
     lc.chunkRows = chunk;
     Lane lane;

@@ -197,7 +197,8 @@ MemoryPlan planFor(const EngineConfig& cfg, std::uint64_t freeMemory, std::size_
   }
   // Rows past the resident ones may keep bounds on the device, ~20 bytes a row against hundreds for a resident one:
   // room for every row's beside the budget (over-counted by the resident rows' share), if a quarter of it holds them.
-  if (cfg.rowBounds && p.op == OpKind::F16x3 && p.exactSums && !allFit(left)) {
+  // Not without an engine host tier (hostMemoryBudget 0, or a lane of several devices, whose tier is its own).
+  if (cfg.rowBounds && cfg.hostMemoryBudget != 0 && p.op == OpKind::F16x3 && p.exactSums && !allFit(left)) {
     const std::size_t need = tierBoundsBytes(n, p.chunkRows, d, k);
     if (need <= left / 4) {
       p.tierBytes = need;
