@@ -39,6 +39,17 @@ const OPS: Partial<Record<S3Operation, Op>> = {
   PutObject: 'put',
 };
 
+/** Counts the tries of each request kind and part number: the how-many-th try this one is. */
+function tryCounter(): (op: Op, url: URL) => number {
+  const seen = new Map<string, number>();
+  return (op, url) => {
+    const key = `${op}:${url.searchParams.get('partNumber') ?? ''}`;
+    const tries = (seen.get(key) ?? 0) + 1;
+    seen.set(key, tries);
+    return tries;
+  };
+}
+
 describe('faults on S3 uploads', () => {
   let stack: Stack;
   let proxy: S3FaultProxy;
@@ -90,12 +101,10 @@ describe('faults on S3 uploads', () => {
   });
 
   it('multipart upload through 503s and resets on create, parts and complete: the object is exact', async () => {
-    const seen = new Map<string, number>();
+    const tryOf = tryCounter();
     // the first try of every request of each kind and part number fails; every other kind alternates 503 / reset
     policy = (op, url) => {
-      const key = `${op}:${url.searchParams.get('partNumber') ?? ''}`;
-      const tries = (seen.get(key) ?? 0) + 1;
-      seen.set(key, tries);
+      const tries = tryOf(op, url);
       return tries === 1 ? (op === 'part' && url.searchParams.get('partNumber') === '2' ? 'reset' : 'slowdown') : undefined;
     };
     const data = Buffer.alloc(13 * 1024 * 1024 + 12344);
@@ -113,12 +122,10 @@ describe('faults on S3 uploads', () => {
   });
 
   it('answers lost after S3 did the work (create, a part, complete, a put): the objects are exact, retries are harmless', async () => {
-    const seen = new Map<string, number>();
+    const tryOf = tryCounter();
     // the first try of each of these is carried out by s3rver, and its answer never reaches the client
     policy = (op, url) => {
-      const key = `${op}:${url.searchParams.get('partNumber') ?? ''}`;
-      const tries = (seen.get(key) ?? 0) + 1;
-      seen.set(key, tries);
+      const tries = tryOf(op, url);
       const lose = op === 'create' || op === 'complete' || op === 'put' || (op === 'part' && url.searchParams.get('partNumber') === '2');
       return tries === 1 && lose ? 'lost' : undefined;
     };
