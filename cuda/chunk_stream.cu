@@ -137,12 +137,8 @@ void CudaBackend::computeChunk(const RowOps& ops, std::int64_t firstRow, std::in
     // farthest candidates or the pass's distances, resident rows' on demand (farthest_rows.h offerResident).
     double* rowDist = slotp ? (far > 0 || wantDist ? scratch_.dist64 : nullptr)
                             : (wantDist ? resident_.distances64() + firstRow : nullptr);
-    if (tierRows)  // into the tier's statistics, kept across passes (exact_statistics.h beginTier)
-      exact_.addTierRows(values, rows, shape_.d, nullptr, slot.labels, !shape_.cosine, s == streams_.chunk, s);
-    else
-      exactRows(ops, firstRow, rows, slot.labels, !slotp, rowDist, wantDist ? slot.dist32 : nullptr, s);
-    if (tierRows && rowDist)
-      sumsDistances(values, rows, shape_.d, centroids_.current(), slot.labels, shape_.cosine, rowDist, nullptr, s);
+    const RowsOf of = !slotp ? RowsOf::Resident : tierRows ? RowsOf::KeptTier : RowsOf::Streamed;
+    exactRows(ops, firstRow, rows, slot.labels, of, rowDist, wantDist ? slot.dist32 : nullptr, s);
   } else if (part) {
     // Into partial b (a ring: wait until the compute stream folded the chunk that used it before), then folded on the
     // compute stream after everything queued there — the resident rows, the earlier chunks' folds: the totals get the
@@ -204,11 +200,14 @@ void CudaBackend::ensureFarBuffers(ChunkSlot& s, int f) {
 }
 
 void CudaBackend::exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels,
-                            bool resident, double* dist, float* dist32, cudaStream_t s) {
+                            RowsOf of, double* dist, float* dist32, cudaStream_t s) {
   const RowValues values = rowValues(ops);
   const bool sq = !shape_.cosine;  // cosine's inertia needs no Σ‖x‖² (exact_sums.cuh)
-  exact_.addRows(values, firstRow, rows, shape_.d, resident_.previousLabels(), labels, resident, sq,
-                 s == streams_.chunk, s);
+  if (of == RowsOf::KeptTier)  // added afresh in a pass that streams the tier (exact_statistics.h beginTier)
+    exact_.addTierRows(values, rows, shape_.d, nullptr, labels, sq, s == streams_.chunk, s);
+  else
+    exact_.addRows(values, firstRow, rows, shape_.d, resident_.previousLabels(), labels, of == RowsOf::Resident, sq,
+                   s == streams_.chunk, s);
   if (dist) sumsDistances(values, rows, shape_.d, centroids_.current(), labels, shape_.cosine, dist, dist32, s);
   check(cudaGetLastError(), "exact sums");
 }

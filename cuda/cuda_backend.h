@@ -153,9 +153,11 @@ class CudaBackend final : public Backend {
                    cudaStream_t s = nullptr, unsigned* count = nullptr, const std::int32_t* listed = nullptr,
                    const unsigned* listedCount = nullptr);
   // Rows [firstRow, firstRow + rows) with their labels into exact_ — resident rows moved from their previous labels or
-  // added — and, when dist is not null, their fp64 distances (sumsDistances: the bits accumulate() gives them) for the
-  // farthest rows or the pass's distances, rounded to fp32 into dist32 too when it is not null.
-  void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, bool resident,
+  // added, host-tier rows whose state is kept into the tier's statistics (tier_rows.h), others into the pass's — and,
+  // when dist is not null, their fp64 distances (sumsDistances: the bits accumulate() gives them) for the farthest
+  // rows or the pass's distances, rounded to fp32 into dist32 too when it is not null.
+  enum class RowsOf { Resident, Streamed, KeptTier };
+  void exactRows(const RowOps& ops, std::int64_t firstRow, std::int64_t rows, const std::int32_t* labels, RowsOf of,
                  double* dist, float* dist32, cudaStream_t s);
 
   // tier_pass.cu
@@ -164,6 +166,7 @@ class CudaBackend final : public Backend {
   void gatherTierOpen(const std::atomic<bool>& cancel);                           // only the rows the bounds leave open
   void takeTierLabels();               // a pass that gathered: its tier labels into the engine's array
   void offerTierFarthest();            // a pass that gathered: the tier read again for its farthest rows
+  RowOps preparedSlotRows(const ChunkSlot& slot, std::int64_t firstRow, std::int64_t rows, cudaStream_t s);
 
   // resident_pass.cu
   void processResidentWhole();

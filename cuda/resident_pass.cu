@@ -96,8 +96,9 @@ void CudaBackend::processResidentWhole() {
 void CudaBackend::accumulateResidentRows(bool wantDist) {
   stageMark(1);
   if (exact_.summingThisPass()) {  // the statistics moved by the changed rows (or added afresh): exact_sums.cuh
-    exactRows(resident_.all(), 0, resident_.held(), resident_.labels(), true, wantDist ? resident_.distances64() : nullptr,
-              wantDist ? resident_.distances32() : nullptr, streams_.compute);
+    exactRows(resident_.all(), 0, resident_.held(), resident_.labels(), RowsOf::Resident,
+              wantDist ? resident_.distances64() : nullptr, wantDist ? resident_.distances32() : nullptr,
+              streams_.compute);
   } else {  // D ≤ 256: the rows' fp64 distances are not kept (FarthestRows::offerResident computes them if needed)
     accumulateResident(rowValues(resident_.all()), shape_.d, shape_.k, resident_.labels(), centroids_.current(),
                        shape_.cosine, shape_.keepsResidentDistances() ? resident_.distances64() : nullptr,

@@ -20,10 +20,6 @@
 namespace kmfleet {
 namespace cuda_backend {
 
-namespace {
-bool cancelled(const std::atomic<bool>& cancel) { return cancel.load(); }
-}  // namespace
-
 // A fit pass without distances, with exact statistics, whose tier's rows have their state from the last pass.
 bool CudaBackend::tierSkipsThisPass() const {
   return fit_ && !spec_.distances && exact_.summingThisPass() && tier_.canSkip();
@@ -65,7 +61,7 @@ void CudaBackend::streamTierKept(const HostTier& tier, const std::atomic<bool>& 
   std::int64_t n = 0;
   for (std::int64_t r = tier.firstRow(); r < tier.firstRow() + tier_.rows(); r += n) {
     const void* rows = tier.chunkAt(r, n);
-    if (cancelled(cancel)) throw EngineError(ErrorCode::Cancelled, "cancelled");
+    if (cancel.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
     processChunk(rows, r, n);
   }
   tierChunks_ = false;
@@ -88,7 +84,7 @@ void CudaBackend::gatherTierOpen(const std::atomic<bool>& cancel) {
       {b.open(), open, false}, {b.open() + (rows - near), near, true}};
   for (const auto& range : ranges) {
     for (std::int64_t i = 0; i < range.count; i += C) {
-      if (cancelled(cancel)) throw EngineError(ErrorCode::Cancelled, "cancelled");
+      if (cancel.load()) throw EngineError(ErrorCode::Cancelled, "cancelled");
       const std::int64_t m = std::min(C, range.count - i);
       const std::int32_t* list = range.list + i;
       ChunkSlot& slot = slots_.next();
@@ -97,11 +93,7 @@ void CudaBackend::gatherTierOpen(const std::atomic<bool>& cancel) {
       cuda::gatherTierRows(tier_.blocks(), list, m, slot.raw, tier_.previousLabels(), tier_.piecePrevious(),
                            range.near ? b.upper() : nullptr, tier_.pieceUpper(), s);
       check(cudaGetLastError(), "gatherTierRows");
-      RowOps ops = scratch_.ops;
-      if (shape_.rows16) ops.x16 = slot.raw;  // 16-bit rows are read where they landed
-      prepareRows(slot.raw, shape_.input, m, shape_.d, shape_.memory.op, shape_.cosine, tier_.firstRow(),
-                  centroids_.mu(), ops, rowFlags(), s);
-      check(cudaGetLastError(), "prepareRows");
+      RowOps ops = preparedSlotRows(slot, tier_.firstRow(), m, s);
       if (range.near) {
         // few centroids close by: the fp64 argmin over those, and bounds from its distances (row_bounds.cuh)
         cuda::storeCount(tier_.pieceCount(), unsigned(m), s);
@@ -166,6 +158,16 @@ void CudaBackend::takeTierLabels() {
   streamed_.changed = changed;
 }
 
+// Rows in a slot (gathered, or copied up) prepared into the chunk scratch on s, 16-bit rows read where they landed.
+RowOps CudaBackend::preparedSlotRows(const ChunkSlot& slot, std::int64_t firstRow, std::int64_t rows, cudaStream_t s) {
+  RowOps ops = scratch_.ops;
+  if (shape_.rows16) ops.x16 = slot.raw;
+  prepareRows(slot.raw, shape_.input, rows, shape_.d, shape_.memory.op, shape_.cosine, firstRow, centroids_.mu(), ops,
+              rowFlags(), s);
+  check(cudaGetLastError(), "prepareRows");
+  return ops;
+}
+
 // A pass that gathered left a cluster empty: the farthest rows are among every row's, so each tier chunk is read
 // again for its rows' fp64 distances under this pass's labels and its candidates offered — what streaming it would
 // have offered (computeChunk: sumsDistances, farRows).
@@ -180,11 +182,7 @@ void CudaBackend::offerTierFarthest() {
     retire(slot);
     ensureFarBuffers(slot, far);
     check(cudaMemcpyAsync(slot.raw, data, std::size_t(n) * shape_.rowBytes, cudaMemcpyHostToDevice, s), "H2D");
-    RowOps ops = scratch_.ops;
-    if (shape_.rows16) ops.x16 = slot.raw;
-    prepareRows(slot.raw, shape_.input, n, shape_.d, shape_.memory.op, shape_.cosine, r, centroids_.mu(), ops,
-                rowFlags(), s);
-    const RowValues values = rowValues(ops);
+    const RowValues values = rowValues(preparedSlotRows(slot, r, n, s));
     sumsDistances(values, n, shape_.d, centroids_.current(), tier_.labels() + (r - tier_.firstRow()), shape_.cosine,
                   scratch_.dist64, nullptr, s);
     farRows(scratch_.dist64, values, n, shape_.d, r, spec_.farthest, scratch_.farScratch, slot.topDist, slot.topRow,

@@ -81,7 +81,7 @@ void TierRows::release() noexcept {
   blockTable_ = nullptr;
   pieceUpper_ = pieceLower_ = nullptr;
   bounds_.release();
-  previousHeld_ = statisticsHeld_ = kept_ = skipped_ = false;
+  previousHeld_ = kept_ = skipped_ = false;
 }
 
 std::int64_t TierRows::finishPass() {
@@ -90,13 +90,13 @@ std::int64_t TierRows::finishPass() {
     return 0;
   }
   std::swap(labels_, previous_);
-  previousHeld_ = statisticsHeld_ = true;
+  previousHeld_ = true;
   kept_ = skipped_ = false;
   return bounds_.finishPass();
 }
 
 void TierRows::forget() {
-  previousHeld_ = statisticsHeld_ = kept_ = skipped_ = false;
+  previousHeld_ = kept_ = skipped_ = false;
   bounds_.forget();
 }
 

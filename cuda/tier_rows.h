@@ -43,8 +43,7 @@ class TierRows {
   const std::int32_t* previousLabels() const { return previousHeld_ ? previous_ : nullptr; }
   // Whether this pass may gather only the open rows: the last pass kept every row's label, bounds and statistics,
   // and its bounds would list (ResidentBounds::wouldList).
-  bool canSkip() const { return previousHeld_ && statisticsHeld_ && bounds_.wouldList(); }
-  bool statisticsHeld() const { return statisticsHeld_; }
+  bool canSkip() const { return previousHeld_ && bounds_.wouldList(); }
 
   // A gathered piece's scratch (chunkRows rows): previous labels, labels, raw bounds.
   std::int32_t* piecePrevious() const { return piecePrevious_; }
@@ -96,8 +95,8 @@ class TierRows {
   unsigned long long* changeCount_ = nullptr;
   int2* hostChanges_ = nullptr;                  // pinned
   unsigned long long* hostChangeCount_ = nullptr; // pinned
-  bool previousHeld_ = false;   // previous_ holds every row's label of the last completed pass
-  bool statisticsHeld_ = false; // the tier statistics hold every row under previous_
+  // previous_ holds every row's label of the last completed pass, and the tier's statistics hold the rows under them
+  bool previousHeld_ = false;
   bool kept_ = false, skipped_ = false;  // this pass
 };
 
